@@ -1,0 +1,24 @@
+# Two commands set everything up and run: `make run` (the flagship job) and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test bench clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+run: $(BIN)/.installed
+	$(BIN)/python examples/word_count.py
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/stream_throughput.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,128 @@
+"""The source and sink interfaces every connector implements.
+
+A source creates one reader per parallel subtask; the runtime's source task polls
+its reader for batches. A reader that waits on the outside world (a socket, a
+watched directory) reads in a thread of its own and calls ``notify_available``
+so the cooperative scheduler wakes up; ``poll`` itself never blocks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from slipstream.attributes import Boundedness
+
+
+@dataclass(slots=True)
+class SourceBatch:
+    """Records read by one poll, with their event timestamps if the source knows them."""
+
+    values: list
+    timestamps: list | None = None
+
+
+class _Signal:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+END_OF_INPUT = _Signal("END_OF_INPUT")
+"""Returned by :meth:`SourceReader.poll` once the reader has nothing more, ever."""
+
+NOTHING_AVAILABLE = _Signal("NOTHING_AVAILABLE")
+"""Returned by :meth:`SourceReader.poll` when nothing is ready now; the reader will notify."""
+
+
+@dataclass(slots=True)
+class SourceReaderContext:
+    """What a reader learns about where it runs."""
+
+    subtask_index: int
+    parallelism: int
+    notify_available: Callable[[], None] = field(default=lambda: None)
+    current_processing_time: Callable[[], int] = field(default=lambda: 0)
+
+
+class SourceReader(ABC):
+    """Reads one subtask's share of a source."""
+
+    def open(self, context: SourceReaderContext) -> None:
+        """Start reading (open files, start a reader thread)."""
+
+    @abstractmethod
+    def poll(self, max_records: int) -> SourceBatch | _Signal:
+        """Return up to ``max_records`` records, ``NOTHING_AVAILABLE`` or ``END_OF_INPUT``."""
+
+    def is_backlog(self) -> bool | None:
+        """Whether what this reader emits now is backlog; None lets the runtime decide by boundedness."""
+        return None
+
+    def snapshot_position(self) -> Any:
+        """A JSON-serialisable position from which :meth:`restore_position` resumes."""
+        return None
+
+    def restore_position(self, position: Any) -> None:
+        """Resume from a position returned by :meth:`snapshot_position`."""
+
+    def close(self) -> None:
+        """Release what :meth:`open` acquired."""
+
+
+class Source(ABC):
+    """A description of where records come from; creates readers at run time."""
+
+    @abstractmethod
+    def get_boundedness(self) -> Boundedness: ...
+
+    @abstractmethod
+    def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader: ...
+
+    def default_name(self) -> str:
+        return type(self).__name__
+
+    def max_parallelism(self) -> int | None:
+        """The most subtasks this source can use, or None when unlimited."""
+        return None
+
+
+class RecordWriteError(Exception):
+    """Raised by a writer that failed on one record, so the sink operator can name it."""
+
+    def __init__(self, record: Any, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.record = record
+        self.cause = cause
+
+
+class SinkWriter(ABC):
+    """Writes one subtask's share of a sink's input."""
+
+    def open(self, subtask_index: int, parallelism: int) -> None:
+        """Prepare to write."""
+
+    @abstractmethod
+    def write(self, values: list, timestamps: list | None) -> None:
+        """Write a batch of records."""
+
+    def flush(self) -> None:
+        """Make everything written so far visible (end of input, or a checkpoint)."""
+
+    def close(self) -> None:
+        """Release resources; called after ``flush`` at end of input, or on failure."""
+
+
+class Sink(ABC):
+    """A description of where records go; creates writers at run time."""
+
+    @abstractmethod
+    def create_writer(self) -> SinkWriter: ...
+
+    def default_name(self) -> str:
+        return type(self).__name__

@@ -1,0 +1,507 @@
+"""The stream handles users chain calls on: ``DataStream``, ``KeyedStream``, ``ConnectedStreams``.
+
+Each method is a thin builder (CONVENTIONS 1): it validates its arguments, turns a
+plain callable into a function object, appends one transformation to the
+environment's graph and returns a new handle. Nothing runs until ``execute``.
+Names, argument order and behaviour follow ``pyflink.datastream.DataStream``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, TypeVar
+
+from slipstream.datastream.fields import get_field, replace_field
+from slipstream.datastream.functions import (
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
+    FilterFunction,
+    FlatMapFunction,
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    KeySelector,
+    MapFunction,
+    Partitioner,
+    ProcessFunction,
+    ReduceFunction,
+    as_function,
+)
+from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.transformations import (
+    CoProcessTransformation,
+    FilterTransformation,
+    FlatMapTransformation,
+    KeyedProcessTransformation,
+    MapTransformation,
+    Partitioning,
+    PartitionTransformation,
+    ProcessTransformation,
+    ReduceTransformation,
+    SideOutputTransformation,
+    SinkTransformation,
+    TimestampsAndWatermarksTransformation,
+    Transformation,
+    UnionTransformation,
+)
+from slipstream.errors import InvalidProgramError
+
+if TYPE_CHECKING:
+    from slipstream.datastream.connectors.base import Sink
+    from slipstream.datastream.environment import StreamExecutionEnvironment
+
+T = TypeVar("T")
+
+
+def _key_selector(key_selector: Any, what: str) -> Callable[[Any], Any]:
+    """Accept a ``KeySelector``, a callable, a field position or a field name."""
+    if isinstance(key_selector, KeySelector):
+        return key_selector.get_key
+    if isinstance(key_selector, (int, str)) and not isinstance(key_selector, bool):
+        field = key_selector
+        return lambda value: get_field(value, field)
+    if callable(key_selector) and not isinstance(key_selector, type):
+        return as_function(key_selector, KeySelector, "get_key", 1, what).get_key
+    raise InvalidProgramError(f"{what} expects a KeySelector, a callable, a field position or a "
+                              f"field name, got {key_selector!r}")
+
+
+class DataStream(Generic[T]):
+    """A stream of records of type ``T``, as ``pyflink.datastream.DataStream``."""
+
+    def __init__(self, env: StreamExecutionEnvironment, transformation: Transformation) -> None:
+        self._env = env
+        self._transformation = transformation
+
+    # -- properties of this stream's transformation ------------------------------------------
+    def get_name(self) -> str:
+        return self._transformation.name
+
+    def name(self, name: str) -> DataStream[T]:
+        """Name the operator that produces this stream (shown in plans and errors)."""
+        if not isinstance(name, str) or not name:
+            raise InvalidProgramError(f"name() needs a non-empty string, got {name!r}")
+        self._transformation.name = name
+        return self
+
+    def uid(self, uid: str) -> DataStream[T]:
+        """A stable id for this operator; state is restored by it."""
+        if not isinstance(uid, str) or not uid:
+            raise InvalidProgramError(f"uid() needs a non-empty string, got {uid!r}")
+        self._env._claim_uid(uid, self._transformation)
+        self._transformation.uid = uid
+        return self
+
+    def get_type(self) -> Any:
+        return self._transformation.output_type
+
+    def get_execution_environment(self) -> StreamExecutionEnvironment:
+        return self._env
+
+    def get_parallelism(self) -> int:
+        return self._transformation.parallelism or self._env.get_parallelism()
+
+    def set_parallelism(self, parallelism: int) -> DataStream[T]:
+        if self._transformation.is_virtual:
+            raise InvalidProgramError("set_parallelism() applies to an operator, not to a "
+                                      f"partitioning, union or side output ({self.get_name()})")
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise InvalidProgramError(f"parallelism must be a positive integer, got {parallelism!r}")
+        source_max = getattr(getattr(self._transformation, "source", None), "max_parallelism", None)
+        limit = source_max() if callable(source_max) else None
+        if limit is not None and parallelism > limit:
+            raise InvalidProgramError(f"source '{self.get_name()}' supports at most parallelism "
+                                      f"{limit}, asked for {parallelism}")
+        self._transformation.parallelism = parallelism
+        self._transformation.parallelism_fixed = True
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> DataStream[T]:
+        if not isinstance(max_parallelism, int) or max_parallelism < 1:
+            raise InvalidProgramError(f"max parallelism must be a positive integer, got {max_parallelism!r}")
+        self._transformation.max_parallelism = max_parallelism
+        return self
+
+    def force_non_parallel(self) -> DataStream[T]:
+        return self.set_parallelism(1)
+
+    def disable_chaining(self) -> DataStream[T]:
+        self._transformation.chaining = "never"
+        return self
+
+    def start_new_chain(self) -> DataStream[T]:
+        self._transformation.chaining = "head"
+        return self
+
+    def get_scope(self) -> Any:
+        """The loop scope this stream belongs to (the root scope outside loops)."""
+        return self._transformation.scope
+
+    # -- one-input operations ------------------------------------------------------------------
+    def _append(self, cls: type[Transformation], name: str, inputs: list[Transformation] | None = None,
+                output_type: Any = None, **fields: Any) -> Transformation:
+        return self._env._add_transformation(
+            cls, name, inputs if inputs is not None else [self._transformation],
+            output_type=output_type, key_selectors=self._key_selectors(), **fields)
+
+    def _key_selectors(self) -> list[Callable[[Any], Any] | None]:
+        return []
+
+    def map(self, func: MapFunction | Callable[[T], Any], output_type: Any = None) -> DataStream:
+        """Apply ``func`` to every record and emit its result."""
+        function = as_function(func, MapFunction, "map", 1, "DataStream.map")
+        return DataStream(self._env, self._append(MapTransformation, "Map", output_type=output_type,
+                                                  function=function))
+
+    def flat_map(self, func: FlatMapFunction | Callable[[T], Any], output_type: Any = None) -> DataStream:
+        """Apply ``func`` to every record and emit each element of what it returns or yields."""
+        function = as_function(func, FlatMapFunction, "flat_map", 1, "DataStream.flat_map")
+        return DataStream(self._env, self._append(FlatMapTransformation, "FlatMap",
+                                                  output_type=output_type, function=function))
+
+    def filter(self, func: FilterFunction | Callable[[T], bool]) -> DataStream[T]:
+        """Keep the records for which ``func`` returns true."""
+        function = as_function(func, FilterFunction, "filter", 1, "DataStream.filter")
+        return DataStream(self._env, self._append(FilterTransformation, "Filter",
+                                                  output_type=self.get_type(), function=function))
+
+    def process(self, func: ProcessFunction, output_type: Any = None) -> DataStream:
+        """Run a ``ProcessFunction`` (yielding outputs, side outputs via ``yield tag, value``)."""
+        if not isinstance(func, ProcessFunction):
+            raise InvalidProgramError(f"DataStream.process expects a ProcessFunction, got {func!r}"
+                                      + (" (a KeyedProcessFunction needs key_by first)"
+                                         if isinstance(func, KeyedProcessFunction) else ""))
+        return DataStream(self._env, self._append(ProcessTransformation, "Process",
+                                                  output_type=output_type, function=func))
+
+    def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream[T]:
+        """Give records event timestamps and emit watermarks, as ``watermark_strategy`` says."""
+        if not hasattr(watermark_strategy, "create_watermark_generator"):
+            raise InvalidProgramError("assign_timestamps_and_watermarks expects a WatermarkStrategy, "
+                                      f"got {watermark_strategy!r}")
+        return DataStream(self._env, self._append(
+            TimestampsAndWatermarksTransformation, "Timestamps/Watermarks",
+            output_type=self.get_type(), watermark_strategy=watermark_strategy))
+
+    def get_side_output(self, output_tag: OutputTag) -> DataStream:
+        """The records the operator of this stream emitted to ``output_tag``."""
+        if not isinstance(output_tag, OutputTag):
+            raise InvalidProgramError(f"get_side_output expects an OutputTag, got {output_tag!r}")
+        return DataStream(self._env, self._env._add_transformation(
+            SideOutputTransformation, f"SideOutput({output_tag.tag_id})", [self._transformation],
+            output_type=output_tag.type_info, tag=output_tag))
+
+    # -- partitioning --------------------------------------------------------------------------
+    def key_by(self, key_selector: KeySelector | Callable[[T], Any] | int | str,
+               key_type: Any = None) -> KeyedStream[T]:
+        """Partition by key: records with equal keys go to the same subtask and share keyed state."""
+        selector = _key_selector(key_selector, "DataStream.key_by")
+        partition = self._env._add_transformation(
+            PartitionTransformation, "KeyBy", [self._transformation], output_type=self.get_type(),
+            partitioning=Partitioning.HASH, key_selector=selector)
+        return KeyedStream(self._env, partition, selector, key_type)
+
+    def _partition(self, partitioning: Partitioning, **fields: Any) -> DataStream[T]:
+        partition = self._env._add_transformation(
+            PartitionTransformation, partitioning.value.capitalize(), [self._transformation],
+            output_type=self.get_type(), partitioning=partitioning, **fields)
+        return DataStream(self._env, partition)
+
+    def forward(self) -> DataStream[T]:
+        """Send each record to the downstream subtask of the same index (equal parallelism)."""
+        return self._partition(Partitioning.FORWARD)
+
+    def rebalance(self) -> DataStream[T]:
+        """Distribute records round-robin over all downstream subtasks."""
+        return self._partition(Partitioning.REBALANCE)
+
+    def rescale(self) -> DataStream[T]:
+        """Distribute records round-robin over a local group of downstream subtasks."""
+        return self._partition(Partitioning.RESCALE)
+
+    def shuffle(self) -> DataStream[T]:
+        """Distribute records uniformly at random (seeded, so runs repeat)."""
+        return self._partition(Partitioning.SHUFFLE)
+
+    def broadcast(self) -> DataStream[T]:
+        """Send every record to every downstream subtask."""
+        return self._partition(Partitioning.BROADCAST)
+
+    def global_(self) -> DataStream[T]:
+        """Send every record to the first downstream subtask."""
+        return self._partition(Partitioning.GLOBAL)
+
+    def partition_custom(self, partitioner: Partitioner | Callable[[Any, int], int],
+                         key_selector: KeySelector | Callable[[T], Any] | int | str) -> DataStream[T]:
+        """Choose the downstream subtask with ``partitioner(key, num_partitions)``."""
+        function = as_function(partitioner, Partitioner, "partition", 2, "DataStream.partition_custom")
+        return self._partition(Partitioning.CUSTOM, partitioner=function,
+                               key_selector=_key_selector(key_selector, "DataStream.partition_custom"))
+
+    # -- several inputs ------------------------------------------------------------------------
+    def union(self, *streams: DataStream[T]) -> DataStream[T]:
+        """Merge this stream with ``streams`` of the same type."""
+        for stream in streams:
+            if not isinstance(stream, DataStream):
+                raise InvalidProgramError(f"DataStream.union expects DataStreams, got {stream!r}")
+            self._env._check_same_environment(stream, "union")
+        inputs = [self._transformation] + [s._transformation for s in streams]
+        self._env._check_same_scope(inputs, "union")
+        return DataStream(self._env, self._env._add_transformation(
+            UnionTransformation, "Union", inputs, output_type=self.get_type()))
+
+    def connect(self, ds: DataStream) -> ConnectedStreams:
+        """Connect with another stream (possibly of another type) for a two-input function."""
+        if not isinstance(ds, DataStream):
+            raise InvalidProgramError(f"DataStream.connect expects a DataStream, got {ds!r}")
+        self._env._check_same_environment(ds, "connect")
+        self._env._check_same_scope([self._transformation, ds._transformation], "connect")
+        return ConnectedStreams(self, ds)
+
+    # -- windows -------------------------------------------------------------------------------
+    def window_all(self, window_assigner: Any) -> Any:
+        """Window the whole stream (one subtask): returns an ``AllWindowedStream``."""
+        from slipstream.datastream.windowed_stream import AllWindowedStream
+        return AllWindowedStream(self, window_assigner)
+
+    def count_window_all(self, size: int, slide: int | None = None) -> Any:
+        from slipstream.datastream.windowed_stream import AllWindowedStream
+        return AllWindowedStream.count(self, size, slide)
+
+    # -- sinks ---------------------------------------------------------------------------------
+    def sink_to(self, sink: Sink) -> DataStreamSink:
+        """Write this stream to ``sink`` (a ``Sink`` such as ``FileSink``)."""
+        from slipstream.datastream.connectors.base import Sink as SinkBase
+        if not isinstance(sink, SinkBase):
+            raise InvalidProgramError(f"sink_to expects a Sink, got {sink!r}")
+        return DataStreamSink(self._env, self._env._add_transformation(
+            SinkTransformation, f"Sink: {sink.default_name()}", [self._transformation], sink=sink))
+
+    def add_sink(self, sink_func: Any) -> DataStreamSink:
+        """Write this stream with a sink function: a ``Sink``, or a callable called per record."""
+        from slipstream.datastream.connectors.base import Sink as SinkBase
+        from slipstream.datastream.connectors.sinks import FunctionSink
+        if isinstance(sink_func, SinkBase):
+            return self.sink_to(sink_func)
+        return self.sink_to(FunctionSink(sink_func))
+
+    def print(self, sink_identifier: str | None = None) -> DataStreamSink:
+        """Print every record to standard output, prefixed like Flink's print sink."""
+        from slipstream.datastream.connectors.sinks import PrintSink
+        return self.sink_to(PrintSink(sink_identifier))
+
+    def execute_and_collect(self, job_execution_name: str | None = None,
+                            limit: int | None = None) -> Any:
+        """Run the job and return its records: an iterator (a context manager too), or a list of
+        at most ``limit`` records when ``limit`` is given."""
+        from slipstream.datastream.connectors.sinks import CollectSink
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise InvalidProgramError(f"limit must be a non-negative integer, got {limit!r}")
+        sink = CollectSink()
+        self.sink_to(sink).name("Collect")
+        iterator = self._env._execute_collecting(sink, job_execution_name)
+        if limit is None:
+            return iterator
+        with iterator:
+            return [record for _, record in zip(range(limit), iterator)]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.get_name()!r})"
+
+
+setattr(DataStream, "global", DataStream.global_)
+
+
+class DataStreamSink:
+    """What ``sink_to``/``print`` return: lets the sink be named and sized."""
+
+    def __init__(self, env: StreamExecutionEnvironment, transformation: Transformation) -> None:
+        self._env = env
+        self._transformation = transformation
+
+    def name(self, name: str) -> DataStreamSink:
+        self._transformation.name = name
+        return self
+
+    def uid(self, uid: str) -> DataStreamSink:
+        self._env._claim_uid(uid, self._transformation)
+        self._transformation.uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> DataStreamSink:
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise InvalidProgramError(f"parallelism must be a positive integer, got {parallelism!r}")
+        self._transformation.parallelism = parallelism
+        self._transformation.parallelism_fixed = True
+        return self
+
+    def disable_chaining(self) -> DataStreamSink:
+        self._transformation.chaining = "never"
+        return self
+
+
+class KeyedStream(DataStream[T]):
+    """A stream partitioned by key, as ``pyflink.datastream.KeyedStream``.
+
+    Operators applied to it run keyed: they may use keyed state and timers.
+    """
+
+    def __init__(self, env: StreamExecutionEnvironment, transformation: Transformation,
+                 key_selector: Callable[[Any], Any], key_type: Any = None) -> None:
+        super().__init__(env, transformation)
+        self._key_selector_fn = key_selector
+        self._key_type = key_type
+
+    def get_key_type(self) -> Any:
+        return self._key_type
+
+    def _key_selectors(self) -> list[Callable[[Any], Any] | None]:
+        return [self._key_selector_fn]
+
+    def set_parallelism(self, parallelism: int) -> DataStream[T]:
+        raise InvalidProgramError("set_parallelism() cannot be called on a KeyedStream: set it on "
+                                  "the operator that follows key_by")
+
+    def process(self, func: KeyedProcessFunction | ProcessFunction, output_type: Any = None) -> DataStream:
+        """Run a ``KeyedProcessFunction`` with keyed state and timers."""
+        if isinstance(func, ProcessFunction):
+            return super().process(func, output_type)
+        if not isinstance(func, KeyedProcessFunction):
+            raise InvalidProgramError(f"KeyedStream.process expects a KeyedProcessFunction, got {func!r}")
+        return DataStream(self._env, self._append(KeyedProcessTransformation, "KeyedProcess",
+                                                  output_type=output_type, function=func))
+
+    def reduce(self, func: ReduceFunction | Callable[[T, T], T]) -> DataStream[T]:
+        """A rolling reduce per key: emits the combined value after every record."""
+        function = as_function(func, ReduceFunction, "reduce", 2, "KeyedStream.reduce")
+        return DataStream(self._env, self._append(ReduceTransformation, "Keyed Reduce",
+                                                  output_type=self.get_type(), function=function))
+
+    def _aggregate(self, kind: str, field: int | str, reducer: Callable[[Any, Any], Any]) -> DataStream[T]:
+        if not isinstance(field, (int, str)) or isinstance(field, bool):
+            raise InvalidProgramError(f"KeyedStream.{kind} expects a field position or name, got {field!r}")
+        function = as_function(reducer, ReduceFunction, "reduce", 2, f"KeyedStream.{kind}")
+        return DataStream(self._env, self._append(
+            ReduceTransformation, f"Keyed {kind.capitalize()}({field})", output_type=self.get_type(),
+            function=function, aggregation=(kind, field)))
+
+    def sum(self, position_to_sum: int | str = 0) -> DataStream[T]:
+        """Rolling sum of a field per key; other fields come from the key's first record."""
+        f = position_to_sum
+        return self._aggregate("sum", f, lambda a, b: replace_field(a, f, get_field(a, f) + get_field(b, f)))
+
+    def min(self, position_to_min: int | str = 0) -> DataStream[T]:
+        """Rolling minimum of a field per key; other fields come from the key's first record."""
+        f = position_to_min
+        return self._aggregate("min", f, lambda a, b: a if get_field(a, f) <= get_field(b, f)
+                               else replace_field(a, f, get_field(b, f)))
+
+    def max(self, position_to_max: int | str = 0) -> DataStream[T]:
+        """Rolling maximum of a field per key; other fields come from the key's first record."""
+        f = position_to_max
+        return self._aggregate("max", f, lambda a, b: a if get_field(a, f) >= get_field(b, f)
+                               else replace_field(a, f, get_field(b, f)))
+
+    def min_by(self, position_to_min_by: int | str = 0) -> DataStream[T]:
+        """Rolling record with the smallest field per key (the first such record on ties)."""
+        f = position_to_min_by
+        return self._aggregate("min_by", f, lambda a, b: a if get_field(a, f) <= get_field(b, f) else b)
+
+    def max_by(self, position_to_max_by: int | str = 0) -> DataStream[T]:
+        """Rolling record with the largest field per key (the first such record on ties)."""
+        f = position_to_max_by
+        return self._aggregate("max_by", f, lambda a, b: a if get_field(a, f) >= get_field(b, f) else b)
+
+    def window(self, window_assigner: Any) -> Any:
+        """Window each key's records: returns a ``WindowedStream``."""
+        from slipstream.datastream.windowed_stream import WindowedStream
+        return WindowedStream(self, window_assigner)
+
+    def count_window(self, size: int, slide: int | None = None) -> Any:
+        """Windows of ``size`` records per key (sliding by ``slide`` when given)."""
+        from slipstream.datastream.windowed_stream import WindowedStream
+        return WindowedStream.count(self, size, slide)
+
+
+class ConnectedStreams:
+    """Two streams joined for a two-input function, as ``pyflink.datastream.ConnectedStreams``."""
+
+    def __init__(self, stream1: DataStream, stream2: DataStream) -> None:
+        self.stream1 = stream1
+        self.stream2 = stream2
+
+    def _keyed(self) -> bool:
+        return isinstance(self.stream1, KeyedStream) and isinstance(self.stream2, KeyedStream)
+
+    def key_by(self, key_selector1: Any, key_selector2: Any, key_type: Any = None) -> ConnectedStreams:
+        """Key both inputs, so records with equal keys meet in the same subtask and state."""
+        return ConnectedStreams(self.stream1.key_by(key_selector1, key_type),
+                                self.stream2.key_by(key_selector2, key_type))
+
+    def _append(self, kind: str, function: Any, name: str, output_type: Any) -> DataStream:
+        if isinstance(self.stream1, KeyedStream) != isinstance(self.stream2, KeyedStream):
+            raise InvalidProgramError("ConnectedStreams: either both inputs are keyed or neither is")
+        env = self.stream1._env
+        selectors = [self.stream1._key_selectors()[0], self.stream2._key_selectors()[0]] \
+            if self._keyed() else []
+        transformation = env._add_transformation(
+            CoProcessTransformation, name, [self.stream1._transformation, self.stream2._transformation],
+            output_type=output_type, key_selectors=selectors, function=function, kind=kind)
+        return DataStream(env, transformation)
+
+    def map(self, func: CoMapFunction, output_type: Any = None) -> DataStream:
+        """Apply ``map1`` to the first input's records and ``map2`` to the second's."""
+        if not isinstance(func, CoMapFunction):
+            raise InvalidProgramError(f"ConnectedStreams.map expects a CoMapFunction, got {func!r}")
+        return self._append("map", func, "Co-Map", output_type)
+
+    def flat_map(self, func: CoFlatMapFunction, output_type: Any = None) -> DataStream:
+        """Apply ``flat_map1``/``flat_map2`` and emit every element they yield."""
+        if not isinstance(func, CoFlatMapFunction):
+            raise InvalidProgramError(f"ConnectedStreams.flat_map expects a CoFlatMapFunction, got {func!r}")
+        return self._append("flat_map", func, "Co-Flat Map", output_type)
+
+    def process(self, func: CoProcessFunction | KeyedCoProcessFunction, output_type: Any = None) -> DataStream:
+        """Run a ``CoProcessFunction`` or, on keyed inputs, a ``KeyedCoProcessFunction``."""
+        if isinstance(func, KeyedCoProcessFunction):
+            if not self._keyed():
+                raise InvalidProgramError("a KeyedCoProcessFunction needs both inputs keyed "
+                                          "(ConnectedStreams.key_by)")
+            return self._append("keyed_process", func, "Keyed Co-Process", output_type)
+        if isinstance(func, CoProcessFunction):
+            return self._append("process", func, "Co-Process", output_type)
+        raise InvalidProgramError("ConnectedStreams.process expects a CoProcessFunction or a "
+                                  f"KeyedCoProcessFunction, got {func!r}")
+
+
+class CloseableIterator(Iterator[T]):
+    """The iterator ``execute_and_collect`` returns; closing it cancels the job."""
+
+    def __init__(self, records: Iterator[T], close: Callable[[], None]) -> None:
+        self._records = records
+        self._close = close
+        self._closed = False
+
+    def __iter__(self) -> CloseableIterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._closed:
+            raise StopIteration
+        try:
+            return next(self._records)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> CloseableIterator[T]:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+

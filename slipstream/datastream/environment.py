@@ -1,0 +1,241 @@
+"""``StreamExecutionEnvironment``: where a job is built and from where it runs.
+
+As ``pyflink.datastream.StreamExecutionEnvironment``. The environment owns the
+job's logical graph; ``execute`` hands it to the embedded runtime.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable
+
+from slipstream.datastream.connectors.base import Source
+from slipstream.datastream.data_stream import CloseableIterator, DataStream
+from slipstream.datastream.transformations import SourceTransformation, Transformation
+from slipstream.errors import InvalidProgramError
+
+
+class RuntimeExecutionMode(Enum):
+    """STREAMING processes record by record; BATCH as sorted batch work; AUTOMATIC picks by sources.
+
+    Until the backlog issue lands, BATCH and AUTOMATIC run the same way as STREAMING.
+    """
+
+    STREAMING = 0
+    BATCH = 1
+    AUTOMATIC = 2
+
+
+@dataclass
+class ExecutionConfig:
+    """Job-wide settings, as Flink's ``ExecutionConfig`` (the subset that applies here)."""
+
+    auto_watermark_interval: int = 200
+    global_job_parameters: dict[str, str] = field(default_factory=dict)
+
+    def set_auto_watermark_interval(self, interval: int) -> ExecutionConfig:
+        self.auto_watermark_interval = int(interval)
+        return self
+
+    def get_auto_watermark_interval(self) -> int:
+        return self.auto_watermark_interval
+
+    def set_global_job_parameters(self, global_job_parameters_dict: dict[str, str]) -> ExecutionConfig:
+        self.global_job_parameters = dict(global_job_parameters_dict)
+        return self
+
+    def get_global_job_parameters(self) -> dict[str, str]:
+        return dict(self.global_job_parameters)
+
+
+@dataclass
+class RuntimeOptions:
+    """Knobs of the embedded runtime (slipstream's own; Flink has no equivalent).
+
+    ``scheduler_seed`` fixes the interleaving of subtasks, so a run can be repeated and
+    tests can explore other interleavings. ``batch_size`` is how many records travel
+    together; ``channel_capacity`` how many batches a channel holds before its
+    producer waits (backpressure); ``quantum`` how many batches a task takes per turn;
+    ``clock`` a processing-time clock (``slipstream.testing.ManualClock`` in tests).
+    """
+
+    scheduler_seed: int = 0
+    batch_size: int = 1024
+    channel_capacity: int = 8
+    quantum: int = 4
+    clock: Any = None  # processing time source; None means the wall clock
+
+
+class JobExecutionResult:
+    """What ``execute`` returns: the job's id, its run time, and accumulated metrics."""
+
+    def __init__(self, job_id: str, job_name: str, net_runtime_ms: int,
+                 metrics: dict[str, dict[str, Any]]) -> None:
+        self._job_id = job_id
+        self.job_name = job_name
+        self._net_runtime = net_runtime_ms
+        self.metrics = metrics
+
+    def get_job_id(self) -> str:
+        return self._job_id
+
+    def get_net_runtime(self) -> int:
+        """Milliseconds the job ran."""
+        return self._net_runtime
+
+    def get_all_accumulator_results(self) -> dict[str, dict[str, Any]]:
+        """Per operator, its counters (records in and out, and operator-specific ones)."""
+        return {name: dict(values) for name, values in self.metrics.items()}
+
+    def get_accumulator_result(self, name: str) -> Any:
+        return self.metrics.get(name)
+
+    def __repr__(self) -> str:
+        return f"JobExecutionResult(job_id={self._job_id!r}, net_runtime={self._net_runtime} ms)"
+
+
+class StreamExecutionEnvironment:
+    """The context a job is built in and executed from."""
+
+    def __init__(self) -> None:
+        self._parallelism = 1
+        self._max_parallelism: int | None = None
+        self._runtime_mode = RuntimeExecutionMode.STREAMING
+        self._config = ExecutionConfig()
+        self.runtime_options = RuntimeOptions()
+        self._transformations: list[Transformation] = []
+        self._ids = itertools.count(1)
+        self._uids: dict[str, Transformation] = {}
+
+    @staticmethod
+    def get_execution_environment(configuration: Any = None) -> StreamExecutionEnvironment:
+        """A new environment with its own empty graph (default parallelism 1, embedded runtime)."""
+        return StreamExecutionEnvironment()
+
+    # -- settings --------------------------------------------------------------------------------
+    def set_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
+        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
+            raise InvalidProgramError(f"parallelism must be a positive integer, got {parallelism!r}")
+        self._parallelism = parallelism
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._parallelism
+
+    def set_max_parallelism(self, max_parallelism: int) -> StreamExecutionEnvironment:
+        """The number of key groups: the most subtasks keyed state can ever be spread over."""
+        if not isinstance(max_parallelism, int) or not 0 < max_parallelism <= 32768:
+            raise InvalidProgramError(f"max parallelism must be in 1..32768, got {max_parallelism!r}")
+        self._max_parallelism = max_parallelism
+        return self
+
+    def get_max_parallelism(self) -> int:
+        return self._max_parallelism or -1
+
+    def set_runtime_mode(self, execution_mode: RuntimeExecutionMode) -> StreamExecutionEnvironment:
+        if not isinstance(execution_mode, RuntimeExecutionMode):
+            raise InvalidProgramError(f"set_runtime_mode expects a RuntimeExecutionMode, got {execution_mode!r}")
+        self._runtime_mode = execution_mode
+        return self
+
+    def get_runtime_mode(self) -> RuntimeExecutionMode:
+        return self._runtime_mode
+
+    def get_config(self) -> ExecutionConfig:
+        return self._config
+
+    def configure(self, *, scheduler_seed: int | None = None, batch_size: int | None = None,
+                  channel_capacity: int | None = None, quantum: int | None = None,
+                  clock: Any = None) -> StreamExecutionEnvironment:
+        """Set the embedded runtime's knobs (see :class:`RuntimeOptions`)."""
+        if clock is not None:
+            self.runtime_options.clock = clock
+        for name, value in (("scheduler_seed", scheduler_seed), ("batch_size", batch_size),
+                            ("channel_capacity", channel_capacity), ("quantum", quantum)):
+            if value is None:
+                continue
+            if not isinstance(value, int) or (name != "scheduler_seed" and value < 1):
+                raise InvalidProgramError(f"{name} must be a positive integer, got {value!r}")
+            setattr(self.runtime_options, name, value)
+        return self
+
+    # -- sources ---------------------------------------------------------------------------------
+    def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
+        """A bounded stream of the collection's elements, in order."""
+        from slipstream.datastream.connectors.iterator import CollectionSource
+        if isinstance(collection, (str, bytes)) or not isinstance(collection, Iterable):
+            raise InvalidProgramError(f"from_collection expects a collection, got {collection!r}")
+        return self.from_source(CollectionSource(list(collection)), None, "Collection Source", type_info)
+
+    def from_source(self, source: Source, watermark_strategy: Any, source_name: str,
+                    type_info: Any = None) -> DataStream:
+        """A stream read from ``source``; ``watermark_strategy`` (or None) assigns event time."""
+        if not isinstance(source, Source):
+            raise InvalidProgramError(f"from_source expects a Source, got {source!r}")
+        if watermark_strategy is not None and not hasattr(watermark_strategy, "create_watermark_generator"):
+            raise InvalidProgramError(f"from_source expects a WatermarkStrategy or None, got {watermark_strategy!r}")
+        transformation = self._add_transformation(
+            SourceTransformation, source_name or source.default_name(), [], output_type=type_info,
+            source=source, watermark_strategy=watermark_strategy)
+        limit = source.max_parallelism()
+        if limit is not None and self._parallelism > limit:
+            transformation.parallelism = limit
+            transformation.parallelism_fixed = True
+        return DataStream(self, transformation)
+
+    # -- execution -------------------------------------------------------------------------------
+    def execute(self, job_name: str | None = None) -> JobExecutionResult:
+        """Run the job to its end (bounded sources) and return its result."""
+        from slipstream.runtime.executor import execute_job
+        return execute_job(self, self._take_graph(), job_name or "slipstream job")
+
+    def _execute_collecting(self, sink: Any, job_name: str | None) -> CloseableIterator:
+        from slipstream.runtime.executor import collect_job
+        return collect_job(self, self._take_graph(), job_name or "slipstream job", sink)
+
+    def get_execution_plan(self) -> str:
+        """The job graph this environment would run, as text (see :meth:`explain`)."""
+        return self.explain()
+
+    def explain(self) -> str:
+        """The job graph as text: tasks, chained operators, parallelism and edges."""
+        from slipstream.runtime.planner import plan_job
+        return plan_job(self, list(self._transformations)).explain()
+
+    def _take_graph(self) -> list[Transformation]:
+        """Hand the graph to a run; the environment starts afresh, as Flink clears it on execute."""
+        if not any(type(t).__name__ == "SinkTransformation" for t in self._transformations):
+            raise InvalidProgramError("the job has no sink: add print(), sink_to(...) or use "
+                                      "execute_and_collect()")
+        graph, self._transformations = self._transformations, []
+        return graph
+
+    # -- graph building (used by the stream handles) ---------------------------------------------
+    def _add_transformation(self, cls: type[Transformation], name: str, inputs: list[Transformation],
+                            output_type: Any = None, key_selectors: list | None = None,
+                            **fields: Any) -> Transformation:
+        scope = inputs[0].scope if inputs else None
+        extra = {"scope": scope} if scope is not None else {}
+        transformation = cls(id=next(self._ids), name=name, inputs=list(inputs), output_type=output_type,
+                             key_selectors=list(key_selectors or []), **extra, **fields)
+        self._transformations.append(transformation)
+        return transformation
+
+    def _claim_uid(self, uid: str, transformation: Transformation) -> None:
+        owner = self._uids.get(uid)
+        if owner is not None and owner is not transformation:
+            raise InvalidProgramError(f"uid {uid!r} is already used by operator '{owner.name}'; "
+                                      "uids must be unique in a job")
+        self._uids[uid] = transformation
+
+    def _check_same_environment(self, stream: DataStream, what: str) -> None:
+        if stream._env is not self:
+            raise InvalidProgramError(f"cannot {what} streams of different environments")
+
+    def _check_same_scope(self, inputs: list[Transformation], what: str) -> None:
+        scopes = {t.scope for t in inputs}
+        if len(scopes) > 1:
+            names = ", ".join(f"'{t.name}' in scope {t.scope}" for t in inputs)
+            raise InvalidProgramError(f"cannot {what} streams of different loop scopes: {names}")

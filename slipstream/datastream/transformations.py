@@ -1,0 +1,170 @@
+"""The logical graph: one transformation per API call, read by the planner.
+
+A transformation describes *what* to compute (function, key, window, partitioning);
+the matching physical operator in :mod:`slipstream.operators` says *how*.
+Partitioning, union and side outputs are virtual: the planner turns them into edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable
+
+from slipstream.datastream.scope import ROOT_SCOPE, StreamScope
+
+
+class Partitioning(Enum):
+    """How records of an edge are distributed over the downstream subtasks."""
+
+    FORWARD = "FORWARD"
+    HASH = "HASH"
+    REBALANCE = "REBALANCE"
+    RESCALE = "RESCALE"
+    BROADCAST = "BROADCAST"
+    SHUFFLE = "SHUFFLE"
+    GLOBAL = "GLOBAL"
+    CUSTOM = "CUSTOM"
+
+
+@dataclass(eq=False)
+class Transformation:
+    """A node of the logical graph.
+
+    ``parallelism`` None means the environment's default. ``key_selectors`` is set on
+    operators that run on keyed streams, one per input (None for an unkeyed input).
+    """
+
+    id: int
+    name: str
+    inputs: list[Transformation] = field(default_factory=list)
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    uid: str | None = None
+    output_type: Any = None
+    key_selectors: list[Callable[[Any], Any] | None] = field(default_factory=list)
+    chaining: str = "always"  # "always", "never" (disable_chaining) or "head" (start_new_chain)
+    parallelism_fixed: bool = False  # set_parallelism was called, or the source forces it
+    scope: StreamScope = ROOT_SCOPE
+
+    @property
+    def is_virtual(self) -> bool:
+        """Virtual transformations become edges, not operators."""
+        return False
+
+    @property
+    def is_keyed(self) -> bool:
+        return any(k is not None for k in self.key_selectors)
+
+    def describe(self) -> str:
+        return f"{self.name}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id}, name={self.name!r})"
+
+
+@dataclass(eq=False, repr=False)
+class SourceTransformation(Transformation):
+    source: Any = None
+    watermark_strategy: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class SinkTransformation(Transformation):
+    sink: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class MapTransformation(Transformation):
+    function: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class FlatMapTransformation(Transformation):
+    function: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class FilterTransformation(Transformation):
+    function: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class ProcessTransformation(Transformation):
+    """A ``ProcessFunction`` on an unkeyed stream."""
+
+    function: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class KeyedProcessTransformation(Transformation):
+    """A ``KeyedProcessFunction`` on a keyed stream."""
+
+    function: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class ReduceTransformation(Transformation):
+    """A keyed rolling reduce; ``aggregation`` keeps (kind, field) for built-ins like ``sum(1)``."""
+
+    function: Any = None
+    aggregation: tuple[str, Any] | None = None
+
+
+@dataclass(eq=False, repr=False)
+class TimestampsAndWatermarksTransformation(Transformation):
+    watermark_strategy: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class CoProcessTransformation(Transformation):
+    """A two-input function: ``kind`` is "map", "flat_map", "process" or "keyed_process"."""
+
+    function: Any = None
+    kind: str = "process"
+
+
+@dataclass(eq=False, repr=False)
+class WindowTransformation(Transformation):
+    """A window operator (keyed, or all-window when ``key_selectors`` is ``[None]``).
+
+    ``function_kind`` is "reduce", "aggregate", "process" or "apply"; ``function`` the
+    user's function and ``window_function`` the optional window function given with
+    reduce/aggregate.
+    """
+
+    assigner: Any = None
+    trigger: Any = None
+    evictor: Any = None
+    allowed_lateness: int = 0
+    late_data_tag: Any = None
+    function_kind: str = "process"
+    function: Any = None
+    window_function: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class PartitionTransformation(Transformation):
+    partitioning: Partitioning = Partitioning.FORWARD
+    key_selector: Callable[[Any], Any] | None = None
+    partitioner: Any = None  # a Partitioner for CUSTOM
+
+    @property
+    def is_virtual(self) -> bool:
+        return True
+
+
+@dataclass(eq=False, repr=False)
+class UnionTransformation(Transformation):
+    @property
+    def is_virtual(self) -> bool:
+        return True
+
+
+@dataclass(eq=False, repr=False)
+class SideOutputTransformation(Transformation):
+    tag: Any = None
+
+    @property
+    def is_virtual(self) -> bool:
+        return True

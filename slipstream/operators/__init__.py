@@ -1,0 +1,9 @@
+"""Physical operators, one class per kind; each registers the transformation it implements.
+
+Importing this package registers every operator with :class:`StreamOperator`.
+"""
+
+from slipstream.operators import co_process, map, process, reduce, sink, source, timestamps
+from slipstream.operators.base import StreamOperator
+
+__all__ = ["StreamOperator", "co_process", "map", "process", "reduce", "sink", "source", "timestamps"]

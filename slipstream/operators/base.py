@@ -1,0 +1,279 @@
+"""The operator contract: what every physical operator implements and what the runtime gives it.
+
+One operator is driven by one task, never concurrently (Flink's mailbox rule).
+Records arrive as :class:`RecordBatch`; watermarks, record attributes and end of
+input as typed calls. Output goes to an :class:`Output`, which is the next
+chained operator or a channel writer.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Protocol
+
+from slipstream.attributes import OperatorAttributes, RecordAttributes
+from slipstream.datastream.functions import Function, RuntimeContext
+from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.state import State, StateDescriptor
+from slipstream.datastream.time import MIN_TIMESTAMP, Watermark
+from slipstream.datastream.transformations import Transformation
+from slipstream.errors import SlipstreamError, UserFunctionError
+from slipstream.operators.elements import RecordBatch, WatermarkStatus
+
+
+class Output(ABC):
+    """Where an operator sends what it produces."""
+
+    @abstractmethod
+    def collect_batch(self, batch: RecordBatch) -> None: ...
+
+    def collect(self, value: Any, timestamp: int | None = None) -> None:
+        self.collect_batch(RecordBatch([value], None if timestamp is None else [timestamp]))
+
+    @abstractmethod
+    def collect_side(self, tag: OutputTag, batch: RecordBatch) -> None: ...
+
+    @abstractmethod
+    def emit_watermark(self, watermark: Watermark) -> None: ...
+
+    @abstractmethod
+    def emit_record_attributes(self, attributes: RecordAttributes) -> None: ...
+
+    @abstractmethod
+    def emit_watermark_status(self, status: WatermarkStatus) -> None: ...
+
+
+class KeyedStateBackend(Protocol):
+    """Keyed state of one operator subtask, scoped to the current key."""
+
+    def get_state(self, descriptor: StateDescriptor, namespaced: bool = False) -> State: ...
+
+    def value_table(self, descriptor: StateDescriptor) -> dict[Any, Any]: ...
+
+    def set_current_key(self, key: Any) -> None: ...
+
+    def get_current_key(self) -> Any: ...
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, snapshot: Any) -> None: ...
+
+
+class ProcessingTimeService(Protocol):
+    """The task's wall clock and its processing-time callbacks."""
+
+    def get_current_processing_time(self) -> int: ...
+
+    def register_timer(self, timestamp: int, callback: Callable[[int], None]) -> None: ...
+
+
+@dataclass
+class OperatorContext:
+    """Everything the runtime hands an operator at set-up."""
+
+    name: str
+    uid: str | None
+    subtask_index: int
+    parallelism: int
+    max_parallelism: int
+    output: Output
+    processing_time_service: ProcessingTimeService
+    keyed_backend: KeyedStateBackend | None = None
+    job_parameters: dict[str, str] = field(default_factory=dict)
+    attempt_number: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class StreamRuntimeContext(RuntimeContext):
+    """The :class:`RuntimeContext` functions receive in ``open``."""
+
+    def __init__(self, ctx: OperatorContext) -> None:
+        self._ctx = ctx
+
+    def get_task_name(self) -> str:
+        return self._ctx.name
+
+    def get_number_of_parallel_subtasks(self) -> int:
+        return self._ctx.parallelism
+
+    def get_max_number_of_parallel_subtasks(self) -> int:
+        return self._ctx.max_parallelism
+
+    def get_index_of_this_subtask(self) -> int:
+        return self._ctx.subtask_index
+
+    def get_attempt_number(self) -> int:
+        return self._ctx.attempt_number
+
+    def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None:
+        return self._ctx.job_parameters.get(key, default_value)
+
+    def get_metrics_group(self) -> dict[str, Any]:
+        return self._ctx.metrics
+
+    def _backend(self, descriptor: StateDescriptor) -> KeyedStateBackend:
+        if self._ctx.keyed_backend is None:
+            raise SlipstreamError(
+                f"operator '{self._ctx.name}' asked for keyed state {descriptor.name!r}, but keyed "
+                "state is only available on a keyed stream (after key_by)")
+        return self._ctx.keyed_backend
+
+    def get_state(self, state_descriptor: StateDescriptor) -> State:
+        return self._backend(state_descriptor).get_state(state_descriptor)
+
+    get_list_state = get_state
+    get_map_state = get_state
+    get_reducing_state = get_state
+    get_aggregating_state = get_state
+
+
+class StreamOperator(ABC):
+    """Base of all physical operators.
+
+    Subclasses override ``process_batch`` and, where they need them, the other
+    hooks. Watermarks of several inputs are combined here (the minimum), so
+    subclasses see one event-time clock through :meth:`on_watermark`.
+    """
+
+    transformation_type: ClassVar[type[Transformation] | None] = None
+    registry: ClassVar[dict[type[Transformation], type[StreamOperator]]] = {}
+    num_inputs: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kind = cls.__dict__.get("transformation_type")
+        if kind is not None:
+            StreamOperator.registry[kind] = cls
+
+    @classmethod
+    def for_transformation(cls, transformation: Transformation) -> StreamOperator:
+        """Create the physical operator that implements ``transformation``."""
+        try:
+            operator_cls = StreamOperator.registry[type(transformation)]
+        except KeyError:
+            raise SlipstreamError(f"no operator implements {type(transformation).__name__}") from None
+        return operator_cls.from_transformation(transformation)
+
+    @classmethod
+    def from_transformation(cls, transformation: Transformation) -> StreamOperator:
+        return cls(transformation)  # type: ignore[call-arg]
+
+    def __init__(self, transformation: Transformation) -> None:
+        self.transformation = transformation
+        self.ctx: OperatorContext
+        self.output: Output
+        self.current_watermark = MIN_TIMESTAMP
+        self._input_watermarks = [MIN_TIMESTAMP] * self.num_inputs
+        self._input_idle = [False] * self.num_inputs
+        self._input_backlog = [False] * self.num_inputs
+        self._output_backlog = False
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def setup(self, ctx: OperatorContext) -> None:
+        self.ctx = ctx
+        self.output = ctx.output
+
+    def open(self) -> None:
+        """Called once before the first element; opens user functions."""
+        for fn in self.user_functions():
+            self.call_user(fn.open, StreamRuntimeContext(self.ctx), what="open()")
+
+    def finish(self) -> None:
+        """Called once after all inputs ended, before ``close``: emit what is buffered."""
+
+    def close(self) -> None:
+        for fn in self.user_functions():
+            fn.close()
+
+    def user_functions(self) -> list[Function]:
+        """The user functions this operator opens and closes."""
+        return []
+
+    # -- elements -----------------------------------------------------------------------------
+    @abstractmethod
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None: ...
+
+    def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
+        self._input_watermarks[input_index] = watermark.timestamp
+        self._advance_combined_watermark()
+
+    def process_watermark_status(self, idle: bool, input_index: int = 0) -> None:
+        """An input became idle or active; the output is idle while every input is."""
+        was_idle = all(self._input_idle)
+        self._input_idle[input_index] = idle
+        now_idle = all(self._input_idle)
+        if now_idle != was_idle:
+            self.output.emit_watermark_status(WatermarkStatus(now_idle))
+        self._advance_combined_watermark()
+
+    def _advance_combined_watermark(self) -> None:
+        active = [w for w, idle in zip(self._input_watermarks, self._input_idle) if not idle]
+        if not active:
+            return
+        combined = min(active)
+        if combined > self.current_watermark:
+            self.current_watermark = combined
+            self.on_watermark(Watermark(combined))
+
+    def on_watermark(self, watermark: Watermark) -> None:
+        """Event time advanced for this operator: fire what is due, then forward the watermark."""
+        self.output.emit_watermark(watermark)
+
+    def process_record_attributes(self, attributes: RecordAttributes, input_index: int = 0) -> None:
+        """Output is backlog while any input is; forward only when that changes."""
+        self._input_backlog[input_index] = attributes.is_backlog()
+        backlog = any(self._input_backlog)
+        if backlog != self._output_backlog:
+            self._output_backlog = backlog
+            self.output.emit_record_attributes(RecordAttributes(backlog))
+
+    def is_backlog(self) -> bool:
+        return self._output_backlog
+
+    def end_input(self, input_index: int = 0) -> None:
+        """Input ``input_index`` has ended (after its final watermark)."""
+
+    # -- state ----------------------------------------------------------------------------------
+    def snapshot_state(self) -> Any:
+        """This operator's own (non-keyed) state for a checkpoint; None when it has none."""
+        return None
+
+    def initialize_state(self, state: Any) -> None:
+        """Restore what :meth:`snapshot_state` returned."""
+
+    def get_operator_attributes(self) -> OperatorAttributes:
+        return OperatorAttributes()
+
+    # -- helpers --------------------------------------------------------------------------------
+    def user_error(self, record: Any, cause: BaseException, what: str = "record") -> UserFunctionError:
+        return UserFunctionError(self.ctx.name, self.ctx.subtask_index, self.ctx.parallelism,
+                                 record, cause, uid=self.ctx.uid, what=what)
+
+    def call_user(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
+        """Call a user function outside the per-record loop, naming ``what`` if it raises."""
+        try:
+            return fn(*args)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(args[0] if args else None, exc, what=what) from exc
+
+
+def split_outputs(results: Any, timestamp: int | None, values: list, timestamps: list | None,
+                  side: dict[OutputTag, RecordBatch]) -> None:
+    """Sort what a process function yielded into main outputs and ``(OutputTag, value)`` side outputs."""
+    if results is None:
+        return
+    for out in results:
+        if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
+            batch = side.get(out[0])
+            if batch is None:
+                batch = side[out[0]] = RecordBatch([], [] if timestamps is not None else None)
+            batch.values.append(out[1])
+            if batch.timestamps is not None:
+                batch.timestamps.append(timestamp)
+        else:
+            values.append(out)
+            if timestamps is not None:
+                timestamps.append(timestamp)

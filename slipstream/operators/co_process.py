@@ -1,0 +1,83 @@
+"""``CoProcessOperator``: two inputs through one function (``CoMapFunction``, ``CoFlatMapFunction``,
+``CoProcessFunction``, ``KeyedCoProcessFunction``).
+
+Records of input 0 go to the function's ``*1`` method, of input 1 to ``*2``.
+Keyed variants make the record's key current (each input with its own selector)
+and fire timers through ``on_timer``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from slipstream.datastream.functions import Function, TimeDomain
+from slipstream.datastream.transformations import CoProcessTransformation
+from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.operators.elements import RecordBatch
+from slipstream.operators.process import (
+    ProcessContext,
+    UnkeyedTimerService,
+    fire_timer,
+    run_process_function,
+)
+from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService
+
+
+def _as_process(kind: str, method: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """Adapt a map/flat_map method to the process-function shape ``(value, ctx) -> iterable``."""
+    if kind == "map":
+        return lambda value, ctx: (method(value),)
+    if kind == "flat_map":
+        return lambda value, ctx: method(value)
+    return method
+
+
+class CoProcessOperator(StreamOperator):
+    transformation_type = CoProcessTransformation
+    num_inputs = 2
+
+    _methods = {"map": ("map1", "map2"), "flat_map": ("flat_map1", "flat_map2"),
+                "process": ("process_element1", "process_element2"),
+                "keyed_process": ("process_element1", "process_element2")}
+
+    def __init__(self, transformation: CoProcessTransformation) -> None:
+        super().__init__(transformation)
+        self.function: Function = transformation.function
+        names = self._methods[transformation.kind]
+        self.methods = [_as_process(transformation.kind, getattr(self.function, name)) for name in names]
+        self.key_selectors = transformation.key_selectors if transformation.is_keyed else [None, None]
+
+    def user_functions(self) -> list[Function]:
+        return [self.function]
+
+    def setup(self, ctx: OperatorContext) -> None:
+        super().setup(ctx)
+        if self.transformation.kind == "keyed_process":
+            self.timers: InternalTimerService | None = InternalTimerService(
+                ctx.keyed_backend, ctx.processing_time_service, self._on_event_time, self._on_processing_time)
+            self.context = ProcessContext(self, KeyedTimerService(self.timers))
+        else:
+            self.timers = None
+            self.context = ProcessContext(self, UnkeyedTimerService(self))
+
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        run_process_function(self, self.methods[input_index], batch, self.context,
+                             self.key_selectors[input_index])
+
+    def on_watermark(self, watermark: Any) -> None:
+        if self.timers is not None:
+            self.timers.advance_watermark(watermark.timestamp)
+        self.output.emit_watermark(watermark)
+
+    def _on_event_time(self, timer: InternalTimer) -> None:
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME)
+
+    def _on_processing_time(self, timer: InternalTimer) -> None:
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.PROCESSING_TIME)
+
+    def snapshot_state(self) -> Any:
+        return None if self.timers is None else {"timers": self.timers.snapshot()}
+
+    def initialize_state(self, state: Any) -> None:
+        if state and self.timers is not None:
+            self.timers.restore(state["timers"])

@@ -1,0 +1,114 @@
+"""Record-at-a-time operators: map, flat_map and filter.
+
+Each runs its function over a whole batch in one loop. On a keyed stream the
+record's key is made current first, so the function may use keyed state. During
+backlog they replay record by record; the vectorised batch path comes with the
+backlog work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slipstream.datastream.functions import Function
+from slipstream.datastream.transformations import FilterTransformation, FlatMapTransformation, MapTransformation
+from slipstream.errors import SlipstreamError
+from slipstream.operators.base import StreamOperator
+from slipstream.operators.elements import RecordBatch
+
+
+class _RecordFunctionOperator(StreamOperator):
+    """Base of map/flat_map/filter: one user function, optional key."""
+
+    method_name = ""
+
+    def __init__(self, transformation: Any) -> None:
+        super().__init__(transformation)
+        self.function: Function = transformation.function
+        self.method = getattr(self.function, self.method_name)
+        self.key_selector = transformation.key_selectors[0] if transformation.is_keyed else None
+
+    def user_functions(self) -> list[Function]:
+        return [self.function]
+
+
+class MapOperator(_RecordFunctionOperator):
+    transformation_type = MapTransformation
+    method_name = "map"
+
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        method = self.method
+        out: list = []
+        append = out.append
+        value = None
+        try:
+            if self.key_selector is None:
+                for value in batch.values:
+                    append(method(value))
+            else:
+                key_selector, backend = self.key_selector, self.ctx.keyed_backend
+                for value in batch.values:
+                    backend.set_current_key(key_selector(value))
+                    append(method(value))
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(value, exc) from exc
+        self.output.collect_batch(RecordBatch(out, batch.timestamps))
+
+
+class FlatMapOperator(_RecordFunctionOperator):
+    transformation_type = FlatMapTransformation
+    method_name = "flat_map"
+
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        method = self.method
+        out: list = []
+        extend = out.extend
+        timestamps_in = batch.timestamps
+        timestamps_out: list | None = None if timestamps_in is None else []
+        key_selector, backend = self.key_selector, self.ctx.keyed_backend
+        value = None
+        try:
+            for index, value in enumerate(batch.values):
+                if key_selector is not None:
+                    backend.set_current_key(key_selector(value))
+                before = len(out)
+                results = method(value)
+                if results is None:
+                    continue
+                extend(results)
+                if timestamps_out is not None:
+                    timestamps_out.extend([timestamps_in[index]] * (len(out) - before))
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(value, exc) from exc
+        if out:
+            self.output.collect_batch(RecordBatch(out, timestamps_out))
+
+
+class FilterOperator(_RecordFunctionOperator):
+    transformation_type = FilterTransformation
+    method_name = "filter"
+
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        method = self.method
+        key_selector, backend = self.key_selector, self.ctx.keyed_backend
+        keep: list[bool] = []
+        append = keep.append
+        value = None
+        try:
+            for value in batch.values:
+                if key_selector is not None:
+                    backend.set_current_key(key_selector(value))
+                append(bool(method(value)))
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(value, exc) from exc
+        values = [v for v, k in zip(batch.values, keep) if k]
+        if not values:
+            return
+        timestamps = None if batch.timestamps is None else [t for t, k in zip(batch.timestamps, keep) if k]
+        self.output.collect_batch(RecordBatch(values, timestamps))

@@ -1,0 +1,218 @@
+"""Operators that run process functions: ``ProcessOperator`` (unkeyed), ``KeyedProcessOperator``,
+and the shared loop that feeds a batch through a process function.
+
+Outputs inherit the timestamp of the record that caused them; ``yield tag, value``
+and ``ctx.output(tag, value)`` emit to side outputs. During backlog these run
+record by record (the sorted batch path for keyed process functions comes with
+the backlog work).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from slipstream.datastream.functions import (
+    Function,
+    KeyedProcessFunction,
+    ProcessFunction,
+    TimeDomain,
+    TimerService,
+)
+from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation
+from slipstream.errors import SlipstreamError
+from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.operators.elements import RecordBatch
+from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService
+
+
+class UnkeyedTimerService(TimerService):
+    """Clocks readable, timers refused: timers need keyed state to fire into."""
+
+    def __init__(self, operator: StreamOperator) -> None:
+        self._operator = operator
+
+    def current_processing_time(self) -> int:
+        return self._operator.ctx.processing_time_service.get_current_processing_time()
+
+    def current_watermark(self) -> int:
+        return self._operator.current_watermark
+
+    def _refuse(self, *_: Any) -> None:
+        raise SlipstreamError(f"operator '{self._operator.ctx.name}': timers can only be used on a "
+                              "keyed stream (key_by before process)")
+
+    register_processing_time_timer = _refuse
+    register_event_time_timer = _refuse
+    delete_processing_time_timer = _refuse
+    delete_event_time_timer = _refuse
+
+
+class ProcessContext(KeyedProcessFunction.OnTimerContext):
+    """The context passed to process functions, keyed or not, per record and per timer."""
+
+    def __init__(self, operator: StreamOperator, timer_service: TimerService) -> None:
+        self._operator = operator
+        self._timer_service = timer_service
+        self.current_timestamp: int | None = None
+        self.current_time_domain = TimeDomain.EVENT_TIME
+        self.side: dict[OutputTag, RecordBatch] = {}
+
+    def timestamp(self) -> int | None:
+        return self.current_timestamp
+
+    def timer_service(self) -> TimerService:
+        return self._timer_service
+
+    def get_current_key(self) -> Any:
+        backend = self._operator.ctx.keyed_backend
+        return None if backend is None else backend.get_current_key()
+
+    def time_domain(self) -> TimeDomain:
+        return self.current_time_domain
+
+    def output(self, output_tag: OutputTag, value: Any) -> None:
+        if not isinstance(output_tag, OutputTag):
+            raise TypeError(f"ctx.output expects an OutputTag, got {output_tag!r}")
+        batch = self.side.get(output_tag)
+        if batch is None:
+            batch = self.side[output_tag] = RecordBatch([], [])
+        batch.values.append(value)
+        batch.timestamps.append(self.current_timestamp)
+
+    def is_backlog(self) -> bool:
+        return self._operator.is_backlog()
+
+
+ProcessFunction.Context.register(ProcessContext)
+
+
+def emit(operator: StreamOperator, values: list, timestamps: list | None, ctx: ProcessContext) -> None:
+    """Send the main outputs, then each side output, collected for one batch or timer."""
+    if values:
+        operator.output.collect_batch(RecordBatch(values, timestamps))
+    if ctx.side:
+        for tag, batch in ctx.side.items():
+            if batch.timestamps is not None and all(ts is None for ts in batch.timestamps):
+                batch.timestamps = None
+            operator.output.collect_side(tag, batch)
+        ctx.side = {}
+
+
+def run_process_function(operator: StreamOperator, method: Callable[[Any, Any], Any], batch: RecordBatch,
+                         ctx: ProcessContext, key_selector: Callable[[Any], Any] | None) -> None:
+    """Feed every record of ``batch`` to ``method(value, ctx)`` and emit what it yields."""
+    values_out: list = []
+    append = values_out.append
+    timestamps_in = batch.timestamps
+    timestamps_out: list | None = [] if timestamps_in is not None else None
+    backend = operator.ctx.keyed_backend
+    value = None
+    try:
+        for index, value in enumerate(batch.values):
+            timestamp = None if timestamps_in is None else timestamps_in[index]
+            ctx.current_timestamp = timestamp
+            if key_selector is not None:
+                backend.set_current_key(key_selector(value))
+            results = method(value, ctx)
+            if results is None:
+                continue
+            if not hasattr(results, "__iter__"):
+                raise TypeError("a process function must yield its outputs (or return an iterable "
+                                f"or None), got {results!r}")
+            for out in results:
+                if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
+                    ctx.output(out[0], out[1])
+                else:
+                    append(out)
+                    if timestamps_out is not None:
+                        timestamps_out.append(timestamp)
+    except SlipstreamError:
+        raise
+    except Exception as exc:
+        raise operator.user_error(value, exc) from exc
+    emit(operator, values_out, timestamps_out, ctx)
+
+
+def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], timer: InternalTimer,
+               ctx: ProcessContext, domain: TimeDomain) -> None:
+    """Call ``on_timer`` for a due timer (its key is current) and emit what it yields."""
+    ctx.current_time_domain = domain
+    ctx.current_timestamp = timer.timestamp if domain is TimeDomain.EVENT_TIME else None
+    values: list = []
+    try:
+        results = on_timer(timer.timestamp, ctx)
+        for out in results or ():
+            if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
+                ctx.output(out[0], out[1])
+            else:
+                values.append(out)
+    except SlipstreamError:
+        raise
+    except Exception as exc:
+        raise operator.user_error(f"timer @{timer.timestamp} for key {timer.key!r}", exc,
+                                  what="on_timer") from exc
+    ctx.current_time_domain = TimeDomain.EVENT_TIME
+    timestamps = [ctx.current_timestamp] * len(values) if ctx.current_timestamp is not None else None
+    emit(operator, values, timestamps, ctx)
+
+
+class ProcessOperator(StreamOperator):
+    """Runs a ``ProcessFunction`` on an unkeyed stream (or a keyed one, with state but no timers)."""
+
+    transformation_type = ProcessTransformation
+
+    def __init__(self, transformation: ProcessTransformation) -> None:
+        super().__init__(transformation)
+        self.function: ProcessFunction = transformation.function
+
+    def user_functions(self) -> list[Function]:
+        return [self.function]
+
+    def open(self) -> None:
+        self.context = ProcessContext(self, UnkeyedTimerService(self))
+        self.key_selector = self.transformation.key_selectors[0] if self.transformation.is_keyed else None
+        super().open()
+
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
+
+
+class KeyedProcessOperator(StreamOperator):
+    """Runs a ``KeyedProcessFunction``: keyed state, event- and processing-time timers."""
+
+    transformation_type = KeyedProcessTransformation
+
+    def __init__(self, transformation: KeyedProcessTransformation) -> None:
+        super().__init__(transformation)
+        self.function: KeyedProcessFunction = transformation.function
+
+    def user_functions(self) -> list[Function]:
+        return [self.function]
+
+    def setup(self, ctx: OperatorContext) -> None:
+        super().setup(ctx)
+        self.timers = InternalTimerService(ctx.keyed_backend, ctx.processing_time_service,
+                                           self._on_event_time, self._on_processing_time)
+        self.context = ProcessContext(self, KeyedTimerService(self.timers))
+        self.key_selector = self.transformation.key_selectors[0]
+
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
+
+    def on_watermark(self, watermark: Any) -> None:
+        self.timers.advance_watermark(watermark.timestamp)
+        self.output.emit_watermark(watermark)
+
+    def _on_event_time(self, timer: InternalTimer) -> None:
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME)
+
+    def _on_processing_time(self, timer: InternalTimer) -> None:
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.PROCESSING_TIME)
+
+    def snapshot_state(self) -> Any:
+        return {"timers": self.timers.snapshot()}
+
+    def initialize_state(self, state: Any) -> None:
+        if state:
+            self.timers.restore(state["timers"])

@@ -1,0 +1,81 @@
+"""``SourceOperator``: polls a source reader and emits what it reads into its chain.
+
+The runtime's source task calls :meth:`emit_next` instead of feeding input. A
+watermark strategy given to ``from_source`` is planned as a chained
+timestamps-and-watermarks operator right after this one.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Callable
+
+from slipstream.datastream.connectors.base import (
+    END_OF_INPUT,
+    NOTHING_AVAILABLE,
+    Source,
+    SourceReader,
+    SourceReaderContext,
+)
+from slipstream.datastream.transformations import SourceTransformation
+from slipstream.errors import SlipstreamError
+from slipstream.operators.base import StreamOperator
+from slipstream.operators.elements import RecordBatch
+
+
+class InputStatus(Enum):
+    """What a poll of a source found, as Flink's ``DataInputStatus``."""
+
+    MORE_AVAILABLE = 0
+    NOTHING_AVAILABLE = 1
+    END_OF_INPUT = 2
+
+
+class SourceOperator(StreamOperator):
+    transformation_type = SourceTransformation
+    num_inputs = 0
+
+    def __init__(self, transformation: SourceTransformation) -> None:
+        super().__init__(transformation)
+        self.source: Source = transformation.source
+        self.reader: SourceReader | None = None
+        self.notify_available: Callable[[], None] = lambda: None
+        self._restored_position: Any = None
+
+    def open(self) -> None:
+        self.reader = self.source.create_reader(self.ctx.subtask_index, self.ctx.parallelism)
+        pts = self.ctx.processing_time_service
+        self.reader.open(SourceReaderContext(self.ctx.subtask_index, self.ctx.parallelism,
+                                             self.notify_available, pts.get_current_processing_time))
+        if self._restored_position is not None:
+            self.reader.restore_position(self._restored_position)
+
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        raise SlipstreamError(f"source '{self.ctx.name}' has no input to process")
+
+    def emit_next(self, max_records: int) -> InputStatus:
+        """Poll the reader once and emit what it returned."""
+        try:
+            result = self.reader.poll(max_records)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(f"poll of {type(self.reader).__name__}", exc, what="read") from exc
+        if result is END_OF_INPUT:
+            return InputStatus.END_OF_INPUT
+        if result is NOTHING_AVAILABLE:
+            return InputStatus.NOTHING_AVAILABLE
+        if result.values:
+            self.output.collect_batch(RecordBatch(result.values, result.timestamps))
+        return InputStatus.MORE_AVAILABLE
+
+    def snapshot_state(self) -> Any:
+        return None if self.reader is None else {"position": self.reader.snapshot_position()}
+
+    def initialize_state(self, state: Any) -> None:
+        if state:
+            self._restored_position = state["position"]
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()

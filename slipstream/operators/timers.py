@@ -1,0 +1,167 @@
+"""Timers of a keyed operator: event-time timers fire as the watermark passes them,
+processing-time timers as the task's clock does; each fires with its key set as current.
+
+Timers are deduplicated per (timestamp, key, namespace), as in Flink, and fire in
+timestamp order (registration order among equal timestamps), which keeps runs deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Any, Callable, NamedTuple
+
+from slipstream.datastream.functions import TimerService
+from slipstream.datastream.time import MIN_TIMESTAMP
+from slipstream.operators.base import KeyedStateBackend, ProcessingTimeService
+
+VOID_NAMESPACE = None
+
+
+class InternalTimer(NamedTuple):
+    timestamp: int
+    key: Any
+    namespace: Any
+
+
+class _TimerQueue:
+    """A min-heap of timers with O(1) duplicate check and lazy deletion."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Any, Any]] = []
+        self._live: dict[tuple[int, Any, Any], int] = {}
+        self._seq = itertools.count()
+
+    def add(self, timestamp: int, key: Any, namespace: Any) -> bool:
+        ident = (timestamp, key, namespace)
+        if ident in self._live:
+            return False
+        seq = next(self._seq)
+        self._live[ident] = seq
+        heapq.heappush(self._heap, (timestamp, seq, key, namespace))
+        return True
+
+    def remove(self, timestamp: int, key: Any, namespace: Any) -> None:
+        self._live.pop((timestamp, key, namespace), None)
+
+    def pop_due(self, up_to: int) -> InternalTimer | None:
+        heap = self._heap
+        while heap and heap[0][0] <= up_to:
+            timestamp, seq, key, namespace = heapq.heappop(heap)
+            if self._live.get((timestamp, key, namespace)) == seq:
+                del self._live[(timestamp, key, namespace)]
+                return InternalTimer(timestamp, key, namespace)
+        return None
+
+    def peek_timestamp(self) -> int | None:
+        heap = self._heap
+        while heap:
+            timestamp, seq, key, namespace = heap[0]
+            if self._live.get((timestamp, key, namespace)) == seq:
+                return timestamp
+            heapq.heappop(heap)
+        return None
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def snapshot(self) -> list[tuple[int, Any, Any]]:
+        return sorted(self._live, key=lambda ident: self._live[ident])
+
+    def restore(self, timers: list[tuple[int, Any, Any]]) -> None:
+        for timestamp, key, namespace in timers:
+            self.add(timestamp, key, namespace)
+
+
+class InternalTimerService:
+    """Event- and processing-time timers of one operator subtask.
+
+    ``on_event_time`` and ``on_processing_time`` are called with the timer after its key
+    has been made current in the state backend.
+    """
+
+    def __init__(self, backend: KeyedStateBackend, processing_time_service: ProcessingTimeService,
+                 on_event_time: Callable[[InternalTimer], None],
+                 on_processing_time: Callable[[InternalTimer], None]) -> None:
+        self._backend = backend
+        self._clock = processing_time_service
+        self._on_event_time = on_event_time
+        self._on_processing_time = on_processing_time
+        self._event = _TimerQueue()
+        self._processing = _TimerQueue()
+        self._wakeups: set[int] = set()
+        self.current_watermark = MIN_TIMESTAMP
+
+    def current_processing_time(self) -> int:
+        return self._clock.get_current_processing_time()
+
+    def register_event_time_timer(self, namespace: Any, timestamp: int) -> None:
+        self._event.add(timestamp, self._backend.get_current_key(), namespace)
+
+    def delete_event_time_timer(self, namespace: Any, timestamp: int) -> None:
+        self._event.remove(timestamp, self._backend.get_current_key(), namespace)
+
+    def register_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
+        if self._processing.add(timestamp, self._backend.get_current_key(), namespace):
+            self._schedule_wakeup(timestamp)
+
+    def delete_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
+        self._processing.remove(timestamp, self._backend.get_current_key(), namespace)
+
+    def _schedule_wakeup(self, timestamp: int) -> None:
+        if timestamp not in self._wakeups:
+            self._wakeups.add(timestamp)
+            self._clock.register_timer(timestamp, self._fire_processing_time)
+
+    def advance_watermark(self, timestamp: int) -> None:
+        """Fire every event-time timer at or before ``timestamp``."""
+        self.current_watermark = timestamp
+        while (timer := self._event.pop_due(timestamp)) is not None:
+            self._backend.set_current_key(timer.key)
+            self._on_event_time(timer)
+
+    def _fire_processing_time(self, now: int) -> None:
+        self._wakeups.discard(now)
+        while (timer := self._processing.pop_due(now)) is not None:
+            self._backend.set_current_key(timer.key)
+            self._on_processing_time(timer)
+
+    def num_event_time_timers(self) -> int:
+        return len(self._event)
+
+    def num_processing_time_timers(self) -> int:
+        return len(self._processing)
+
+    def snapshot(self) -> dict[str, list]:
+        return {"event": self._event.snapshot(), "processing": self._processing.snapshot()}
+
+    def restore(self, snapshot: dict[str, list]) -> None:
+        self._event.restore(snapshot["event"])
+        self._processing.restore(snapshot["processing"])
+        for timestamp, _key, _namespace in snapshot["processing"]:
+            self._schedule_wakeup(timestamp)
+
+
+class KeyedTimerService(TimerService):
+    """The user's view of the timer service: timers for the current key, no namespace."""
+
+    def __init__(self, internal: InternalTimerService) -> None:
+        self._internal = internal
+
+    def current_processing_time(self) -> int:
+        return self._internal.current_processing_time()
+
+    def current_watermark(self) -> int:
+        return self._internal.current_watermark
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._internal.register_processing_time_timer(VOID_NAMESPACE, int(timestamp))
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self._internal.register_event_time_timer(VOID_NAMESPACE, int(timestamp))
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self._internal.delete_processing_time_timer(VOID_NAMESPACE, int(timestamp))
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self._internal.delete_event_time_timer(VOID_NAMESPACE, int(timestamp))

@@ -1,0 +1,188 @@
+"""The operator behind ``assign_timestamps_and_watermarks``: event timestamps and watermarks.
+
+It gives each record the timestamp its strategy's assigner extracts, feeds the
+watermark generator, and emits the records with their new timestamps followed
+by the watermarks the generator produced. Upstream watermarks and watermark
+statuses are ignored, as in Flink, except the final ``MAX_WATERMARK`` at end of
+input, which is forwarded so downstream event time can finish.
+
+Periodic watermarks: Flink asks the generator for its periodic watermark every
+``auto_watermark_interval`` (200 ms) of processing time. Here the operator asks
+after every input batch instead, which is deterministic for a given input and
+never later than Flink's timer when batches are small. With
+``with_idleness`` a processing-time timer also asks when no batch came, so an
+input that falls silent is marked idle.
+
+No batch path: during backlog it still runs record by record, since every
+later sort or window needs the timestamps it assigns.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from slipstream.datastream.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_TIMESTAMP, Watermark
+from slipstream.datastream.transformations import TimestampsAndWatermarksTransformation
+from slipstream.datastream.watermark_strategy import (TimestampAssigner, WatermarkGenerator,
+                                                      WatermarkOutput, WatermarkStrategy)
+from slipstream.errors import InvalidProgramError, SlipstreamError
+from slipstream.operators.base import StreamOperator
+from slipstream.operators.elements import RecordBatch, WatermarkStatus
+
+
+def _checked_timestamp(timestamp: Any) -> int:
+    """Accept integer-like timestamps (``int``, numpy integers); refuse floats, bools and the rest."""
+    if isinstance(timestamp, bool) or not hasattr(timestamp, "__index__"):
+        raise TypeError(f"the timestamp assigner returned {timestamp!r} "
+                        f"({type(timestamp).__name__}); expected integer milliseconds since the epoch")
+    return operator.index(timestamp)
+
+
+class _OperatorWatermarkOutput(WatermarkOutput):
+    """The :class:`WatermarkOutput` the generator writes to: forwards only rising watermarks.
+
+    Before a watermark or an idle status goes out, the records of the current
+    batch seen so far are emitted, so a watermark the generator emits from
+    ``on_event`` follows the record that caused it, as in Flink.
+    """
+
+    def __init__(self, op: TimestampsAndWatermarksOperator) -> None:
+        self._op = op
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        op = self._op
+        if watermark.timestamp <= op.current_watermark:
+            return
+        op.flush_pending()
+        self.mark_active()
+        op.current_watermark = watermark.timestamp
+        op.output.emit_watermark(Watermark(watermark.timestamp))
+
+    def mark_idle(self) -> None:
+        op = self._op
+        if not op.idle:
+            op.flush_pending()
+            op.idle = True
+            op.output.emit_watermark_status(WatermarkStatus(idle=True))
+
+    def mark_active(self) -> None:
+        op = self._op
+        if op.idle:
+            op.idle = False
+            op.output.emit_watermark_status(WatermarkStatus(idle=False))
+
+
+class TimestampsAndWatermarksOperator(StreamOperator):
+    """Assigns event timestamps and generates watermarks by a :class:`WatermarkStrategy`."""
+
+    transformation_type = TimestampsAndWatermarksTransformation
+
+    def __init__(self, transformation: TimestampsAndWatermarksTransformation) -> None:
+        super().__init__(transformation)
+        strategy = transformation.watermark_strategy
+        if not isinstance(strategy, WatermarkStrategy):
+            raise InvalidProgramError(f"'{transformation.name}' needs a WatermarkStrategy, got {strategy!r}")
+        self.strategy = strategy
+        self.idle = False
+        self._assigner: TimestampAssigner
+        self._generator: WatermarkGenerator
+        self._wm_output = _OperatorWatermarkOutput(self)
+        self._pending_values: list = []
+        self._pending_timestamps: list = []
+        self._flushed = 0
+        self._idle_timeout = strategy.get_idle_timeout()
+        self._last_activity = 0
+        self._timer_armed = False
+
+    def open(self) -> None:
+        super().open()
+        clock = self.ctx.processing_time_service.get_current_processing_time
+        self._assigner = self.strategy.create_timestamp_assigner()
+        try:
+            self._generator = self.strategy.create_watermark_generator(clock)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(self.strategy.generator_supplier, exc,
+                                  what="watermark generator supplier") from exc
+        if self._idle_timeout is not None:
+            self._last_activity = clock()
+            self._arm_idle_timer()
+
+    # -- records --------------------------------------------------------------------------------
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        values = batch.values
+        if not values:
+            return
+        in_timestamps = batch.timestamps
+        extract = self._assigner.extract_timestamp
+        on_event = self._generator.on_event
+        wm_output = self._wm_output
+        out_timestamps: list[int] = []
+        self._pending_values, self._pending_timestamps, self._flushed = values, out_timestamps, 0
+        wm_output.mark_active()  # records make an idle output active again
+        for i, value in enumerate(values):
+            previous = in_timestamps[i] if in_timestamps is not None else None
+            try:
+                timestamp = extract(value, MIN_TIMESTAMP if previous is None else previous)
+                if type(timestamp) is not int:
+                    timestamp = _checked_timestamp(timestamp)
+                out_timestamps.append(timestamp)
+                on_event(value, timestamp, wm_output)
+            except SlipstreamError:
+                raise
+            except Exception as exc:
+                raise self.user_error(value, exc) from exc
+        self.flush_pending()
+        self._periodic_emit()
+        if self._idle_timeout is not None:
+            self._last_activity = self.ctx.processing_time_service.get_current_processing_time()
+            self._arm_idle_timer()
+
+    def flush_pending(self) -> None:
+        """Emit the records of the current batch not yet emitted (all of them, unless a watermark cut in)."""
+        end = len(self._pending_timestamps)
+        if end > self._flushed:
+            if self._flushed == 0 and end == len(self._pending_values):
+                self.output.collect_batch(RecordBatch(self._pending_values, self._pending_timestamps))
+            else:
+                self.output.collect_batch(RecordBatch(self._pending_values[self._flushed:end],
+                                                      self._pending_timestamps[self._flushed:end]))
+            self._flushed = end
+
+    def _periodic_emit(self) -> None:
+        try:
+            self._generator.on_periodic_emit(self._wm_output)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(self._generator, exc, what="on_periodic_emit() of") from exc
+
+    # -- watermarks and idleness ----------------------------------------------------------------
+    def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
+        """Ignore upstream watermarks, except the end-of-input ``MAX_WATERMARK``, which is forwarded."""
+        if watermark.timestamp == MAX_TIMESTAMP:
+            self._wm_output.emit_watermark(MAX_WATERMARK)
+
+    def process_watermark_status(self, idle: bool, input_index: int = 0) -> None:
+        """Ignore upstream idleness: this operator decides its own output's status."""
+
+    def _arm_idle_timer(self) -> None:
+        # One timer at a time; while idle none is needed, since the next batch re-arms it.
+        if self._timer_armed or self.idle or self._idle_timeout is None:
+            return
+        self._timer_armed = True
+        self.ctx.processing_time_service.register_timer(self._last_activity + self._idle_timeout,
+                                                        self._on_idle_timer)
+
+    def _on_idle_timer(self, timestamp: int) -> None:
+        self._timer_armed = False
+        if self.current_watermark == MAX_TIMESTAMP:
+            return  # input ended: nothing left to be idle about
+        self._periodic_emit()
+        self._arm_idle_timer()
+
+    def finish(self) -> None:
+        """Ask the generator once more, as Flink's operator does when its input ends."""
+        self._periodic_emit()

@@ -1,0 +1,181 @@
+"""The embedded executor: turns a job graph into tasks and channels and runs them.
+
+``execute_job`` runs to the end; ``collect_job`` runs lazily, one scheduler turn at
+a time, as the caller pulls records from the returned iterator.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Iterator
+
+import slipstream.operators  # noqa: F401  (registers every operator kind)
+from slipstream.datastream.connectors.sinks import CollectSink
+from slipstream.datastream.data_stream import CloseableIterator
+from slipstream.datastream.environment import JobExecutionResult
+from slipstream.datastream.transformations import SourceTransformation, Transformation
+from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.runtime.channels import Channel
+from slipstream.runtime.clock import Clock, SystemClock
+from slipstream.runtime.job_graph import JobGraph, JobVertex, StreamEdge
+from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
+from slipstream.runtime.planner import plan_job
+from slipstream.runtime.record_writer import RecordWriter, target_subtasks
+from slipstream.runtime.scheduler import Scheduler
+from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+from slipstream.runtime.task import InputChannel, SourceTask, StreamTask, TaskProcessingTimeService
+
+if TYPE_CHECKING:
+    from slipstream.datastream.environment import StreamExecutionEnvironment
+
+
+class JobRun:
+    """One run of a job graph: its tasks, their scheduler, and the metrics they count."""
+
+    def __init__(self, env: StreamExecutionEnvironment, graph: JobGraph, job_name: str,
+                 clock: Clock | None = None) -> None:
+        self.env = env
+        self.graph = graph
+        self.job_name = job_name
+        self.job_id = uuid.uuid4().hex
+        self.clock = clock or env.runtime_options.clock or SystemClock()
+        options = env.runtime_options
+        self.metrics: dict[str, dict[str, Any]] = {}
+        self.tasks = self._build_tasks(options.batch_size, options.channel_capacity,
+                                       options.quantum, options.scheduler_seed)
+        self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
+        self._opened = False
+        self._closed = False
+        self._started = 0.0
+
+    # -- construction -----------------------------------------------------------------------------
+    def _metrics_for(self, name: str, uid: str) -> dict[str, Any]:
+        key = name if name not in self.metrics or self.metrics[name].get("uid") == uid else f"{name} [{uid}]"
+        return self.metrics.setdefault(key, {"uid": uid, "records_in": 0, "records_out": 0})
+
+    def _build_tasks(self, batch_size: int, capacity: int, quantum: int, seed: int) -> list[StreamTask]:
+        channels: dict[tuple[StreamEdge, int, int], Channel] = {}
+        for vertex in self.graph.vertices:
+            for edge in vertex.in_edges:
+                for i in range(edge.source.parallelism):
+                    for j in target_subtasks(edge.partitioning, i, edge.source.parallelism,
+                                             edge.target.parallelism):
+                        channels[(edge, i, j)] = Channel(capacity, f"{edge.source.name}[{i}]->"
+                                                                   f"{edge.target.name}[{j}]")
+        tasks: list[StreamTask] = []
+        for vertex in self.graph.vertices:
+            for subtask in range(vertex.parallelism):
+                tasks.append(self._build_task(vertex, subtask, channels, batch_size, quantum, seed))
+        return tasks
+
+    def _build_task(self, vertex: JobVertex, subtask: int, channels: dict[tuple[StreamEdge, int, int], Channel],
+                    batch_size: int, quantum: int, seed: int) -> StreamTask:
+        writers_by_edge: dict[StreamEdge, RecordWriter] = {}
+        for edge in vertex.out_edges:
+            targets = target_subtasks(edge.partitioning, subtask, edge.source.parallelism,
+                                      edge.target.parallelism)
+            writers_by_edge[edge] = RecordWriter(edge, subtask, [channels[(edge, subtask, j)] for j in targets],
+                                                 batch_size, seed)
+        timers = TaskProcessingTimeService(self.clock)
+        operators = [StreamOperator.for_transformation(node.transformation) for node in vertex.nodes]
+        node_metrics = [self._metrics_for(node.name, node.uid) for node in vertex.nodes]
+        for position, (node, operator) in enumerate(zip(vertex.nodes, operators)):
+            if position + 1 < len(operators):
+                output = ChainingOutput(operators[position + 1], node_metrics[position], node_metrics[position + 1])
+            else:
+                main = [writers_by_edge[e] for e in node.out_edges if e.side_tag is None]
+                side: dict[Any, list[RecordWriter]] = {}
+                for edge in node.out_edges:
+                    if edge.side_tag is not None:
+                        side.setdefault(edge.side_tag, []).append(writers_by_edge[edge])
+                output = NetworkOutput(main, side, node_metrics[position])
+            backend = HeapKeyedStateBackend(node.max_parallelism) if node.transformation.is_keyed else None
+            operator.setup(OperatorContext(
+                name=node.name, uid=node.uid, subtask_index=subtask, parallelism=node.parallelism,
+                max_parallelism=node.max_parallelism, output=output, processing_time_service=timers,
+                keyed_backend=backend, job_parameters=self.env.get_config().get_global_job_parameters(),
+                metrics=node_metrics[position]))
+        writers = list(writers_by_edge.values())
+        name = vertex.name
+        if isinstance(vertex.head.transformation, SourceTransformation):
+            options = self.env.runtime_options
+            return SourceTask(name, subtask, operators, writers, timers, self.clock, quantum,
+                              options.batch_size)
+        inputs = [InputChannel(channels[(edge, i, subtask)], edge.input_index)
+                  for edge in vertex.in_edges
+                  for i in range(edge.source.parallelism)
+                  if (edge, i, subtask) in channels]
+        return StreamTask(name, subtask, operators, inputs, writers, timers, self.clock, quantum)
+
+    # -- running ----------------------------------------------------------------------------------
+    def open(self) -> None:
+        self._started = time.perf_counter()
+        self._opened = True
+        for task in self.tasks:
+            task.open()
+
+    def close(self) -> None:
+        """Close every task; on failure paths, errors while closing must not hide the first one."""
+        if self._closed:
+            return
+        self._closed = True
+        first_error: BaseException | None = None
+        for task in self.tasks:
+            try:
+                task.close()
+            except Exception as exc:  # noqa: BLE001 - keep closing the others
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+    def close_quietly(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a failure is already propagating
+            pass
+
+    def result(self) -> JobExecutionResult:
+        runtime_ms = int((time.perf_counter() - self._started) * 1000)
+        metrics = {name: {k: v for k, v in values.items()} for name, values in self.metrics.items()}
+        return JobExecutionResult(self.job_id, self.job_name, runtime_ms, metrics)
+
+
+def execute_job(env: StreamExecutionEnvironment, transformations: list[Transformation],
+                job_name: str) -> JobExecutionResult:
+    """Plan and run a job to its end."""
+    run = JobRun(env, plan_job(env, transformations), job_name)
+    try:
+        run.open()
+        run.scheduler.run()
+    except BaseException:
+        run.close_quietly()
+        raise
+    run.close()
+    return run.result()
+
+
+def collect_job(env: StreamExecutionEnvironment, transformations: list[Transformation], job_name: str,
+                sink: CollectSink) -> CloseableIterator:
+    """Plan a job and return an iterator that runs it as records are pulled."""
+    run = JobRun(env, plan_job(env, transformations), job_name)
+
+    def records() -> Iterator[Any]:
+        buffer = sink.buffer
+        run.open()
+        try:
+            while True:
+                while buffer:
+                    yield buffer.popleft()
+                if not run.scheduler.run_turn():
+                    break
+            while buffer:
+                yield buffer.popleft()
+        except BaseException:
+            run.close_quietly()
+            raise
+        run.close()
+
+    return CloseableIterator(records(), run.close_quietly)
+
+

@@ -1,0 +1,113 @@
+"""The physical plan: operators (stream nodes) joined by edges, grouped into chained job vertices.
+
+Built by :mod:`slipstream.runtime.planner` from the logical graph; read by the
+executor, which turns every job vertex into ``parallelism`` tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable
+
+from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.transformations import Partitioning, Transformation
+
+
+class EdgeKind(Enum):
+    """PIPELINED edges stream; BLOCKING edges hand over all data once the producer finished;
+    FEEDBACK edges close a loop."""
+
+    PIPELINED = "PIPELINED"
+    BLOCKING = "BLOCKING"
+    FEEDBACK = "FEEDBACK"
+
+
+@dataclass(eq=False)
+class StreamNode:
+    """One physical operator of the plan."""
+
+    id: int
+    transformation: Transformation
+    parallelism: int
+    max_parallelism: int
+    uid: str
+    in_edges: list[StreamEdge] = field(default_factory=list)
+    out_edges: list[StreamEdge] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.transformation.name
+
+    def __repr__(self) -> str:
+        return f"StreamNode({self.id}, {self.name!r}, p={self.parallelism})"
+
+
+@dataclass(eq=False)
+class StreamEdge:
+    """Records of ``source`` (its side output ``side_tag``, or its main output) feed input
+    ``input_index`` of ``target``, distributed by ``partitioning``."""
+
+    source: StreamNode
+    target: StreamNode
+    input_index: int
+    partitioning: Partitioning
+    key_selector: Callable[[Any], Any] | None = None
+    partitioner: Any = None
+    side_tag: OutputTag | None = None
+    kind: EdgeKind = EdgeKind.PIPELINED
+
+    def describe(self) -> str:
+        side = f" side output '{self.side_tag.tag_id}'" if self.side_tag else ""
+        return f"{self.partitioning.value} {self.kind.value}{side}"
+
+
+@dataclass(eq=False)
+class JobVertex:
+    """A chain of stream nodes that run in one task per subtask, joined by direct calls."""
+
+    id: int
+    nodes: list[StreamNode]
+
+    @property
+    def head(self) -> StreamNode:
+        return self.nodes[0]
+
+    @property
+    def tail(self) -> StreamNode:
+        return self.nodes[-1]
+
+    @property
+    def parallelism(self) -> int:
+        return self.head.parallelism
+
+    @property
+    def name(self) -> str:
+        return " -> ".join(node.name for node in self.nodes)
+
+    @property
+    def in_edges(self) -> list[StreamEdge]:
+        return self.head.in_edges
+
+    @property
+    def out_edges(self) -> list[StreamEdge]:
+        return [edge for node in self.nodes for edge in node.out_edges
+                if edge.target not in self.nodes]
+
+
+@dataclass
+class JobGraph:
+    """Job vertices in topological order, and the mapping from nodes to their vertex."""
+
+    vertices: list[JobVertex]
+    vertex_of: dict[StreamNode, JobVertex]
+
+    def explain(self) -> str:
+        """The plan as text: each task (its chained operators and parallelism) and its inputs."""
+        lines = ["== Job graph =="]
+        for vertex in self.vertices:
+            lines.append(f"[{vertex.id}] {vertex.name}  (parallelism {vertex.parallelism})")
+            for edge in vertex.in_edges:
+                upstream = self.vertex_of[edge.source]
+                lines.append(f"      <- [{upstream.id}] input {edge.input_index}: {edge.describe()}")
+        return "\n".join(lines)

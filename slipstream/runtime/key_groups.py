@@ -1,0 +1,72 @@
+"""Key groups: keys hash to one of ``max_parallelism`` groups, and groups map to subtasks.
+
+State is stored and restored by key group, so a job can be restored at another
+parallelism. The hash is stable across processes (Python's ``hash`` of str is not),
+which restoring from a checkpoint written by another process requires.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+DEFAULT_MAX_PARALLELISM = 128
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(value: int) -> int:
+    """A 64-bit finaliser (splitmix64) so that sequential integers spread over the groups."""
+    value = (value + 0x9E3779B97F4A7C15) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)
+
+
+def stable_hash(key: Any) -> int:
+    """A hash of ``key`` that is the same in every process.
+
+    Handles the usual key types (int, str, bytes, float, bool, None, tuples and rows of
+    them); other objects fall back to their own ``__hash__``, which must then be stable.
+    """
+    kind = type(key)
+    if kind is int or kind is bool:
+        return _mix(key & _MASK64)
+    if kind is str:
+        return _mix(zlib.crc32(key.encode("utf-8", "surrogatepass")))
+    if kind is bytes:
+        return _mix(zlib.crc32(key))
+    if kind is float:
+        if key.is_integer():
+            return _mix(int(key) & _MASK64)
+        return _mix(struct.unpack("<Q", struct.pack("<d", key))[0])
+    if key is None:
+        return 0
+    if isinstance(key, tuple):
+        result = 0x345678
+        for item in key:
+            result = _mix((result * 1000003) ^ stable_hash(item))
+        return result
+    return _mix(hash(key) & _MASK64)
+
+
+def assign_to_key_group(key: Any, max_parallelism: int) -> int:
+    return stable_hash(key) % max_parallelism
+
+
+def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
+    """The subtask that owns ``key_group`` (contiguous ranges, as Flink)."""
+    return key_group * parallelism // max_parallelism
+
+
+def key_group_range(max_parallelism: int, parallelism: int, subtask_index: int) -> range:
+    """The key groups owned by ``subtask_index``."""
+    start = (subtask_index * max_parallelism + parallelism - 1) // parallelism
+    end = ((subtask_index + 1) * max_parallelism + parallelism - 1) // parallelism
+    return range(start, end)
+
+
+def subtask_for_key(key: Any, max_parallelism: int, parallelism: int) -> int:
+    return operator_index_for_key_group(max_parallelism, parallelism,
+                                        assign_to_key_group(key, max_parallelism))

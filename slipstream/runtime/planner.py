@@ -1,0 +1,164 @@
+"""Planning: the logical graph becomes a job graph through an ordered list of pure passes.
+
+1. ``build_stream_graph``: one stream node per non-virtual transformation; partitioning,
+   union and side outputs resolved into edges; parallelism and uids fixed; a watermark
+   strategy on a source lowered into a chained timestamps operator.
+2. ``chain``: forward edges between nodes of equal parallelism and scope become direct
+   calls inside one task.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from slipstream.datastream.transformations import (
+    PartitionTransformation,
+    Partitioning,
+    SideOutputTransformation,
+    SourceTransformation,
+    TimestampsAndWatermarksTransformation,
+    Transformation,
+    UnionTransformation,
+)
+from slipstream.errors import InvalidProgramError
+from slipstream.runtime.job_graph import JobGraph, JobVertex, StreamEdge, StreamNode
+from slipstream.runtime.key_groups import DEFAULT_MAX_PARALLELISM
+
+if TYPE_CHECKING:
+    from slipstream.datastream.environment import StreamExecutionEnvironment
+
+
+@dataclass
+class StreamGraph:
+    """Stream nodes in topological order (inputs before consumers)."""
+
+    nodes: list[StreamNode]
+
+
+@dataclass
+class _Route:
+    """How one physical upstream reaches a consumer: through which partitioning and side output."""
+
+    source: Transformation
+    partition: PartitionTransformation | None
+    side_tag: Any
+
+
+def _routes(transformation: Transformation, partition: PartitionTransformation | None = None,
+            side_tag: Any = None) -> list[_Route]:
+    """Walk up through virtual transformations to the physical ones that feed this input."""
+    if isinstance(transformation, PartitionTransformation):
+        return _routes(transformation.inputs[0], partition or transformation, side_tag)
+    if isinstance(transformation, SideOutputTransformation):
+        return _routes(transformation.inputs[0], partition, transformation.tag)
+    if isinstance(transformation, UnionTransformation):
+        return [route for upstream in transformation.inputs for route in _routes(upstream, partition, side_tag)]
+    return [_Route(transformation, partition, side_tag)]
+
+
+def default_max_parallelism(parallelism: int) -> int:
+    """Flink's rule: 1.5 × parallelism rounded up to a power of two, within [128, 32768]."""
+    wanted = parallelism + parallelism // 2
+    power = 1 << max(wanted - 1, 0).bit_length()
+    return min(max(power, DEFAULT_MAX_PARALLELISM), 32768)
+
+
+def _parallelism(transformation: Transformation, env: StreamExecutionEnvironment) -> int:
+    parallelism = transformation.parallelism or env.get_parallelism()
+    if isinstance(transformation, SourceTransformation) and not transformation.parallelism_fixed:
+        limit = transformation.source.max_parallelism()
+        if limit is not None:
+            parallelism = min(parallelism, limit)
+    return parallelism
+
+
+def build_stream_graph(env: StreamExecutionEnvironment, transformations: list[Transformation]) -> StreamGraph:
+    """Pass 1: physical nodes and the edges between them."""
+    ids = itertools.count(1)
+    nodes: list[StreamNode] = []
+    node_of: dict[Transformation, StreamNode] = {}
+    env_max = env.get_max_parallelism()
+
+    def add_node(transformation: Transformation, parallelism: int) -> StreamNode:
+        max_parallelism = transformation.max_parallelism or (env_max if env_max > 0 else
+                                                             default_max_parallelism(parallelism))
+        if parallelism > max_parallelism:
+            raise InvalidProgramError(f"operator '{transformation.name}' has parallelism {parallelism} "
+                                      f"above its max parallelism {max_parallelism}")
+        kind = type(transformation).__name__.removesuffix("Transformation").lower()
+        node = StreamNode(next(ids), transformation, parallelism, max_parallelism,
+                          transformation.uid or f"{kind}-{transformation.id}")
+        nodes.append(node)
+        return node
+
+    def connect(source: StreamNode, target: StreamNode, input_index: int, route: _Route | None) -> None:
+        partition = route.partition if route else None
+        if partition is None:
+            partitioning = Partitioning.FORWARD if source.parallelism == target.parallelism \
+                else Partitioning.REBALANCE
+        else:
+            partitioning = partition.partitioning
+            if partitioning is Partitioning.FORWARD and source.parallelism != target.parallelism:
+                raise InvalidProgramError(
+                    f"forward partitioning from '{source.name}' (parallelism {source.parallelism}) to "
+                    f"'{target.name}' (parallelism {target.parallelism}) would change parallelism; "
+                    "use rebalance() or rescale()")
+        edge = StreamEdge(source, target, input_index, partitioning,
+                          key_selector=partition.key_selector if partition else None,
+                          partitioner=partition.partitioner if partition else None,
+                          side_tag=route.side_tag if route else None)
+        source.out_edges.append(edge)
+        target.in_edges.append(edge)
+
+    for transformation in transformations:
+        if transformation.is_virtual:
+            continue
+        node = add_node(transformation, _parallelism(transformation, env))
+        node_of[transformation] = node
+        for input_index, upstream in enumerate(transformation.inputs):
+            for route in _routes(upstream):
+                connect(node_of[route.source], node, input_index, route)
+        if isinstance(transformation, SourceTransformation) and transformation.watermark_strategy is not None:
+            lowered = TimestampsAndWatermarksTransformation(
+                id=transformation.id, name="Timestamps/Watermarks", inputs=[transformation],
+                parallelism=node.parallelism, uid=f"{node.uid}-watermarks",
+                scope=transformation.scope, watermark_strategy=transformation.watermark_strategy)
+            watermarks = add_node(lowered, node.parallelism)
+            connect(node, watermarks, 0, None)
+            node_of[transformation] = watermarks
+    return StreamGraph(nodes)
+
+
+def _chainable(edge: StreamEdge) -> bool:
+    """Whether ``edge`` can be a direct call: forward, main output, one-to-one, same scope."""
+    upstream, downstream = edge.source, edge.target
+    return (edge.partitioning is Partitioning.FORWARD
+            and edge.side_tag is None
+            and len(upstream.out_edges) == 1
+            and len(downstream.in_edges) == 1
+            and upstream.parallelism == downstream.parallelism
+            and upstream.transformation.scope == downstream.transformation.scope
+            and upstream.transformation.chaining != "never"
+            and downstream.transformation.chaining == "always")
+
+
+def chain(graph: StreamGraph) -> JobGraph:
+    """Pass 2: group nodes joined by chainable edges into job vertices."""
+    vertices: list[JobVertex] = []
+    vertex_of: dict[StreamNode, JobVertex] = {}
+    for node in graph.nodes:
+        if len(node.in_edges) == 1 and _chainable(node.in_edges[0]):
+            vertex = vertex_of[node.in_edges[0].source]
+            vertex.nodes.append(node)
+        else:
+            vertex = JobVertex(len(vertices) + 1, [node])
+            vertices.append(vertex)
+        vertex_of[node] = vertex
+    return JobGraph(vertices, vertex_of)
+
+
+def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformation]) -> JobGraph:
+    """Run every planning pass in order."""
+    return chain(build_stream_graph(env, transformations))

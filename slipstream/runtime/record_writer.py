@@ -1,0 +1,170 @@
+"""Record writers: distribute an operator's output over the channels of one edge.
+
+Forward, global and broadcast edges pass whole batches; hash, rebalance, rescale,
+shuffle and custom edges route record by record into per-channel buffers that
+leave as batches when full or when the task's turn ends.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from slipstream.datastream.transformations import Partitioning
+from slipstream.errors import SlipstreamError, UserFunctionError
+from slipstream.operators.elements import RecordBatch
+from slipstream.runtime.channels import Channel
+from slipstream.runtime.job_graph import StreamEdge
+from slipstream.runtime.key_groups import subtask_for_key
+
+
+def target_subtasks(partitioning: Partitioning, subtask_index: int, upstream_parallelism: int,
+                    downstream_parallelism: int) -> list[int]:
+    """The downstream subtasks an upstream subtask has channels to."""
+    if partitioning is Partitioning.FORWARD:
+        return [subtask_index]
+    if partitioning is Partitioning.RESCALE:
+        if downstream_parallelism >= upstream_parallelism:
+            return [j for j in range(downstream_parallelism)
+                    if j * upstream_parallelism // downstream_parallelism == subtask_index]
+        return [subtask_index * downstream_parallelism // upstream_parallelism]
+    return list(range(downstream_parallelism))
+
+
+class RecordWriter:
+    """Writes one upstream subtask's output on one edge."""
+
+    def __init__(self, edge: StreamEdge, subtask_index: int, channels: list[Channel],
+                 batch_size: int, seed: int) -> None:
+        self.edge = edge
+        self.subtask_index = subtask_index
+        self.channels = channels
+        self.batch_size = batch_size
+        self._pending: list[list] = [[] for _ in channels]
+        self._pending_ts: list[list | None] = [None for _ in channels]
+        self._next = subtask_index % len(channels)
+        self._rng = random.Random(seed * 1_000_003 + subtask_index)
+        self._downstream_parallelism = edge.target.parallelism
+        self._max_parallelism = edge.target.max_parallelism
+        partitioning = edge.partitioning
+        if partitioning in (Partitioning.FORWARD, Partitioning.GLOBAL) or len(channels) == 1 and \
+                partitioning is not Partitioning.BROADCAST:
+            self.emit = self._emit_first  # type: ignore[method-assign]
+        elif partitioning is Partitioning.BROADCAST:
+            self.emit = self._emit_all  # type: ignore[method-assign]
+        elif partitioning is Partitioning.HASH:
+            self.emit = self._emit_hash  # type: ignore[method-assign]
+        elif partitioning is Partitioning.CUSTOM:
+            self.emit = self._emit_custom  # type: ignore[method-assign]
+        elif partitioning is Partitioning.SHUFFLE:
+            self.emit = self._emit_shuffle  # type: ignore[method-assign]
+        else:
+            self.emit = self._emit_round_robin  # type: ignore[method-assign]
+
+    def emit(self, batch: RecordBatch) -> None:
+        """Route ``batch``; replaced at construction by the edge's partitioning."""
+        raise NotImplementedError
+
+    def has_capacity(self) -> bool:
+        for channel in self.channels:
+            if len(channel.queue) >= channel.capacity:
+                return False
+        return True
+
+    # -- whole batches ----------------------------------------------------------------------------
+    def _emit_first(self, batch: RecordBatch) -> None:
+        self.channels[0].push(batch)
+
+    def _emit_all(self, batch: RecordBatch) -> None:
+        for channel in self.channels:
+            channel.push(batch)
+
+    # -- record by record -------------------------------------------------------------------------
+    def _route(self, batch: RecordBatch, targets: list[int]) -> None:
+        """Append each record to the buffer of its target channel; flush full buffers."""
+        pending, pending_ts = self._pending, self._pending_ts
+        timestamps = batch.timestamps
+        if timestamps is not None:
+            for index, target in enumerate(targets):
+                if pending_ts[target] is None:
+                    pending_ts[target] = [None] * len(pending[target])
+        for index, (value, target) in enumerate(zip(batch.values, targets)):
+            pending[target].append(value)
+            buffer_ts = pending_ts[target]
+            if buffer_ts is not None:
+                buffer_ts.append(None if timestamps is None else timestamps[index])
+        size = self.batch_size
+        for target, buffer in enumerate(pending):
+            if len(buffer) >= size:
+                self._flush_channel(target)
+
+    def _emit_hash(self, batch: RecordBatch) -> None:
+        selector = self.edge.key_selector
+        parallelism, max_parallelism = self._downstream_parallelism, self._max_parallelism
+        value = None
+        try:
+            targets = [subtask_for_key(selector(value), max_parallelism, parallelism)
+                       for value in batch.values]
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self._key_error(batch, selector, exc) from exc
+        self._route(batch, targets)
+
+    def _key_error(self, batch: RecordBatch, selector: Any, cause: BaseException) -> UserFunctionError:
+        """Find the record whose key failed, to name it (only on the error path)."""
+        record = None
+        for record in batch.values:
+            try:
+                selector(record)
+            except Exception:
+                break
+        return UserFunctionError(f"key_by before '{self.edge.target.name}'", self.subtask_index,
+                                 self.edge.source.parallelism, record, cause, what="key of record")
+
+    def _emit_custom(self, batch: RecordBatch) -> None:
+        selector, partitioner = self.edge.key_selector, self.edge.partitioner
+        count = len(self.channels)
+        targets = []
+        for value in batch.values:
+            try:
+                target = partitioner.partition(selector(value), count)
+            except Exception as exc:
+                raise UserFunctionError(f"partition_custom before '{self.edge.target.name}'",
+                                        self.subtask_index, self.edge.source.parallelism, value,
+                                        exc) from exc
+            if not isinstance(target, int) or not 0 <= target < count:
+                raise UserFunctionError(f"partition_custom before '{self.edge.target.name}'",
+                                        self.subtask_index, self.edge.source.parallelism, value,
+                                        ValueError(f"partitioner returned {target!r}, expected an int "
+                                                   f"in [0, {count})"))
+            targets.append(target)
+        self._route(batch, targets)
+
+    def _emit_shuffle(self, batch: RecordBatch) -> None:
+        randrange, count = self._rng.randrange, len(self.channels)
+        self._route(batch, [randrange(count) for _ in batch.values])
+
+    def _emit_round_robin(self, batch: RecordBatch) -> None:
+        count, start = len(self.channels), self._next
+        targets = [(start + i) % count for i in range(len(batch.values))]
+        self._next = (start + len(batch.values)) % count
+        self._route(batch, targets)
+
+    # -- buffers and events -----------------------------------------------------------------------
+    def _flush_channel(self, target: int) -> None:
+        values = self._pending[target]
+        if values:
+            self.channels[target].push(RecordBatch(values, self._pending_ts[target]))
+            self._pending[target] = []
+            self._pending_ts[target] = None
+
+    def flush(self) -> None:
+        for target in range(len(self.channels)):
+            self._flush_channel(target)
+
+    def broadcast_event(self, element: Any) -> None:
+        """Send a watermark, attributes or end of input to every channel, after buffered records."""
+        self.flush()
+        for channel in self.channels:
+            channel.push(element)

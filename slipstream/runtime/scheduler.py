@@ -1,0 +1,77 @@
+"""The cooperative scheduler: runs every task of a job in one thread, one turn at a time.
+
+Which runnable task goes next is drawn from a seeded random generator, so a run
+is repeatable for a seed and tests can explore other interleavings by changing it.
+When nothing is runnable the scheduler sleeps until a processing-time deadline or
+until a source's reader thread signals new records; if neither can ever come, the
+job is deadlocked and that is reported rather than waited on.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+from slipstream.errors import DeadlockError
+from slipstream.runtime.clock import Clock
+from slipstream.runtime.task import SourceTask, StreamTask
+
+MAX_IDLE_WAIT_S = 0.5
+"""Longest single sleep while waiting for the outside world (re-checks state after it)."""
+
+
+class Scheduler:
+    def __init__(self, tasks: list[StreamTask], clock: Clock, seed: int) -> None:
+        self.tasks = tasks
+        self.clock = clock
+        self._rng = random.Random(seed)
+        self._wake = threading.Event()
+        self.turns = 0
+        for task in tasks:
+            if isinstance(task, SourceTask):
+                task.wakeup = self._wake.set
+        self._active = list(tasks)
+
+    @property
+    def finished(self) -> bool:
+        return not self._active
+
+    def run(self) -> None:
+        """Run until every task has finished."""
+        while self.run_turn():
+            pass
+
+    def run_turn(self) -> bool:
+        """Give one runnable task a turn, waiting for one if needed; False once all finished."""
+        while True:
+            if self._active and any(task.finished for task in self._active):
+                self._active = [task for task in self._active if not task.finished]
+            if not self._active:
+                return False
+            now = self.clock.now_ms()
+            runnable = [task for task in self._active if task.is_runnable(now)]
+            if runnable:
+                task = runnable[self._rng.randrange(len(runnable))] if len(runnable) > 1 else runnable[0]
+                self.turns += 1
+                task.step()
+                return True
+            self._wait(now)
+
+    def _wait(self, now: int) -> None:
+        sources_waiting = any(isinstance(task, SourceTask) for task in self._active)
+        deadlines = [] if self.clock.is_manual() else \
+            [d for d in (task.next_deadline() for task in self._active) if d is not None]
+        if not deadlines and not sources_waiting:
+            raise DeadlockError(self._describe_deadlock())
+        timeout = MAX_IDLE_WAIT_S if not deadlines else \
+            max(0.0, min(MAX_IDLE_WAIT_S, (min(deadlines) - now) / 1000))
+        self._wake.wait(timeout)
+        self._wake.clear()
+
+    def _describe_deadlock(self) -> str:
+        lines = ["no task can make progress:"]
+        for task in self._active:
+            queued = sum(len(c.channel.queue) for c in task.inputs)
+            lines.append(f"  {task}: {queued} queued input element(s), "
+                         f"output {'full' if not task.can_write() else 'free'}")
+        return "\n".join(lines)

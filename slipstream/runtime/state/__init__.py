@@ -1,0 +1,1 @@
+"""State backends: where keyed state lives while a job runs."""

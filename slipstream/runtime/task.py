@@ -1,0 +1,267 @@
+"""Tasks: one subtask of a job vertex, i.e. a chain of operators driven as a mailbox loop.
+
+The scheduler gives a runnable task a turn (:meth:`StreamTask.step`); the task takes
+up to ``quantum`` elements from its input channels (or polls its source), pushes
+them through its chain, fires due processing-time timers, and flushes its writers.
+Operators are only ever called from their task's turn, never concurrently.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from slipstream.attributes import RecordAttributes
+from slipstream.datastream.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_TIMESTAMP, Watermark
+from slipstream.operators.base import StreamOperator
+from slipstream.operators.elements import EndOfInput, RecordBatch, WatermarkStatus
+from slipstream.operators.source import InputStatus, SourceOperator
+from slipstream.runtime.channels import Channel
+from slipstream.runtime.clock import Clock
+from slipstream.runtime.record_writer import RecordWriter
+
+SOURCE_RETRY_MS = 20
+"""How soon a source that had nothing is polled again even without a notification."""
+
+
+class TaskProcessingTimeService:
+    """A task's processing-time callbacks, fired in the task's own turn when due."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._heap: list[tuple[int, int, Callable[[int], None]]] = []
+        self._seq = itertools.count()
+
+    def get_current_processing_time(self) -> int:
+        return self._clock.now_ms()
+
+    def register_timer(self, timestamp: int, callback: Callable[[int], None]) -> None:
+        heapq.heappush(self._heap, (timestamp, next(self._seq), callback))
+
+    def next_deadline(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def fire_due(self, now: int) -> bool:
+        """Run the callbacks due at ``now``; whether any ran."""
+        fired = False
+        while self._heap and self._heap[0][0] <= now:
+            timestamp, _, callback = heapq.heappop(self._heap)
+            callback(timestamp)
+            fired = True
+        return fired
+
+    def fire_all(self) -> None:
+        """Fire everything left, in time order (used only where a test clock asks for it)."""
+        while self._heap:
+            timestamp, _, callback = heapq.heappop(self._heap)
+            callback(timestamp)
+
+
+@dataclass(eq=False)
+class InputChannel:
+    """One channel into the task, with the state the task keeps about it."""
+
+    channel: Channel
+    input_index: int
+    watermark: int = MIN_TIMESTAMP
+    idle: bool = False
+    ended: bool = False
+    backlog: bool = False
+
+
+class StreamTask:
+    """A subtask of a job vertex that reads input channels."""
+
+    def __init__(self, name: str, subtask_index: int, operators: list[StreamOperator],
+                 inputs: list[InputChannel], writers: list[RecordWriter],
+                 timers: TaskProcessingTimeService, clock: Clock, quantum: int) -> None:
+        self.name = name
+        self.subtask_index = subtask_index
+        self.operators = operators
+        self.head = operators[0]
+        self.inputs = inputs
+        self.writers = writers
+        self.timers = timers
+        self.clock = clock
+        self.quantum = quantum
+        self.finished = False
+        self._next_input = 0
+        count = max((c.input_index for c in inputs), default=-1) + 1
+        self._by_input: list[list[InputChannel]] = [[c for c in inputs if c.input_index == i]
+                                                    for i in range(count)]
+        self._input_watermark = [MIN_TIMESTAMP] * count
+        self._input_idle = [False] * count
+        self._input_backlog = [False] * count
+        self._input_ended = [False] * count
+
+    def __repr__(self) -> str:
+        return f"{self.name} ({self.subtask_index + 1})"
+
+    # -- life cycle -------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Open operators from the tail to the head, so each is ready before it gets input."""
+        for operator in reversed(self.operators):
+            operator.open()
+
+    def close(self) -> None:
+        for operator in self.operators:
+            operator.close()
+
+    # -- scheduling -------------------------------------------------------------------------------
+    def can_write(self) -> bool:
+        for writer in self.writers:
+            if not writer.has_capacity():
+                return False
+        return True
+
+    def has_input(self) -> bool:
+        for input_channel in self.inputs:
+            if input_channel.channel.queue:
+                return True
+        return False
+
+    def is_runnable(self, now: int) -> bool:
+        if self.finished or not self.can_write():
+            return False
+        deadline = self.timers.next_deadline()
+        return self.has_input() or (deadline is not None and deadline <= now)
+
+    def next_deadline(self) -> int | None:
+        """When this task next has something to do without new input (None: only on input)."""
+        return self.timers.next_deadline()
+
+    def step(self) -> None:
+        """One turn: due timers, then up to ``quantum`` input elements, then flush."""
+        self.timers.fire_due(self.clock.now_ms())
+        inputs = self.inputs
+        count = len(inputs)
+        for _ in range(self.quantum):
+            if self.finished or not self.can_write():
+                break
+            chosen = None
+            for offset in range(count):
+                candidate = inputs[(self._next_input + offset) % count]
+                if candidate.channel.queue:
+                    chosen = candidate
+                    self._next_input = (self._next_input + offset + 1) % count
+                    break
+            if chosen is None:
+                break
+            self._dispatch(chosen, chosen.channel.pop())
+        self.flush()
+
+    def flush(self) -> None:
+        for writer in self.writers:
+            writer.flush()
+
+    # -- elements ---------------------------------------------------------------------------------
+    def _dispatch(self, source: InputChannel, element: Any) -> None:
+        if type(element) is RecordBatch:
+            self.head.ctx.metrics["records_in"] += len(element.values)
+            self.head.process_batch(element, source.input_index)
+        elif type(element) is Watermark:
+            source.watermark = element.timestamp
+            self._update_watermark(source.input_index)
+        elif type(element) is WatermarkStatus:
+            source.idle = element.idle
+            self._update_watermark(source.input_index)
+        elif type(element) is RecordAttributes:
+            source.backlog = element.is_backlog()
+            self._update_backlog(source.input_index)
+        elif type(element) is EndOfInput:
+            self._end_channel(source)
+        else:
+            raise TypeError(f"task {self}: unexpected element {element!r}")
+
+    def _update_watermark(self, input_index: int) -> None:
+        """The input's watermark is the minimum over its active channels (ended ones count as MAX)."""
+        channels = self._by_input[input_index]
+        active = [c.watermark for c in channels if c.ended or not c.idle]
+        idle = not active
+        if idle != self._input_idle[input_index]:
+            self._input_idle[input_index] = idle
+            self.head.process_watermark_status(idle, input_index)
+        if active:
+            watermark = min(active)
+            if watermark > self._input_watermark[input_index]:
+                self._input_watermark[input_index] = watermark
+                self.head.process_watermark(Watermark(watermark), input_index)
+
+    def _update_backlog(self, input_index: int) -> None:
+        backlog = any(c.backlog for c in self._by_input[input_index] if not c.ended)
+        if backlog != self._input_backlog[input_index]:
+            self._input_backlog[input_index] = backlog
+            self.head.process_record_attributes(RecordAttributes(backlog), input_index)
+
+    def _end_channel(self, source: InputChannel) -> None:
+        source.ended = True
+        source.watermark = MAX_TIMESTAMP
+        index = source.input_index
+        self._update_watermark(index)
+        self._update_backlog(index)
+        if all(c.ended for c in self._by_input[index]):
+            self._input_ended[index] = True
+            self.head.end_input(index)
+            if all(self._input_ended):
+                self._finish()
+
+    def _finish(self) -> None:
+        """All input ended: finish operators head to tail, then tell downstream."""
+        for position, operator in enumerate(self.operators):
+            if position > 0:
+                operator.end_input(0)
+            operator.finish()
+        for writer in self.writers:
+            writer.broadcast_event(EndOfInput())
+        self.finished = True
+
+
+class SourceTask(StreamTask):
+    """A subtask whose chain starts with a source operator: it polls instead of reading channels."""
+
+    def __init__(self, name: str, subtask_index: int, operators: list[StreamOperator],
+                 writers: list[RecordWriter], timers: TaskProcessingTimeService, clock: Clock,
+                 quantum: int, batch_size: int) -> None:
+        super().__init__(name, subtask_index, operators, [], writers, timers, clock, quantum)
+        self.source: SourceOperator = operators[0]  # type: ignore[assignment]
+        self.batch_size = batch_size
+        self.available = True
+        self._retry_at = 0
+        self.source.notify_available = self._notify
+        self.wakeup: Callable[[], None] = lambda: None
+
+    def _notify(self) -> None:
+        """Called by a reader (possibly from its own thread) when it has records."""
+        self.available = True
+        self.wakeup()
+
+    def is_runnable(self, now: int) -> bool:
+        if self.finished or not self.can_write():
+            return False
+        deadline = self.timers.next_deadline()
+        return self.available or now >= self._retry_at or (deadline is not None and deadline <= now)
+
+    def next_deadline(self) -> int | None:
+        if self.finished:
+            return None
+        deadline = self.timers.next_deadline()
+        return self._retry_at if deadline is None else min(deadline, self._retry_at)
+
+    def step(self) -> None:
+        now = self.clock.now_ms()
+        self.timers.fire_due(now)
+        for _ in range(self.quantum):
+            if self.finished or not self.can_write():
+                break
+            status = self.source.emit_next(self.batch_size)
+            if status is InputStatus.END_OF_INPUT:
+                self.source.output.emit_watermark(MAX_WATERMARK)
+                self._finish()
+                break
+            if status is InputStatus.NOTHING_AVAILABLE:
+                self.available = False
+                self._retry_at = now + SOURCE_RETRY_MS
+                break
+        self.flush()
