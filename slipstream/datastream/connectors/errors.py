@@ -1,0 +1,47 @@
+"""Errors connectors raise while reading or writing: bad input, missing paths, positions that cannot be resumed."""
+
+from __future__ import annotations
+
+from slipstream.errors import JobExecutionError
+
+
+class SourceFormatError(JobExecutionError, ValueError):
+    """A record in a source's input does not parse.
+
+    The message says which file, which line (1-based) and byte offset, which field,
+    what was expected there and what was found, so the user can fix the input.
+    ``path`` is None for a record that did not come from a file (a message
+    given to a deserialization schema).
+    """
+
+    def __init__(self, path: str | None, line_number: int | None, offset: int | None,
+                 expected: str, got: object, field: str | None = None) -> None:
+        self.path = path
+        self.line_number = line_number
+        self.offset = offset
+        self.field = field
+        self.expected = expected
+        self.got = got
+        where = f"file '{path}'" if path is not None else "message"
+        if line_number is not None:
+            where += f", line {line_number}"
+        if offset is not None:
+            where += f" (byte offset {offset})"
+        if field is not None:
+            where += f", field {field}"
+        shown = repr(got)
+        if len(shown) > 200:
+            shown = shown[:197] + "..."
+        super().__init__(f"{where}: expected {expected}, got {shown}")
+
+
+class SourcePathNotFoundError(JobExecutionError, FileNotFoundError):
+    """A path given to a file source does not exist when the source starts reading."""
+
+
+class SourceRestoreError(JobExecutionError):
+    """A reader cannot resume from the position it was asked to restore."""
+
+
+class SinkFormatError(JobExecutionError, ValueError):
+    """A record handed to a sink cannot be written in the sink's format; names the record and what was expected."""
