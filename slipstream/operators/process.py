@@ -101,27 +101,31 @@ def emit(operator: StreamOperator, values: list, timestamps: list | None, ctx: P
 
 def run_process_function(operator: StreamOperator, method: Callable[[Any, Any], Any], batch: RecordBatch,
                          ctx: ProcessContext, key_selector: Callable[[Any], Any] | None) -> None:
-    """Feed every record of ``batch`` to ``method(value, ctx)`` and emit what it yields."""
+    """Feed every record of ``batch`` to ``method(value, ctx)`` and emit what it yields.
+
+    This is the per-record hot path of every process function, so it binds what it
+    needs to locals and checks the rare cases (side outputs, a non-iterable result)
+    as cheaply as it can.
+    """
     values_out: list = []
     append = values_out.append
     timestamps_in = batch.timestamps
-    timestamps_out: list | None = [] if timestamps_in is not None else None
-    backend = operator.ctx.keyed_backend
-    value = None
+    timestamps_out: list | None = None if timestamps_in is None else []
+    set_key = operator.ctx.keyed_backend.set_current_key if key_selector is not None else None
+    tag_type = OutputTag
+    value = results = None
+    timestamp = ctx.current_timestamp = None
     try:
         for index, value in enumerate(batch.values):
-            timestamp = None if timestamps_in is None else timestamps_in[index]
-            ctx.current_timestamp = timestamp
-            if key_selector is not None:
-                backend.set_current_key(key_selector(value))
+            if timestamps_in is not None:
+                timestamp = ctx.current_timestamp = timestamps_in[index]
+            if set_key is not None:
+                set_key(key_selector(value))
             results = method(value, ctx)
             if results is None:
                 continue
-            if not hasattr(results, "__iter__"):
-                raise TypeError("a process function must yield its outputs (or return an iterable "
-                                f"or None), got {results!r}")
             for out in results:
-                if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
+                if type(out) is tuple and len(out) == 2 and type(out[0]) is tag_type:
                     ctx.output(out[0], out[1])
                 else:
                     append(out)
@@ -130,6 +134,9 @@ def run_process_function(operator: StreamOperator, method: Callable[[Any, Any], 
     except SlipstreamError:
         raise
     except Exception as exc:
+        if isinstance(exc, TypeError) and results is not None and not hasattr(results, "__iter__"):
+            exc = TypeError("a process function must yield its outputs (or return an iterable or "
+                            f"None), got {results!r}")
         raise operator.user_error(value, exc) from exc
     emit(operator, values_out, timestamps_out, ctx)
 

@@ -17,11 +17,9 @@ _MASK64 = (1 << 64) - 1
 
 
 def _mix(value: int) -> int:
-    """A 64-bit finaliser (splitmix64) so that sequential integers spread over the groups."""
-    value = (value + 0x9E3779B97F4A7C15) & _MASK64
-    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return value ^ (value >> 31)
+    """Fibonacci hashing: one multiplication spreads regular integers (multiples of 128, say)
+    over the key groups; it runs per record on keyed edges, so it stays this cheap."""
+    return ((value * 0x9E3779B97F4A7C15) & _MASK64) >> 32
 
 
 def stable_hash(key: Any) -> int:
@@ -68,5 +66,4 @@ def key_group_range(max_parallelism: int, parallelism: int, subtask_index: int) 
 
 
 def subtask_for_key(key: Any, max_parallelism: int, parallelism: int) -> int:
-    return operator_index_for_key_group(max_parallelism, parallelism,
-                                        assign_to_key_group(key, max_parallelism))
+    return stable_hash(key) % max_parallelism * parallelism // max_parallelism

@@ -15,7 +15,7 @@ from slipstream.errors import SlipstreamError, UserFunctionError
 from slipstream.operators.elements import RecordBatch
 from slipstream.runtime.channels import Channel
 from slipstream.runtime.job_graph import StreamEdge
-from slipstream.runtime.key_groups import subtask_for_key
+from slipstream.runtime.key_groups import stable_hash
 
 
 def target_subtasks(partitioning: Partitioning, subtask_index: int, upstream_parallelism: int,
@@ -103,7 +103,7 @@ class RecordWriter:
         parallelism, max_parallelism = self._downstream_parallelism, self._max_parallelism
         value = None
         try:
-            targets = [subtask_for_key(selector(value), max_parallelism, parallelism)
+            targets = [stable_hash(selector(value)) % max_parallelism * parallelism // max_parallelism
                        for value in batch.values]
         except SlipstreamError:
             raise

@@ -51,7 +51,9 @@ class HeapKeyedStateBackend:
                 warnings.warn(f"state {name!r}: time-to-live is accepted but not yet enforced; "
                               "entries are kept until cleared", stacklevel=3)
             table = self._tables.setdefault(name, {})
-            handle = _STATE_CLASSES[descriptor.kind](self, table, descriptor, namespaced)
+            cls = HeapKeyValueState if descriptor.kind == "value" and not namespaced else \
+                _STATE_CLASSES[descriptor.kind]
+            handle = cls(self, table, descriptor, namespaced)
             self._states[(name, namespaced)] = handle
         return handle
 
@@ -123,6 +125,19 @@ class HeapValueState(_HeapState, ValueState):
             self.clear()
         else:
             self._table[self._entry_key()] = value
+
+
+class HeapKeyValueState(HeapValueState):
+    """Value state without a namespace: the common case, one dict access per call."""
+
+    def value(self) -> Any:
+        return self._table.get(self._backend.current_key)
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self._table.pop(self._backend.current_key, None)
+        else:
+            self._table[self._backend.current_key] = value
 
 
 class HeapListState(_HeapState, ListState):

@@ -1,0 +1,127 @@
+"""Streaming throughput: map -> key_by -> keyed running sum, and a KeyedProcessFunction with ValueState.
+
+Prints records/s for slipstream at parallelism 1 (and 2) and, in the same run, for a
+hand-written Python loop calling the same functions over the same records, so the
+ratio is what counts. Run: `python benchmarks/stream_throughput.py [--records N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from typing import Any, Callable
+
+from slipstream.datastream import (
+    KeyedProcessFunction,
+    RuntimeContext,
+    StreamExecutionEnvironment,
+    ValueStateDescriptor,
+)
+from slipstream.datastream.connectors.sinks import FunctionSink
+
+KEYS = 1000
+
+
+def make_records(n: int) -> list[int]:
+    return list(range(n))
+
+
+def to_pair(i: int) -> tuple[int, int]:
+    return (i % KEYS, 1)
+
+
+def key_of(pair: tuple[int, int]) -> int:
+    return pair[0]
+
+
+def add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return (a[0], a[1] + b[1])
+
+
+class RunningSum(KeyedProcessFunction):
+    """The same running sum, written with ValueState."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.total = runtime_context.get_state(ValueStateDescriptor("total"))
+
+    def process_element(self, value: tuple[int, int], ctx: KeyedProcessFunction.Context):
+        total = (self.total.value() or 0) + value[1]
+        self.total.update(total)
+        yield (value[0], total)
+
+
+def baseline_reduce(records: list[int], sink: Callable[[Any], None]) -> None:
+    """The hand-written loop: the same functions, a dict for the per-key state."""
+    state: dict[int, tuple[int, int]] = {}
+    for record in records:
+        pair = to_pair(record)
+        key = key_of(pair)
+        current = state.get(key)
+        current = pair if current is None else add(current, pair)
+        state[key] = current
+        sink(current)
+
+
+def baseline_process(records: list[int], sink: Callable[[Any], None]) -> None:
+    state: dict[int, int] = {}
+    for record in records:
+        pair = to_pair(record)
+        key = key_of(pair)
+        total = state.get(key, 0) + pair[1]
+        state[key] = total
+        sink((key, total))
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, _value: Any) -> None:
+        self.count += 1
+
+
+def run_slipstream(records: list[int], parallelism: int, use_process: bool) -> tuple[float, int]:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    counter = Counter()
+    keyed = env.from_collection(records).map(to_pair).key_by(key_of)
+    result = keyed.process(RunningSum()) if use_process else keyed.reduce(add)
+    result.add_sink(FunctionSink(counter)).set_parallelism(1)
+    start = time.perf_counter()
+    env.execute("throughput")
+    return time.perf_counter() - start, counter.count
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    args = parser.parse_args()
+    records = make_records(args.records)
+    n = len(records)
+    print(f"stream_throughput: {n:,} records, {KEYS} keys, Python {platform.python_version()}, "
+          f"{platform.machine()}")
+    print(f"{'job':<44}{'records/s':>14}{'vs loop':>10}")
+    for label, use_process, baseline in (("map -> key_by -> reduce (running sum)", False, baseline_reduce),
+                                         ("map -> key_by -> KeyedProcessFunction+ValueState", True,
+                                          baseline_process)):
+        counter = Counter()
+        loop_seconds = timed(lambda: baseline(records, counter))
+        assert counter.count == n
+        loop_rate = n / loop_seconds
+        print(f"  {'hand-written loop: ' + label:<42}{loop_rate:>14,.0f}{1.0:>10.2f}")
+        for parallelism in (1, 2):
+            seconds, count = run_slipstream(records, parallelism, use_process)
+            assert count == n, f"slipstream emitted {count} records, expected {n}"
+            rate = n / seconds
+            print(f"  {f'slipstream p={parallelism}: ' + label:<42}{rate:>14,.0f}{rate / loop_rate:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
