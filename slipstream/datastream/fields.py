@@ -6,7 +6,10 @@ attributes). A scalar record is its own field 0.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+from slipstream.datastream.typeinfo import Row
 
 
 def _is_scalar(record: Any) -> bool:
@@ -19,12 +22,8 @@ def get_field(record: Any, field: int | str) -> Any:
         if field in (0, None):
             return record
         raise TypeError(f"a scalar record has only field 0, asked for field {field!r}")
-    if isinstance(field, int):
+    if isinstance(field, int) or isinstance(record, (dict, Row)):
         return record[field]
-    if isinstance(record, dict):
-        return record[field]
-    if hasattr(record, "as_dict") and not hasattr(type(record), field):
-        return record.as_dict()[field]
     try:
         return getattr(record, field)
     except AttributeError:
@@ -35,37 +34,20 @@ def replace_field(record: Any, field: int | str, value: Any) -> Any:
     """A copy of ``record`` whose ``field`` is ``value`` (records are never changed in place)."""
     if _is_scalar(record):
         return value
-    if isinstance(record, dict):
-        copy = dict(record)
-        copy[field] = value
-        return copy
-    if isinstance(record, list):
-        copy = list(record)
-        copy[field] = value
-        return copy
+    if isinstance(record, (dict, list, Row)):
+        changed = copy.copy(record)
+        changed[field] = value
+        return changed
     if isinstance(record, tuple) and isinstance(field, int):
         items = list(record)
         items[field] = value
-        rebuilt = _rebuild_tuple(record, items)
-        return rebuilt
-    if hasattr(record, "as_dict"):
-        values = record.as_dict()
-        values[field] = value
-        return _rebuild_tuple(record, list(values.values()))
+        return _rebuild_tuple(record, items)
     raise TypeError(f"cannot set field {field!r} of a {type(record).__name__} record")
 
 
 def _rebuild_tuple(record: tuple, items: list) -> Any:
-    """Rebuild a tuple, named tuple or row of the same class with ``items``."""
+    """Rebuild a tuple or named tuple of the same class with ``items``."""
     cls = type(record)
-    if cls is tuple:
-        return tuple(items)
-    if hasattr(record, "_fields") and hasattr(cls, "_make"):
+    if hasattr(cls, "_make"):
         return cls._make(items)
-    copy = cls(*items)
-    names = getattr(record, "_fields", None)
-    if names and hasattr(copy, "set_field_names"):
-        copy.set_field_names(list(names))
-    if hasattr(record, "get_row_kind") and hasattr(copy, "set_row_kind"):
-        copy.set_row_kind(record.get_row_kind())
-    return copy
+    return cls(items)

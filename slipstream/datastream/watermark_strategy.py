@@ -56,11 +56,11 @@ class WatermarkOutput(ABC):
 
     @abstractmethod
     def emit_watermark(self, watermark: Watermark) -> None:
-        """Emit a watermark; one not above the last emitted is dropped. Emitting also marks the output active."""
+        """Emit a watermark (dropped unless above the last one); emitting also marks the output active."""
 
     @abstractmethod
     def mark_idle(self) -> None:
-        """Declare this output idle: downstream stops waiting for its watermarks until it is active again."""
+        """Declare this output idle: downstream stops waiting for its watermarks until it is active."""
 
     @abstractmethod
     def mark_active(self) -> None:
@@ -182,7 +182,7 @@ class WatermarkStrategy:
 
     @staticmethod
     def for_bounded_out_of_orderness(max_out_of_orderness: Duration | Time | int) -> WatermarkStrategy:
-        """For events at most ``max_out_of_orderness`` older than the newest seen: watermark = newest - bound - 1."""
+        """For events at most ``max_out_of_orderness`` late: watermark = newest - bound - 1."""
         bound = to_millis(max_out_of_orderness, "max_out_of_orderness")
         if bound < 0:
             raise InvalidProgramError(f"max_out_of_orderness must not be negative, got {bound} ms")

@@ -82,7 +82,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         super().__init__(transformation)
         strategy = transformation.watermark_strategy
         if not isinstance(strategy, WatermarkStrategy):
-            raise InvalidProgramError(f"'{transformation.name}' needs a WatermarkStrategy, got {strategy!r}")
+            raise InvalidProgramError(f"'{transformation.name}' needs a WatermarkStrategy, "
+                                      f"got {strategy!r}")
         self.strategy = strategy
         self.idle = False
         self._assigner: TimestampAssigner
@@ -141,7 +142,7 @@ class TimestampsAndWatermarksOperator(StreamOperator):
             self._arm_idle_timer()
 
     def flush_pending(self) -> None:
-        """Emit the records of the current batch not yet emitted (all of them, unless a watermark cut in)."""
+        """Emit the current batch's records not yet emitted (all of them, unless a watermark cut in)."""
         end = len(self._pending_timestamps)
         if end > self._flushed:
             if self._flushed == 0 and end == len(self._pending_values):

@@ -11,6 +11,8 @@ import struct
 import zlib
 from typing import Any
 
+from slipstream.datastream.typeinfo import Row
+
 DEFAULT_MAX_PARALLELISM = 128
 
 _MASK64 = (1 << 64) - 1
@@ -41,7 +43,7 @@ def stable_hash(key: Any) -> int:
         return _mix(struct.unpack("<Q", struct.pack("<d", key))[0])
     if key is None:
         return 0
-    if isinstance(key, tuple):
+    if isinstance(key, (tuple, Row)):
         result = 0x345678
         for item in key:
             result = _mix((result * 1000003) ^ stable_hash(item))

@@ -1,0 +1,304 @@
+"""TimestampsAndWatermarksOperator driven directly, with a recording output and a manual clock."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slipstream.datastream.time import MAX_TIMESTAMP, MIN_TIMESTAMP, Duration, Watermark
+from slipstream.datastream.transformations import TimestampsAndWatermarksTransformation
+from slipstream.datastream.watermark_strategy import (WatermarkGenerator, WatermarkOutput,
+                                                      WatermarkStrategy)
+from slipstream.errors import InvalidProgramError, UserFunctionError
+from slipstream.operators.base import OperatorContext, Output, StreamOperator
+from slipstream.operators.elements import RecordBatch, WatermarkStatus
+from slipstream.operators.timestamps import TimestampsAndWatermarksOperator
+
+
+class RecordingOutput(Output):
+    """Keeps everything emitted, in order.
+
+    As ("records", [(value, ts), ...]), ("watermark", ts) and ("status", idle).
+    """
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def collect_batch(self, batch: RecordBatch) -> None:
+        self.events.append(("records", list(zip(batch.values, batch.timestamps))))
+
+    def collect_side(self, tag: Any, batch: RecordBatch) -> None:
+        raise AssertionError("no side outputs expected")
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        self.events.append(("watermark", watermark.timestamp))
+
+    def emit_record_attributes(self, attributes: Any) -> None:
+        self.events.append(("attributes", attributes))
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None:
+        self.events.append(("status", status.idle))
+
+    def watermarks(self) -> list[int]:
+        return [ts for kind, ts in self.events if kind == "watermark"]
+
+    def records(self) -> list[tuple[Any, int]]:
+        return [r for kind, batch in self.events if kind == "records" for r in batch]
+
+
+class ManualTimeService:
+    """Processing time that moves only when the test says so; fires due timers in time order."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.timers: list[tuple[int, Callable[[int], None]]] = []
+
+    def get_current_processing_time(self) -> int:
+        return self.now
+
+    def register_timer(self, timestamp: int, callback: Callable[[int], None]) -> None:
+        self.timers.append((timestamp, callback))
+
+    def advance_to(self, now: int) -> None:
+        self.now = now
+        while True:
+            due = [t for t in self.timers if t[0] <= now]
+            if not due:
+                return
+            first = min(due, key=lambda t: t[0])
+            self.timers.remove(first)
+            first[1](first[0])
+
+
+def make_operator(strategy: WatermarkStrategy, output: RecordingOutput | None = None,
+                  time_service: ManualTimeService | None = None
+                  ) -> tuple[TimestampsAndWatermarksOperator, RecordingOutput, ManualTimeService]:
+    output = output or RecordingOutput()
+    time_service = time_service or ManualTimeService()
+    transformation = TimestampsAndWatermarksTransformation(id=7, name="Timestamps/Watermarks",
+                                                           watermark_strategy=strategy)
+    op = StreamOperator.for_transformation(transformation)
+    assert isinstance(op, TimestampsAndWatermarksOperator)
+    op.setup(OperatorContext(name="Timestamps/Watermarks", uid="ts-uid", subtask_index=0,
+                             parallelism=1, max_parallelism=128, output=output,
+                             processing_time_service=time_service))
+    op.open()
+    return op, output, time_service
+
+
+def by_second_field(strategy: WatermarkStrategy) -> WatermarkStrategy:
+    return strategy.with_timestamp_assigner(lambda event, _ts: event[1])
+
+
+def test_out_of_order_events_give_the_hand_computed_watermarks() -> None:
+    op, out, _ = make_operator(by_second_field(
+        WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(5))))
+    op.process_batch(RecordBatch([("a", 10), ("b", 5)]))
+    op.process_batch(RecordBatch([("c", 20), ("d", 15)]))
+    op.process_batch(RecordBatch([("e", 12)]))  # older than the max: no new watermark
+    op.process_batch(RecordBatch([("f", 30)]))
+    # max 10 -> 10-5-1 = 4; max 20 -> 14; max still 20 -> nothing; max 30 -> 24
+    assert out.events == [
+        ("records", [(("a", 10), 10), (("b", 5), 5)]), ("watermark", 4),
+        ("records", [(("c", 20), 20), (("d", 15), 15)]), ("watermark", 14),
+        ("records", [(("e", 12), 12)]),
+        ("records", [(("f", 30), 30)]), ("watermark", 24),
+    ]
+
+
+def test_monotonous_timestamps_trail_the_newest_by_one() -> None:
+    op, out, _ = make_operator(by_second_field(WatermarkStrategy.for_monotonous_timestamps()))
+    op.process_batch(RecordBatch([("a", 1), ("b", 7)]))
+    op.process_batch(RecordBatch([("c", 9)]))
+    assert out.watermarks() == [6, 8]
+
+
+def test_assigner_receives_the_existing_timestamp_or_min_timestamp() -> None:
+    seen: list[int] = []
+
+    def assign(value: Any, record_timestamp: int) -> int:
+        seen.append(record_timestamp)
+        return value
+
+    op, out, _ = make_operator(WatermarkStrategy.no_watermarks().with_timestamp_assigner(assign))
+    op.process_batch(RecordBatch([1, 2]))                 # no timestamps at all
+    op.process_batch(RecordBatch([3, 4], [100, None]))    # one has a timestamp, one not
+    assert seen == [MIN_TIMESTAMP, MIN_TIMESTAMP, 100, MIN_TIMESTAMP]
+    assert out.records() == [(1, 1), (2, 2), (3, 3), (4, 4)]
+
+
+def test_without_an_assigner_records_keep_their_timestamps() -> None:
+    op, out, _ = make_operator(WatermarkStrategy.for_monotonous_timestamps())
+    op.process_batch(RecordBatch(["x", "y"], [50, 60]))
+    assert out.records() == [("x", 50), ("y", 60)]
+    assert out.watermarks() == [59]
+
+
+def test_upstream_watermarks_and_statuses_are_ignored_but_max_is_forwarded() -> None:
+    op, out, _ = make_operator(by_second_field(WatermarkStrategy.for_monotonous_timestamps()))
+    op.process_batch(RecordBatch([("a", 10)]))
+    op.process_watermark(Watermark(1_000))
+    op.process_watermark_status(True)
+    assert out.events == [("records", [(("a", 10), 10)]), ("watermark", 9)]
+    op.process_watermark(Watermark(MAX_TIMESTAMP))
+    op.process_watermark(Watermark(MAX_TIMESTAMP))
+    op.end_input()
+    op.finish()
+    assert out.watermarks() == [9, MAX_TIMESTAMP]
+
+
+def test_no_watermarks_strategy_emits_only_the_final_watermark() -> None:
+    op, out, _ = make_operator(by_second_field(WatermarkStrategy.no_watermarks()))
+    op.process_batch(RecordBatch([("a", 10), ("b", 20)]))
+    op.process_watermark(Watermark(MAX_TIMESTAMP))
+    assert out.watermarks() == [MAX_TIMESTAMP]
+
+
+def test_a_failing_assigner_names_the_operator_and_the_record() -> None:
+    def assign(value: Any, _ts: int) -> int:
+        return value["ts"]
+
+    op, _, _ = make_operator(WatermarkStrategy.for_monotonous_timestamps()
+                             .with_timestamp_assigner(assign))
+    op.process_batch(RecordBatch([{"ts": 1}]))
+    with pytest.raises(UserFunctionError) as info:
+        op.process_batch(RecordBatch([{"ts": 2}, {"time": 3}]))
+    message = str(info.value)
+    assert "Timestamps/Watermarks" in message and "ts-uid" in message
+    assert "{'time': 3}" in message and "KeyError" in message
+    assert info.value.record == {"time": 3}
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+@pytest.mark.parametrize("bad", [1.5, "12", True, None])
+def test_a_non_integer_timestamp_is_refused(bad: Any) -> None:
+    op, _, _ = make_operator(WatermarkStrategy.no_watermarks()
+                             .with_timestamp_assigner(lambda v, ts: bad))
+    with pytest.raises(UserFunctionError, match="integer milliseconds"):
+        op.process_batch(RecordBatch(["r"]))
+
+
+def test_integer_like_timestamps_are_accepted() -> None:
+    class MillisLike:
+        def __index__(self) -> int:
+            return 42
+
+    op, out, _ = make_operator(WatermarkStrategy.no_watermarks()
+                               .with_timestamp_assigner(lambda v, ts: MillisLike()))
+    op.process_batch(RecordBatch(["r"]))
+    assert out.records() == [("r", 42)]
+    assert type(out.records()[0][1]) is int
+
+
+class PunctuatedGenerator(WatermarkGenerator):
+    """Emits a watermark at once for every event whose value is marked with '!'."""
+
+    def on_event(self, event: Any, event_timestamp: int, output: WatermarkOutput) -> None:
+        if event[0].endswith("!"):
+            output.emit_watermark(Watermark(event_timestamp))
+
+    def on_periodic_emit(self, output: WatermarkOutput) -> None:
+        pass
+
+
+def test_a_watermark_emitted_from_on_event_follows_its_record() -> None:
+    op, out, _ = make_operator(by_second_field(WatermarkStrategy.for_generator(PunctuatedGenerator)))
+    op.process_batch(RecordBatch([("a", 1), ("b!", 2), ("c", 3), ("d!", 4), ("e", 5)]))
+    assert out.events == [
+        ("records", [(("a", 1), 1), (("b!", 2), 2)]), ("watermark", 2),
+        ("records", [(("c", 3), 3), (("d!", 4), 4)]), ("watermark", 4),
+        ("records", [(("e", 5), 5)]),
+    ]
+
+
+def test_a_failing_generator_is_reported_as_a_user_error() -> None:
+    class Broken(WatermarkGenerator):
+        def on_event(self, event: Any, event_timestamp: int, output: WatermarkOutput) -> None:
+            pass
+
+        def on_periodic_emit(self, output: WatermarkOutput) -> None:
+            raise RuntimeError("clock exploded")
+
+    op, _, _ = make_operator(WatermarkStrategy.for_generator(Broken))
+    with pytest.raises(UserFunctionError, match="on_periodic_emit.*clock exploded"):
+        op.process_batch(RecordBatch(["r"], [1]))
+
+
+def test_a_failing_generator_supplier_fails_open() -> None:
+    def supplier() -> WatermarkGenerator:
+        raise ValueError("no generator today")
+
+    with pytest.raises(UserFunctionError, match="no generator today"):
+        make_operator(WatermarkStrategy.for_generator(supplier))
+
+
+def test_the_transformation_must_carry_a_strategy() -> None:
+    transformation = TimestampsAndWatermarksTransformation(id=1, name="ts", watermark_strategy=None)
+    with pytest.raises(InvalidProgramError, match="WatermarkStrategy"):
+        StreamOperator.for_transformation(transformation)
+
+
+def test_idleness_marks_the_output_idle_and_records_revive_it() -> None:
+    strategy = by_second_field(WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(2))
+                               .with_idleness(Duration.of_millis(100)))
+    op, out, clock = make_operator(strategy)
+    op.process_batch(RecordBatch([("a", 10)]))          # at processing time 0
+    clock.advance_to(60)
+    op.process_batch(RecordBatch([("b", 20)]))          # activity at 60: idle no earlier than 160
+    clock.advance_to(159)
+    assert ("status", True) not in out.events
+    clock.advance_to(160)
+    assert out.events[-1] == ("status", True)
+    clock.advance_to(1_000)                             # stays idle; no repeated statuses
+    assert out.events.count(("status", True)) == 1
+    op.process_batch(RecordBatch([("c", 30)]))          # at 1000: active again, before the records
+    assert out.events[-3:] == [("status", False), ("records", [(("c", 30), 30)]), ("watermark", 27)]
+    clock.advance_to(1_100)
+    assert out.events[-1] == ("status", True)
+    assert out.watermarks() == [7, 17, 27]
+
+
+def test_an_input_with_no_records_at_all_becomes_idle() -> None:
+    _, out, clock = make_operator(WatermarkStrategy.for_monotonous_timestamps()
+                                  .with_idleness(Duration.of_seconds(1)))
+    clock.advance_to(999)
+    assert out.events == []
+    clock.advance_to(1_000)
+    assert out.events == [("status", True)]
+
+
+def test_no_idle_status_after_the_final_watermark() -> None:
+    op, out, clock = make_operator(WatermarkStrategy.for_monotonous_timestamps()
+                                   .with_idleness(Duration.of_millis(10)))
+    op.process_watermark(Watermark(MAX_TIMESTAMP))
+    clock.advance_to(1_000)
+    assert out.events == [("watermark", MAX_TIMESTAMP)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(timestamps=st.lists(st.integers(-10_000, 10_000), min_size=1, max_size=60),
+       bound=st.integers(0, 500),
+       cuts=st.lists(st.integers(1, 8), max_size=20))
+def test_watermarks_rise_and_never_pass_max_minus_bound_minus_one(
+        timestamps: list[int], bound: int, cuts: list[int]) -> None:
+    op, out, _ = make_operator(WatermarkStrategy.for_bounded_out_of_orderness(bound)
+                               .with_timestamp_assigner(lambda v, ts: v))
+    batches, start = [], 0
+    for size in cuts + [len(timestamps)]:
+        if start < len(timestamps):
+            batches.append(timestamps[start:start + size])
+            start += size
+    max_so_far = MIN_TIMESTAMP
+    for batch in batches:
+        before = len(out.watermarks())
+        op.process_batch(RecordBatch(list(batch)))
+        max_so_far = max(max_so_far, *batch)
+        for wm in out.watermarks()[before:]:
+            assert wm <= max_so_far - bound - 1
+    watermarks = out.watermarks()
+    assert all(a < b for a, b in zip(watermarks, watermarks[1:]))
+    assert watermarks[-1] == max(timestamps) - bound - 1
+    assert out.records() == [(t, t) for t in timestamps]
