@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, Iterator
 import slipstream.operators  # noqa: F401  (registers every operator kind)
 from slipstream.datastream.connectors.sinks import CollectSink
 from slipstream.datastream.data_stream import CloseableIterator
-from slipstream.datastream.environment import JobExecutionResult
+from slipstream.datastream.environment import JobExecutionResult, RuntimeOptions
 from slipstream.datastream.transformations import SourceTransformation, Transformation
 from slipstream.operators.base import OperatorContext, StreamOperator
-from slipstream.runtime.channels import Channel
+from slipstream.runtime.channels import Channel, SpillingChannel
 from slipstream.runtime.clock import Clock, SystemClock
-from slipstream.runtime.job_graph import JobGraph, JobVertex, StreamEdge
+from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.planner import plan_job
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
@@ -42,8 +42,7 @@ class JobRun:
         self.clock = clock or env.runtime_options.clock or SystemClock()
         options = env.runtime_options
         self.metrics: dict[str, dict[str, Any]] = {}
-        self.tasks = self._build_tasks(options.batch_size, options.channel_capacity,
-                                       options.quantum, options.scheduler_seed)
+        self.tasks = self._build_tasks(options)
         self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
         self._opened = False
         self._closed = False
@@ -54,19 +53,23 @@ class JobRun:
         key = name if name not in self.metrics or self.metrics[name].get("uid") == uid else f"{name} [{uid}]"
         return self.metrics.setdefault(key, {"uid": uid, "records_in": 0, "records_out": 0})
 
-    def _build_tasks(self, batch_size: int, capacity: int, quantum: int, seed: int) -> list[StreamTask]:
+    def _build_tasks(self, options: RuntimeOptions) -> list[StreamTask]:
+        capacity = options.channel_capacity
         channels: dict[tuple[StreamEdge, int, int], Channel] = {}
         for vertex in self.graph.vertices:
             for edge in vertex.in_edges:
                 for i in range(edge.source.parallelism):
                     for j in target_subtasks(edge.partitioning, i, edge.source.parallelism,
                                              edge.target.parallelism):
-                        channels[(edge, i, j)] = Channel(capacity, f"{edge.source.name}[{i}]->"
-                                                                   f"{edge.target.name}[{j}]")
+                        name = f"{edge.source.name}[{i}]->{edge.target.name}[{j}]"
+                        channels[(edge, i, j)] = SpillingChannel(options.feedback_memory_budget, name) \
+                            if edge.kind is EdgeKind.FEEDBACK else Channel(capacity, name)
         tasks: list[StreamTask] = []
         for vertex in self.graph.vertices:
             for subtask in range(vertex.parallelism):
-                tasks.append(self._build_task(vertex, subtask, channels, batch_size, quantum, seed))
+                tasks.append(self._build_task(vertex, subtask, channels, options.batch_size,
+                                              options.quantum, options.scheduler_seed))
+        self.channels = list(channels.values())
         return tasks
 
     def _build_task(self, vertex: JobVertex, subtask: int, channels: dict[tuple[StreamEdge, int, int], Channel],
@@ -102,7 +105,8 @@ class JobRun:
             options = self.env.runtime_options
             return SourceTask(name, subtask, operators, writers, timers, self.clock, quantum,
                               options.batch_size)
-        inputs = [InputChannel(channels[(edge, i, subtask)], edge.input_index)
+        inputs = [InputChannel(channels[(edge, i, subtask)], edge.input_index,
+                               priority=1 if edge.kind is EdgeKind.FEEDBACK else 0)
                   for edge in vertex.in_edges
                   for i in range(edge.source.parallelism)
                   if (edge, i, subtask) in channels]
@@ -126,6 +130,9 @@ class JobRun:
                 task.close()
             except Exception as exc:  # noqa: BLE001 - keep closing the others
                 first_error = first_error or exc
+        for channel in self.channels:
+            if isinstance(channel, SpillingChannel):
+                channel.close()
         if first_error is not None:
             raise first_error
 

@@ -65,6 +65,7 @@ class InputChannel:
 
     channel: Channel
     input_index: int
+    priority: int = 0  # channels of higher priority are read first (feedback-first in loops)
     watermark: int = MIN_TIMESTAMP
     idle: bool = False
     ended: bool = False
@@ -87,7 +88,9 @@ class StreamTask:
         self.clock = clock
         self.quantum = quantum
         self.finished = False
-        self._next_input = 0
+        priorities = sorted({c.priority for c in inputs}, reverse=True)
+        self._priority_groups = [[c for c in inputs if c.priority == p] for p in priorities]
+        self._next_in_group = [0] * len(self._priority_groups)
         count = max((c.input_index for c in inputs), default=-1) + 1
         self._by_input: list[list[InputChannel]] = [[c for c in inputs if c.input_index == i]
                                                     for i in range(count)]
@@ -135,22 +138,26 @@ class StreamTask:
     def step(self) -> None:
         """One turn: due timers, then up to ``quantum`` input elements, then flush."""
         self.timers.fire_due(self.clock.now_ms())
-        inputs = self.inputs
-        count = len(inputs)
         for _ in range(self.quantum):
             if self.finished or not self.can_write():
                 break
-            chosen = None
-            for offset in range(count):
-                candidate = inputs[(self._next_input + offset) % count]
-                if candidate.channel.queue:
-                    chosen = candidate
-                    self._next_input = (self._next_input + offset + 1) % count
-                    break
+            chosen = self._choose_input()
             if chosen is None:
                 break
             self._dispatch(chosen, chosen.channel.pop())
         self.flush()
+
+    def _choose_input(self) -> InputChannel | None:
+        """The next channel to read: the highest priority that has data, round robin within it."""
+        for group_index, group in enumerate(self._priority_groups):
+            count = len(group)
+            start = self._next_in_group[group_index]
+            for offset in range(count):
+                candidate = group[(start + offset) % count]
+                if candidate.channel.queue:
+                    self._next_in_group[group_index] = (start + offset + 1) % count
+                    return candidate
+        return None
 
     def flush(self) -> None:
         for writer in self.writers:
