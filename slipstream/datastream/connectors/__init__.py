@@ -1,0 +1,1 @@
+"""Sources and sinks (``pyflink.datastream.connectors``)."""

@@ -1,0 +1,528 @@
+"""Files: ``FileSource`` (text, CSV, JSON lines, Parquet; once or watching for new files) and ``FileSink``.
+
+Reading. The paths (files or directories, read recursively; names starting
+with ``.`` or ``_`` are hidden and skipped, as in Flink) are enumerated into
+splits: a whole file, or a Parquet row group. A split belongs to the subtask
+``crc32(split) % parallelism``, a rule every subtask applies on its own, so
+each split is read exactly once however and whenever it is discovered. A
+reader's position names the splits it finished and where it is in the current
+one. With ``monitor_continuously`` the source is unbounded: the files present
+at start are read first and reported as backlog, and a thread lists the paths
+again at each interval and wakes the reader for new files. Files must appear
+whole (written elsewhere, or under a hidden name, then moved in); a file that
+changes after it was read is not read again.
+
+Writing. Each sink subtask writes part files named
+``<prefix>-<subtask>-<counter><suffix>`` into the base path. A part is written
+under a hidden in-progress name and renamed to its final name when the sink
+flushes (end of input, later checkpoints) or closes, so readers never see a
+half-written part. Part files roll (a new counter) by the rolling policy and at
+every flush.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+import zlib
+from collections import deque
+from typing import Any, BinaryIO
+
+from slipstream.attributes import Boundedness
+from slipstream.datastream.connectors.base import (
+    END_OF_INPUT,
+    NOTHING_AVAILABLE,
+    Sink,
+    SinkWriter,
+    Source,
+    SourceBatch,
+    SourceReader,
+    SourceReaderContext,
+)
+from slipstream.datastream.connectors.errors import SourcePathNotFoundError, SourceRestoreError
+from slipstream.datastream.formats.base import (
+    BulkFormat,
+    BulkWriter,
+    BulkWriterFactory,
+    Encoder,
+    FileRecordReader,
+    ReaderFormat,
+    StreamFormat,
+)
+from slipstream.datastream.time import Duration, to_millis
+from slipstream.errors import InvalidProgramError
+
+__all__ = [
+    "BulkFormat", "BulkWriterFactory", "DefaultRollingPolicy", "Encoder", "FileSink", "FileSource",
+    "FileSourceBuilder", "OnCheckpointRollingPolicy", "OutputFileConfig", "RollingPolicy", "StreamFormat",
+]
+
+Split = tuple[str, int | None]
+"""A file and the part of it (a Parquet row group) to read, or None for the whole file."""
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith(".") or name.startswith("_")
+
+
+def list_files(paths: list[str]) -> list[str]:
+    """The visible files under ``paths``, sorted; directories are walked recursively."""
+    found = []
+    for path in paths:
+        if not os.path.exists(path):
+            raise SourcePathNotFoundError(f"FileSource: path '{path}' does not exist")
+        if os.path.isfile(path):
+            found.append(path)
+            continue
+        for directory, subdirectories, names in os.walk(path):
+            subdirectories[:] = sorted(d for d in subdirectories if not _is_hidden(d))
+            found.extend(os.path.join(directory, name) for name in names if not _is_hidden(name))
+    return sorted(found)
+
+
+def split_owner(split: Split, parallelism: int) -> int:
+    """The subtask that reads ``split``: the same answer in every subtask and every run."""
+    path, part = split
+    return zlib.crc32(f"{path}\0{part}".encode("utf-8", "surrogatepass")) % parallelism
+
+
+class FileSource(Source):
+    """Reads files with a record format (text, CSV, JSON lines) or a bulk format (Parquet).
+
+    Example:
+        >>> source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), "/tmp").build()
+        >>> source.get_boundedness()
+        <Boundedness.BOUNDED: 'BOUNDED'>
+    """
+
+    def __init__(self, reader_format: ReaderFormat, paths: list[str], discovery_interval_ms: int | None) -> None:
+        """Use :meth:`for_record_stream_format` or :meth:`for_bulk_file_format`, then ``build()``."""
+        self._format = reader_format
+        self._paths = [os.path.abspath(os.fspath(p)) for p in paths]
+        self._discovery_interval_ms = discovery_interval_ms
+
+    @staticmethod
+    def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> FileSourceBuilder:
+        """Start building a source reading ``paths`` record by record with ``stream_format``."""
+        if not isinstance(stream_format, StreamFormat):
+            raise InvalidProgramError(
+                f"FileSource.for_record_stream_format needs a StreamFormat, got {stream_format!r}")
+        return FileSourceBuilder(stream_format, paths)
+
+    @staticmethod
+    def for_bulk_file_format(bulk_format: BulkFormat, *paths: str) -> FileSourceBuilder:
+        """Start building a source reading ``paths`` in batches with ``bulk_format`` (such as Parquet)."""
+        if not isinstance(bulk_format, BulkFormat):
+            raise InvalidProgramError(f"FileSource.for_bulk_file_format needs a BulkFormat, got {bulk_format!r}")
+        return FileSourceBuilder(bulk_format, paths)
+
+    def get_boundedness(self) -> Boundedness:
+        if self._discovery_interval_ms is None:
+            return Boundedness.BOUNDED
+        return Boundedness.CONTINUOUS_UNBOUNDED
+
+    def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader:
+        return _FileSourceReader(self._format, self._paths, subtask_index, parallelism,
+                                 self._discovery_interval_ms)
+
+    def default_name(self) -> str:
+        return f"FileSource({', '.join(self._paths)})"
+
+
+class FileSourceBuilder:
+    """Configures a :class:`FileSource`: bounded (the default) or monitoring its paths for new files."""
+
+    def __init__(self, reader_format: ReaderFormat, paths: tuple[str, ...]) -> None:
+        if not paths:
+            raise InvalidProgramError("FileSource needs at least one path")
+        self._format = reader_format
+        self._paths = list(paths)
+        self._discovery_interval_ms: int | None = None
+
+    def monitor_continuously(self, discovery_interval: Duration) -> FileSourceBuilder:
+        """Make the source unbounded: keep listing the paths every ``discovery_interval`` and read new files."""
+        millis = to_millis(discovery_interval, "discovery_interval")
+        if millis <= 0:
+            raise InvalidProgramError(f"monitor_continuously needs a positive interval, got {discovery_interval!r}")
+        self._discovery_interval_ms = millis
+        return self
+
+    def process_static_file_set(self) -> FileSourceBuilder:
+        """Make the source bounded again: read the files present at start, then end."""
+        self._discovery_interval_ms = None
+        return self
+
+    def build(self) -> FileSource:
+        return FileSource(self._format, self._paths, self._discovery_interval_ms)
+
+
+class _FileSourceReader(SourceReader):
+    """Reads this subtask's splits one after another; discovers new ones in a thread when monitoring."""
+
+    def __init__(self, reader_format: ReaderFormat, paths: list[str], subtask_index: int, parallelism: int,
+                 discovery_interval_ms: int | None) -> None:
+        self._format = reader_format
+        self._paths = paths
+        self._subtask_index = subtask_index
+        self._parallelism = parallelism
+        self._interval_ms = discovery_interval_ms
+        self._pending: deque[Split] = deque()
+        self._lock = threading.Lock()
+        self._seen_files: set[str] = set()
+        self._finished: set[Split] = set()
+        self._backlog: set[Split] = set()
+        self._current: Split | None = None
+        self._current_reader: FileRecordReader | None = None
+        self._restored_current: tuple[Split, Any] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def open(self, context: SourceReaderContext) -> None:
+        initial = self._discover()
+        self._backlog = set(initial)
+        self._pending.extend(initial)
+        if self._restored_current is not None:
+            split, _ = self._restored_current
+            if split in self._pending:
+                self._pending.remove(split)
+            self._pending.appendleft(split)
+        if self._interval_ms is not None:
+            self._thread = threading.Thread(target=self._monitor, args=(context.notify_available,),
+                                            name="FileSource discovery", daemon=True)
+            self._thread.start()
+
+    def _discover(self) -> list[Split]:
+        """This subtask's unfinished splits of files not seen before, in file order."""
+        splits = []
+        for path in list_files(self._paths):
+            if path in self._seen_files:
+                continue
+            self._seen_files.add(path)
+            for part in self._format.split_file(path):
+                split = (path, part)
+                if split_owner(split, self._parallelism) == self._subtask_index and split not in self._finished:
+                    splits.append(split)
+        return splits
+
+    def _monitor(self, notify_available: Any) -> None:
+        while not self._stop.wait(self._interval_ms / 1000):
+            try:
+                found = self._discover()
+            except FileNotFoundError:
+                continue  # a path vanished between listing and reading; look again next time
+            if found:
+                with self._lock:
+                    self._pending.extend(found)
+                notify_available()
+
+    def poll(self, max_records: int) -> SourceBatch | object:
+        while True:
+            if self._current_reader is None and not self._open_next_split():
+                return END_OF_INPUT if self._interval_ms is None else NOTHING_AVAILABLE
+            batch = self._current_reader.read_batch(max_records)
+            if batch is not None:
+                return batch
+            self._finish_current_split()
+
+    def _open_next_split(self) -> bool:
+        with self._lock:
+            if not self._pending:
+                return False
+            split = self._pending.popleft()
+        position = None
+        if self._restored_current is not None and self._restored_current[0] == split:
+            position = self._restored_current[1]
+            self._restored_current = None
+        self._current = split
+        self._current_reader = self._format.create_reader(split[0], split[1], position)
+        return True
+
+    def _finish_current_split(self) -> None:
+        self._current_reader.close()
+        self._finished.add(self._current)
+        self._backlog.discard(self._current)
+        self._current = None
+        self._current_reader = None
+
+    def is_backlog(self) -> bool | None:
+        """While monitoring: True until the files present at start are read. Bounded: left to the runtime."""
+        if self._interval_ms is None:
+            return None
+        return bool(self._backlog)
+
+    def snapshot_position(self) -> dict[str, Any]:
+        current = None
+        if self._current_reader is not None:
+            current = [list(self._current), self._current_reader.position()]
+        return {"finished": sorted([list(split) for split in self._finished], key=repr), "current": current}
+
+    def restore_position(self, position: Any) -> None:
+        if self._thread is not None or self._current_reader is not None:
+            raise SourceRestoreError("FileSource: restore_position must come before open")
+        try:
+            self._finished = {(path, part) for path, part in position["finished"]}
+            current = position["current"]
+            self._restored_current = None if current is None else ((current[0][0], current[0][1]), current[1])
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            raise SourceRestoreError(f"FileSource cannot resume at position {position!r}: {error!r}") from None
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        if self._current_reader is not None:
+            self._current_reader.close()
+            self._current_reader = None
+
+
+class OutputFileConfig:
+    """The prefix and suffix of part file names: ``<prefix>-<subtask>-<counter><suffix>``."""
+
+    def __init__(self, part_prefix: str = "part", part_suffix: str = "") -> None:
+        if not part_prefix or os.sep in part_prefix or os.sep in part_suffix:
+            raise InvalidProgramError(
+                f"OutputFileConfig: prefix must be non-empty and neither may contain '{os.sep}', "
+                f"got {part_prefix!r}, {part_suffix!r}")
+        self._part_prefix = part_prefix
+        self._part_suffix = part_suffix
+
+    @staticmethod
+    def builder() -> OutputFileConfigBuilder:
+        return OutputFileConfigBuilder()
+
+    def get_part_prefix(self) -> str:
+        return self._part_prefix
+
+    def get_part_suffix(self) -> str:
+        return self._part_suffix
+
+
+class OutputFileConfigBuilder:
+    """Builds an :class:`OutputFileConfig` (prefix ``part`` and no suffix unless set)."""
+
+    def __init__(self) -> None:
+        self._part_prefix = "part"
+        self._part_suffix = ""
+
+    def with_part_prefix(self, prefix: str) -> OutputFileConfigBuilder:
+        self._part_prefix = prefix
+        return self
+
+    def with_part_suffix(self, suffix: str) -> OutputFileConfigBuilder:
+        self._part_suffix = suffix
+        return self
+
+    def build(self) -> OutputFileConfig:
+        return OutputFileConfig(self._part_prefix, self._part_suffix)
+
+
+OutputFileConfig.OutputFileConfigBuilder = OutputFileConfigBuilder  # type: ignore[attr-defined]
+
+
+class RollingPolicy:
+    """When a sink closes its current part file and starts the next one (besides at every flush)."""
+
+    def __init__(self, part_size: int | None, rollover_interval_ms: int | None,
+                 inactivity_interval_ms: int | None) -> None:
+        self.part_size = part_size
+        self.rollover_interval_ms = rollover_interval_ms
+        self.inactivity_interval_ms = inactivity_interval_ms
+
+    @staticmethod
+    def default_rolling_policy(part_size: int = 1024 * 1024 * 128, rollover_interval: int = 60 * 1000,
+                               inactivity_interval: int = 60 * 1000) -> DefaultRollingPolicy:
+        """Roll at ``part_size`` bytes, or when the part is ``rollover_interval`` ms old, or was last
+        written ``inactivity_interval`` ms ago (checked when records arrive)."""
+        return DefaultRollingPolicy(part_size, rollover_interval, inactivity_interval)
+
+    @staticmethod
+    def on_checkpoint_rolling_policy() -> OnCheckpointRollingPolicy:
+        """Roll only at flushes (end of input, checkpoints); the default for bulk formats."""
+        return OnCheckpointRollingPolicy(None, None, None)
+
+    def should_roll(self, size: int, opened_at_ms: int, last_write_ms: int, now_ms: int) -> bool:
+        """Whether the part described by these figures should be closed now."""
+        return ((self.part_size is not None and size >= self.part_size)
+                or (self.rollover_interval_ms is not None and now_ms - opened_at_ms >= self.rollover_interval_ms)
+                or (self.inactivity_interval_ms is not None
+                    and now_ms - last_write_ms >= self.inactivity_interval_ms))
+
+
+class DefaultRollingPolicy(RollingPolicy):
+    """Rolls by size, age and inactivity; the default for row formats."""
+
+
+class OnCheckpointRollingPolicy(RollingPolicy):
+    """Rolls only at flushes."""
+
+
+class FileSink(Sink):
+    """Writes records into part files under a base directory, by an encoder (rows) or a bulk writer.
+
+    Example:
+        >>> sink = FileSink.for_row_format("/tmp/out", Encoder.simple_string_encoder()).build()
+    """
+
+    def __init__(self, base_path: str, encoder: Encoder | None, writer_factory: BulkWriterFactory | None,
+                 output_file_config: OutputFileConfig, rolling_policy: RollingPolicy) -> None:
+        """Use :meth:`for_row_format` or :meth:`for_bulk_format`, then ``build()``."""
+        self._base_path = os.path.abspath(os.fspath(base_path))
+        self._encoder = encoder
+        self._writer_factory = writer_factory
+        self._output_file_config = output_file_config
+        self._rolling_policy = rolling_policy
+
+    @staticmethod
+    def for_row_format(base_path: str, encoder: Encoder) -> RowFormatBuilder:
+        """Start building a sink that appends ``encoder.encode(record)`` to part files in ``base_path``."""
+        if not isinstance(encoder, Encoder):
+            raise InvalidProgramError(f"FileSink.for_row_format needs an Encoder, got {encoder!r}")
+        return RowFormatBuilder(base_path, encoder, None, RollingPolicy.default_rolling_policy())
+
+    @staticmethod
+    def for_bulk_format(base_path: str, writer_factory: BulkWriterFactory) -> BulkFormatBuilder:
+        """Start building a sink whose part files are each written whole by one bulk writer (Parquet, CSV)."""
+        if not isinstance(writer_factory, BulkWriterFactory):
+            raise InvalidProgramError(f"FileSink.for_bulk_format needs a BulkWriterFactory, got {writer_factory!r}")
+        return BulkFormatBuilder(base_path, None, writer_factory, RollingPolicy.on_checkpoint_rolling_policy())
+
+    def create_writer(self) -> SinkWriter:
+        return _PartFileWriter(self._base_path, self._encoder, self._writer_factory,
+                               self._output_file_config, self._rolling_policy)
+
+    def default_name(self) -> str:
+        return f"FileSink({self._base_path})"
+
+
+class RowFormatBuilder:
+    """Configures a row-format :class:`FileSink`."""
+
+    def __init__(self, base_path: str, encoder: Encoder | None, writer_factory: BulkWriterFactory | None,
+                 rolling_policy: RollingPolicy) -> None:
+        self._base_path = base_path
+        self._encoder = encoder
+        self._writer_factory = writer_factory
+        self._rolling_policy = rolling_policy
+        self._output_file_config = OutputFileConfig()
+
+    def with_output_file_config(self, output_file_config: OutputFileConfig) -> RowFormatBuilder:
+        self._output_file_config = output_file_config
+        return self
+
+    def with_rolling_policy(self, rolling_policy: RollingPolicy) -> RowFormatBuilder:
+        if not isinstance(rolling_policy, RollingPolicy):
+            raise InvalidProgramError(f"with_rolling_policy needs a RollingPolicy, got {rolling_policy!r}")
+        self._rolling_policy = rolling_policy
+        return self
+
+    def build(self) -> FileSink:
+        return FileSink(self._base_path, self._encoder, self._writer_factory, self._output_file_config,
+                        self._rolling_policy)
+
+
+class BulkFormatBuilder(RowFormatBuilder):
+    """Configures a bulk-format :class:`FileSink`; parts roll at flushes unless a policy says otherwise."""
+
+
+FileSink.RowFormatBuilder = RowFormatBuilder  # type: ignore[attr-defined]
+FileSink.BulkFormatBuilder = BulkFormatBuilder  # type: ignore[attr-defined]
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class _PartFileWriter(SinkWriter):
+    """Writes one subtask's part files: in progress under a hidden name, renamed to final on flush."""
+
+    def __init__(self, base_path: str, encoder: Encoder | None, writer_factory: BulkWriterFactory | None,
+                 output_file_config: OutputFileConfig, rolling_policy: RollingPolicy) -> None:
+        self._base_path = base_path
+        self._encoder = encoder
+        self._writer_factory = writer_factory
+        self._config = output_file_config
+        self._policy = rolling_policy
+        self._subtask_index = 0
+        self._counter = 0
+        self._stream: BinaryIO | None = None
+        self._bulk_writer: BulkWriter | None = None
+        self._in_progress_path = ""
+        self._final_path = ""
+        self._pending: list[tuple[str, str]] = []
+        self._opened_at_ms = 0
+        self._last_write_ms = 0
+
+    def _part_name(self, counter: int) -> str:
+        return f"{self._config.get_part_prefix()}-{self._subtask_index}-{counter}{self._config.get_part_suffix()}"
+
+    def open(self, subtask_index: int, parallelism: int) -> None:
+        self._subtask_index = subtask_index
+        os.makedirs(self._base_path, exist_ok=True)
+        # Start after this subtask's existing parts, so a second run adds files instead of replacing them.
+        existing = set(os.listdir(self._base_path))
+        while self._part_name(self._counter) in existing:
+            self._counter += 1
+
+    def _open_part(self) -> None:
+        name = self._part_name(self._counter)
+        self._counter += 1
+        self._final_path = os.path.join(self._base_path, name)
+        self._in_progress_path = os.path.join(self._base_path, f".{name}.inprogress.{uuid.uuid4().hex}")
+        self._stream = open(self._in_progress_path, "wb")
+        if self._writer_factory is not None:
+            self._bulk_writer = self._writer_factory.create(self._stream)
+        self._opened_at_ms = self._last_write_ms = _now_ms()
+
+    def _close_part(self) -> None:
+        """Finish the current part; it becomes pending, to be renamed at the next flush."""
+        if self._stream is None:
+            return
+        if self._bulk_writer is not None:
+            self._bulk_writer.finish()
+            self._bulk_writer = None
+        self._stream.flush()
+        os.fsync(self._stream.fileno())
+        self._stream.close()
+        self._stream = None
+        self._pending.append((self._in_progress_path, self._final_path))
+
+    def write(self, values: list, timestamps: list | None) -> None:
+        if not values:
+            return
+        if self._stream is not None and self._policy.should_roll(
+                self._stream.tell(), self._opened_at_ms, self._last_write_ms, _now_ms()):
+            self._close_part()
+        if self._writer_factory is not None:
+            if self._stream is None:
+                self._open_part()
+            self._bulk_writer.add_elements(values)
+        else:
+            encode = self._encoder.encode
+            part_size = self._policy.part_size
+            for value in values:
+                if self._stream is None:
+                    self._open_part()
+                self._stream.write(encode(value))
+                if part_size is not None and self._stream.tell() >= part_size:
+                    self._close_part()
+        self._last_write_ms = _now_ms()
+
+    def flush(self) -> None:
+        """Close the current part and give every finished part its final name."""
+        self._close_part()
+        for in_progress, final in self._pending:
+            os.replace(in_progress, final)
+        self._pending = []
+
+    def close(self) -> None:
+        """Release the open part without committing it.
+
+        After a normal end of input :meth:`flush` has already committed everything; after a
+        failure, what was not flushed stays a hidden in-progress file that no reader sees.
+        """
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+            self._bulk_writer = None

@@ -1,0 +1,188 @@
+"""Parquet through pyarrow: ``ParquetColumnarRowInputFormat`` (read) and ``ParquetBulkWriters`` (write).
+
+Reading splits each file by row group, so subtasks share even a single large
+file, and returns :class:`~slipstream.datastream.connectors.columnar.ArrowSourceBatch`
+batches: the Arrow record batch as read, and the same records as named ``Row``
+values for Python functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, BinaryIO, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from slipstream.datastream.connectors.columnar import ArrowSourceBatch
+from slipstream.datastream.connectors.errors import SinkFormatError, SourceFormatError
+from slipstream.datastream.formats.base import (
+    BulkFormat,
+    BulkWriter,
+    BulkWriterFactory,
+    FileRecordReader,
+    named_row,
+)
+from slipstream.datastream.typeinfo import Row
+from slipstream.errors import InvalidProgramError
+
+
+class ParquetColumnarRowInputFormat(BulkFormat):
+    """Reads Parquet files in Arrow record batches of up to ``batch_size`` rows, one row group per split.
+
+    Args:
+        columns: the columns to read, in this order; all of them when None.
+        batch_size: the most rows per batch (a poll may ask for fewer).
+    """
+
+    def __init__(self, columns: list[str] | None = None, batch_size: int = 2048) -> None:
+        if batch_size < 1:
+            raise InvalidProgramError(f"ParquetColumnarRowInputFormat: batch_size must be positive, got {batch_size}")
+        self._columns = None if columns is None else list(columns)
+        self._batch_size = batch_size
+
+    def split_file(self, path: str) -> list[int | None]:
+        return list(range(_open_parquet(path).num_row_groups))
+
+    def create_reader(self, path: str, part: int | None, position: Any | None) -> FileRecordReader:
+        return _RowGroupReader(path, part or 0, self._columns, self._batch_size, position)
+
+
+def _open_parquet(path: str) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise SourceFormatError(path, None, None, f"a Parquet file ({error})", path) from None
+
+
+class _RowGroupReader(FileRecordReader):
+    """Reads one row group; its position is the number of its rows already returned."""
+
+    def __init__(self, path: str, row_group: int, columns: list[str] | None, batch_size: int,
+                 position: Any | None) -> None:
+        self._file = _open_parquet(path)
+        names = self._file.schema_arrow.names
+        missing = [c for c in columns or [] if c not in names]
+        if missing:
+            raise SourceFormatError(path, None, None, f"columns {missing} among the file's columns", names)
+        self._batches: Iterator[pa.RecordBatch] = self._file.iter_batches(
+            batch_size=batch_size, row_groups=[row_group], columns=columns)
+        self._pending: pa.RecordBatch | None = None
+        self._rows_read = 0
+        if position is not None:
+            self._skip(int(position))
+
+    def _skip(self, rows: int) -> None:
+        while self._rows_read < rows:
+            batch = self._next(rows - self._rows_read)
+            if batch is None:
+                break
+            self._rows_read += batch.num_rows
+
+    def _next(self, max_records: int) -> pa.RecordBatch | None:
+        batch = self._pending
+        self._pending = None
+        while batch is None or batch.num_rows == 0:
+            batch = next(self._batches, None)
+            if batch is None:
+                return None
+        if batch.num_rows > max_records:
+            self._pending = batch.slice(max_records)
+            batch = batch.slice(0, max_records)
+        return batch
+
+    def read_batch(self, max_records: int) -> ArrowSourceBatch | None:
+        batch = self._next(max_records)
+        if batch is None:
+            return None
+        self._rows_read += batch.num_rows
+        names = batch.schema.names
+        columns = [column.to_pylist() for column in batch.columns]
+        values = [named_row(names, row) for row in zip(*columns)] if columns else [
+            named_row([], []) for _ in range(batch.num_rows)]
+        return ArrowSourceBatch(values, record_batch=batch)
+
+    def position(self) -> int:
+        return self._rows_read
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _ParquetBulkWriter(BulkWriter):
+    """Buffers records and writes them as row groups of up to ``row_group_size`` rows."""
+
+    def __init__(self, stream: BinaryIO, schema: pa.Schema | None, row_group_size: int) -> None:
+        self._stream = stream
+        self._schema = schema
+        self._row_group_size = row_group_size
+        self._rows: list[dict] = []
+        self._writer: pq.ParquetWriter | None = None
+
+    def _as_dict(self, element: Any) -> Mapping:
+        if isinstance(element, Mapping):
+            return element
+        if isinstance(element, Row) and element._fields is not None:
+            return element.as_dict()
+        if isinstance(element, (Row, tuple, list)) and self._schema is not None:
+            if len(element) != len(self._schema.names):
+                raise SinkFormatError(f"Parquet: record {element!r} has {len(element)} field(s), "
+                                      f"the schema has {len(self._schema.names)}: {self._schema.names}")
+            return dict(zip(self._schema.names, element))
+        raise SinkFormatError(f"Parquet: cannot write record {element!r}: expected a dict or a named Row"
+                              + ("" if self._schema is not None else ", or a schema to name positional fields"))
+
+    def add_element(self, element: Any) -> None:
+        self._rows.append(self._as_dict(element))
+        if len(self._rows) >= self._row_group_size:
+            self._write_rows()
+
+    def _write_rows(self) -> None:
+        if not self._rows:
+            return
+        try:
+            table = pa.Table.from_pylist(self._rows, schema=self._schema)
+        except (pa.ArrowException, TypeError, ValueError) as error:
+            raise SinkFormatError(f"Parquet: records do not fit the schema {self._schema}: {error}") from None
+        if self._writer is None:
+            self._schema = table.schema
+            self._writer = pq.ParquetWriter(self._stream, table.schema)
+        self._writer.write_table(table, row_group_size=self._row_group_size)
+        self._rows = []
+
+    def finish(self) -> None:
+        self._write_rows()
+        if self._writer is None:
+            if self._schema is None:
+                raise SinkFormatError("Parquet: cannot write a file with no records and no schema")
+            self._writer = pq.ParquetWriter(self._stream, self._schema)
+        self._writer.close()
+
+
+class _ParquetBulkWriterFactory(BulkWriterFactory):
+    def __init__(self, schema: pa.Schema | None, row_group_size: int) -> None:
+        self._schema = schema
+        self._row_group_size = row_group_size
+
+    def create(self, stream: BinaryIO) -> BulkWriter:
+        return _ParquetBulkWriter(stream, self._schema, self._row_group_size)
+
+
+class ParquetBulkWriters:
+    """Creates bulk writers of Parquet part files for ``FileSink.for_bulk_format``.
+
+    Example:
+        >>> factory = ParquetBulkWriters.for_schema(pa.schema([('word', pa.string()), ('n', pa.int64())]))
+    """
+
+    @staticmethod
+    def for_schema(schema: pa.Schema | None = None, row_group_size: int = 64 * 1024) -> BulkWriterFactory:
+        """Write records (dicts, named rows, or tuples in the schema's order) with ``schema``.
+
+        Without a schema, each part file takes the schema Arrow infers from its first row group.
+        """
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise InvalidProgramError(f"ParquetBulkWriters.for_schema needs a pyarrow.Schema, got {schema!r}")
+        if row_group_size < 1:
+            raise InvalidProgramError(f"ParquetBulkWriters: row_group_size must be positive, got {row_group_size}")
+        return _ParquetBulkWriterFactory(schema, row_group_size)

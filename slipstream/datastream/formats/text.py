@@ -1,0 +1,55 @@
+"""Plain text: lines in (``StreamFormat.text_line_format()``), ``str(value)`` lines out (``Encoder.simple_string_encoder()``)."""
+
+from __future__ import annotations
+
+import codecs
+from typing import Any
+
+from slipstream.datastream.formats.base import (
+    Encoder,
+    FileRecordReader,
+    LineRecordReader,
+    StreamFormat,
+    check_charset,
+)
+from slipstream.errors import InvalidProgramError
+
+
+class TextLineInputFormat(StreamFormat):
+    """Reads each line of a file as one ``str``, without its terminator; empty lines are kept.
+
+    Example:
+        >>> fmt = StreamFormat.text_line_format()
+        >>> type(fmt).__name__
+        'TextLineInputFormat'
+    """
+
+    def __init__(self, charset_name: str = "UTF-8") -> None:
+        self._charset = check_charset(charset_name)
+
+    def create_reader(self, path: str, part: int | None, position: Any | None) -> FileRecordReader:
+        return _TextLineReader(path, self._charset, position)
+
+
+class _TextLineReader(LineRecordReader):
+    def parse(self, text: str, line_number: int, offset: int) -> str:
+        return text
+
+
+class SimpleStringEncoder(Encoder):
+    """Encodes a record as ``str(record)`` followed by ``\\n``.
+
+    Example:
+        >>> Encoder.simple_string_encoder().encode(42)
+        b'42\\n'
+    """
+
+    def __init__(self, charset_name: str = "UTF-8") -> None:
+        try:
+            codecs.lookup(charset_name)
+        except LookupError:
+            raise InvalidProgramError(f"unknown charset {charset_name!r}") from None
+        self._charset = charset_name
+
+    def encode(self, value: Any) -> bytes:
+        return f"{value}\n".encode(self._charset)

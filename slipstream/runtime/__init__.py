@@ -1,0 +1,1 @@
+"""The embedded runtime: planning, tasks, channels, scheduling, state."""
