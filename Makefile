@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 run: $(BIN)/.installed
-	$(BIN)/python examples/word_count.py
+	$(BIN)/python examples/card_features.py
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest

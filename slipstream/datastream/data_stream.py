@@ -106,6 +106,10 @@ class DataStream(Generic[T]):
                                       f"partitioning, union or side output ({self.get_name()})")
         if not isinstance(parallelism, int) or parallelism < 1:
             raise InvalidProgramError(f"parallelism must be a positive integer, got {parallelism!r}")
+        fixed_max = self._transformation.max_parallelism
+        if fixed_max is not None and parallelism > fixed_max:
+            raise InvalidProgramError(f"operator '{self.get_name()}' runs at most at parallelism "
+                                      f"{fixed_max} (e.g. a window_all), asked for {parallelism}")
         source_max = getattr(getattr(self._transformation, "source", None), "max_parallelism", None)
         limit = source_max() if callable(source_max) else None
         if limit is not None and parallelism > limit:

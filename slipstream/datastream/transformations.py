@@ -126,7 +126,7 @@ class CoProcessTransformation(Transformation):
 
 @dataclass(eq=False, repr=False)
 class WindowTransformation(Transformation):
-    """A window operator (keyed, or all-window when ``key_selectors`` is ``[None]``).
+    """A window operator; all-window streams are keyed by a constant and run at parallelism 1.
 
     ``function_kind`` is "reduce", "aggregate", "process" or "apply"; ``function`` the
     user's function and ``window_function`` the optional window function given with

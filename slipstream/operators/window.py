@@ -1,0 +1,605 @@
+"""The window operator: assigns records to windows per key, runs triggers, evaluates windows.
+
+Follows Flink's ``WindowOperator`` (and ``EvictingWindowOperator`` when an evictor is
+set). Window contents live in namespaced keyed state (namespace = window): a
+``ReducingState`` for reduce, an ``AggregatingState`` for aggregate, a ``ListState``
+for apply/process and whenever an evictor is set. A window's results carry the
+timestamp ``window.max_timestamp()``.
+
+Event time: an element whose every window is already past ``max_timestamp() +
+allowed_lateness`` (by the watermark) is late: it goes to the late-data side output
+when one is set, otherwise it is dropped and counted in
+``metrics['num_late_records_dropped']``. Windows are cleaned up by a timer at
+``max_timestamp() + allowed_lateness``; until then late elements re-fire them.
+
+End of input: the runtime first sends the final (maximum) watermark, which fires
+every event-time window. Processing-time windows would be dropped by Flink in
+STREAMING mode; here, so that nothing is silently lost, every window that still has
+a pending processing-time timer is evaluated once at ``end_input`` and cleared.
+
+Runs record by record during backlog too (no batch path yet).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Iterable
+
+from slipstream.attributes import OperatorAttributes
+from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
+    ListState,
+    ListStateDescriptor,
+    ReducingState,
+    ReducingStateDescriptor,
+    State,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from slipstream.datastream.time import MAX_TIMESTAMP, Watermark
+from slipstream.datastream.transformations import WindowTransformation
+from slipstream.datastream.window import (
+    AllWindowFunction,
+    Evictor,
+    KeyedStateStore,
+    MergingWindowAssigner,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    TimestampedValue,
+    Trigger,
+    Window,
+    WindowAssigner,
+    WindowFunction,
+)
+from slipstream.errors import JobExecutionError, SlipstreamError
+from slipstream.operators.base import StreamOperator, StreamRuntimeContext, split_outputs
+from slipstream.operators.elements import RecordBatch
+from slipstream.operators.timers import InternalTimer, InternalTimerService
+
+CONTENTS_STATE = "window-contents"
+MERGING_WINDOWS_STATE = "merging-window-set"
+LATE_DROPPED_METRIC = "num_late_records_dropped"
+
+
+def merge_namespaces(state: State, descriptor: StateDescriptor, target: Window,
+                     sources: Iterable[Window]) -> None:
+    """Fold the contents ``state`` holds for ``sources`` into ``target`` and clear the sources.
+
+    List, reducing and aggregating state can merge; other kinds cannot (as in Flink).
+    """
+    sources = [s for s in sources if s != target]
+    if isinstance(state, ListState):
+        collected: list = []
+        for source in sources:
+            state.set_current_namespace(source)
+            collected.extend(state.get())
+            state.clear()
+        state.set_current_namespace(target)
+        state.add_all(collected)
+    elif isinstance(state, ReducingState):
+        values = []
+        for source in sources:
+            state.set_current_namespace(source)
+            value = state.get()
+            if value is not None:
+                values.append(value)
+            state.clear()
+        state.set_current_namespace(target)
+        for value in values:
+            state.add(value)
+    elif isinstance(state, AggregatingState):
+        merge = descriptor.agg_function.merge
+        merged = None
+        for source in [target] + sources:
+            state.set_current_namespace(source)
+            accumulator = state.get_accumulator()
+            if accumulator is not None:
+                merged = accumulator if merged is None else merge(merged, accumulator)
+            state.clear()
+        state.set_current_namespace(target)
+        if merged is not None:
+            state.set_accumulator(merged)
+    else:
+        raise JobExecutionError(f"state {descriptor.name!r} ({descriptor.kind} state) cannot be merged "
+                                "when session windows merge; use list, reducing or aggregating state")
+
+
+class MergingWindowSet:
+    """The live windows of one key of a merging assigner, each mapped to the window whose
+    namespace holds its state (Flink's ``MergingWindowSet``).
+
+    Merging re-maps windows instead of moving state: the merged window inherits the state
+    window of one of the windows it covers, and the others' state is folded into it.
+    """
+
+    def __init__(self, assigner: MergingWindowAssigner, mapping: dict[Window, Window]) -> None:
+        self.assigner = assigner
+        self.mapping = mapping
+
+    def get_state_window(self, window: Window) -> Window | None:
+        return self.mapping.get(window)
+
+    def retire_window(self, window: Window) -> None:
+        if self.mapping.pop(window, None) is None:
+            raise JobExecutionError(f"window {window!r} is not in the merging window set")
+
+    def add_window(self, new_window: Window,
+                   merge_function: Callable[[Window, list[Window], Window, list[Window]], None]) -> Window:
+        """Add ``new_window``, merging as the assigner says; return the window it ended up in.
+
+        ``merge_function(result, merged_windows, state_window, merged_state_windows)`` is
+        called for every merge so the caller can merge trigger state and contents.
+        """
+        merges: list[tuple[Window, list[Window]]] = []
+        collector = _MergeCollector(merges)
+        self.assigner.merge_windows(list(self.mapping) + [new_window], collector)
+        result_window = new_window
+        merged_new_window = False
+        for merge_result, merged in merges:
+            merged = list(merged)
+            if new_window in merged:
+                merged.remove(new_window)
+                merged_new_window = True
+                result_window = merge_result
+            if not merged:
+                continue
+            state_window = self.mapping[merged[0]]
+            merged_state_windows = [self.mapping.pop(w) for w in merged]
+            merged_state_windows.remove(state_window)
+            self.mapping[merge_result] = state_window
+            if not (len(merged) == 1 and merged[0] == merge_result):
+                merge_function(merge_result, merged, state_window, merged_state_windows)
+        if not merges or (result_window == new_window and not merged_new_window):
+            self.mapping[result_window] = result_window
+        return result_window
+
+
+class _MergeCollector(MergingWindowAssigner.MergeCallback):
+    def __init__(self, merges: list[tuple[Window, list[Window]]]) -> None:
+        self._merges = merges
+
+    def merge(self, to_be_merged: Iterable[Window], merge_result: Window) -> None:
+        self._merges.append((merge_result, list(to_be_merged)))
+
+
+class WindowOperator(StreamOperator):
+    """Keyed windows: assign, trigger, evaluate, clean up (all-windows use one constant key)."""
+
+    transformation_type = WindowTransformation
+
+    def __init__(self, transformation: WindowTransformation) -> None:
+        super().__init__(transformation)
+        self.assigner: WindowAssigner = transformation.assigner
+        self.trigger: Trigger = transformation.trigger or self.assigner.get_default_trigger()
+        self.evictor: Evictor | None = transformation.evictor
+        self.allowed_lateness = transformation.allowed_lateness
+        self.late_data_tag: OutputTag | None = transformation.late_data_tag
+        self.kind = transformation.function_kind
+        self.function = transformation.function
+        self.window_function = transformation.window_function
+        self._key_selector = transformation.key_selectors[0]
+        self._merging = isinstance(self.assigner, MergingWindowAssigner)
+        self._event_time = self.assigner.is_event_time()
+        self._contents_descriptor = self._make_contents_descriptor()
+        self._restored_timers: dict[str, list] | None = None
+        self._values: list = []
+        self._timestamps: list = []
+        self._side: dict[OutputTag, RecordBatch] = {}
+
+    def _make_contents_descriptor(self) -> StateDescriptor:
+        if self.evictor is not None or self.kind in ("process", "apply"):
+            return ListStateDescriptor(CONTENTS_STATE)
+        if self.kind == "reduce":
+            return ReducingStateDescriptor(CONTENTS_STATE, self.function)
+        if self.kind == "aggregate":
+            return AggregatingStateDescriptor(CONTENTS_STATE, self.function)
+        raise SlipstreamError(f"unknown window function kind {self.kind!r}")
+
+    def user_functions(self) -> list:
+        return [fn for fn in (self.function, self.window_function) if fn is not None]
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def open(self) -> None:
+        backend = self.ctx.keyed_backend
+        if backend is None:
+            raise SlipstreamError(f"window operator '{self.ctx.name}' needs a keyed state backend")
+        self.backend = backend
+        self.ctx.metrics.setdefault(LATE_DROPPED_METRIC, 0)
+        self.timers = InternalTimerService(backend, self.ctx.processing_time_service,
+                                           self._on_event_time, self._on_processing_time)
+        if self._restored_timers is not None:
+            self.timers.restore(self._restored_timers)
+        self.contents = backend.get_state(self._contents_descriptor, namespaced=True)
+        self.runtime_context = StreamRuntimeContext(self.ctx)
+        self.trigger_context = _TriggerContext(self)
+        self.window_context = _WindowContext(self)
+        self.assigner_context = _AssignerContext(self)
+        self.evictor_context = _EvictorContext(self)
+        super().open()
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """The timers (window contents and trigger state are keyed state, snapshotted by the backend)."""
+        return {"timers": self.timers.snapshot()}
+
+    def initialize_state(self, state: Any) -> None:
+        if not state:
+            return
+        if hasattr(self, "timers"):
+            self.timers.restore(state["timers"])
+        else:
+            self._restored_timers = state["timers"]
+
+    def get_operator_attributes(self) -> OperatorAttributes:
+        """Emits whenever a window fires, not only at end of input (``EndOfStreamWindows`` will)."""
+        return OperatorAttributes()
+
+    # -- elements -----------------------------------------------------------------------------
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        timestamps = batch.timestamps
+        for i, value in enumerate(batch.values):
+            timestamp = None if timestamps is None else timestamps[i]
+            try:
+                self._process_element(value, timestamp)
+            except SlipstreamError:
+                raise
+            except Exception as exc:
+                raise self.user_error(value, exc) from exc
+        self._flush()
+
+    def _process_element(self, value: Any, timestamp: int | None) -> None:
+        self.backend.set_current_key(self._key_selector(value))
+        windows = self.assigner.assign_windows(value, timestamp, self.assigner_context)
+        merging = self._merging_window_set() if self._merging else None
+        skipped = True
+        for window in windows:
+            if merging is not None:
+                window = merging.add_window(window, self._merge)
+                if self._is_window_late(window):
+                    merging.retire_window(window)
+                    continue
+                state_window = merging.get_state_window(window)
+            else:
+                if self._is_window_late(window):
+                    continue
+                state_window = window
+            skipped = False
+            self.contents.set_current_namespace(state_window)
+            self.contents.add(value if self.evictor is None else TimestampedValue(value, timestamp))
+            self.trigger_context.window = window
+            result = self.trigger.on_element(value, timestamp, window, self.trigger_context)
+            self._apply_trigger_result(result, window, state_window)
+            self._register_cleanup_timer(window)
+        if merging is not None:
+            self._persist(merging)
+        if skipped and self._is_element_late(timestamp):
+            self._late(value, timestamp)
+
+    def _late(self, value: Any, timestamp: int | None) -> None:
+        if self.late_data_tag is None:
+            self.ctx.metrics[LATE_DROPPED_METRIC] += 1
+            return
+        batch = self._side.get(self.late_data_tag)
+        if batch is None:
+            batch = self._side[self.late_data_tag] = RecordBatch([], [])
+        batch.values.append(value)
+        batch.timestamps.append(timestamp)
+
+    # -- time -----------------------------------------------------------------------------------
+    def on_watermark(self, watermark: Watermark) -> None:
+        self.timers.advance_watermark(watermark.timestamp)
+        self._flush()
+        self.output.emit_watermark(watermark)
+
+    def _on_event_time(self, timer: InternalTimer) -> None:
+        self._guarded(timer, self._on_timer, timer, True)
+
+    def _on_processing_time(self, timer: InternalTimer) -> None:
+        self._guarded(timer, self._on_timer, timer, False)
+        self._flush()
+
+    def _guarded(self, timer: InternalTimer, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn``, turning a user failure into an error naming the key and window."""
+        try:
+            fn(*args)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(timer.namespace, exc, what=f"key {timer.key!r}, window") from exc
+
+    def _on_timer(self, timer: InternalTimer, event_time: bool) -> None:
+        window = timer.namespace
+        merging = self._merging_window_set() if self._merging else None
+        state_window = window if merging is None else merging.get_state_window(window)
+        if state_window is None:
+            return  # the window was merged away; its trigger state went with it
+        self.trigger_context.window = window
+        if event_time:
+            result = self.trigger.on_event_time(timer.timestamp, window, self.trigger_context)
+        else:
+            result = self.trigger.on_processing_time(timer.timestamp, window, self.trigger_context)
+        self._apply_trigger_result(result, window, state_window)
+        if event_time == self._event_time and timer.timestamp == self._cleanup_time(window):
+            self._clear_all_state(window, state_window, merging)
+        if merging is not None:
+            self._persist(merging)
+
+    def end_input(self, input_index: int = 0) -> None:
+        """Evaluate and clear every processing-time window still waiting for its timer."""
+        if not self._event_time:
+            seen: set[tuple[Any, Window]] = set()
+            pending = sorted(self.timers.snapshot()["processing"], key=lambda timer: timer[0])
+            for timestamp, key, window in pending:
+                if (key, window) not in seen:
+                    seen.add((key, window))
+                    timer = InternalTimer(timestamp, key, window)
+                    self.backend.set_current_key(key)
+                    self._guarded(timer, self._fire_at_end, window)
+        self._flush()
+
+    def _fire_at_end(self, window: Window) -> None:
+        merging = self._merging_window_set() if self._merging else None
+        state_window = window if merging is None else merging.get_state_window(window)
+        if state_window is None:
+            return
+        self._fire(window, state_window)
+        self._delete_cleanup_timer(window)
+        self._clear_all_state(window, state_window, merging)
+        if merging is not None:
+            self._persist(merging)
+
+    # -- windows ----------------------------------------------------------------------------------
+    def _cleanup_time(self, window: Window) -> int:
+        if self._event_time:
+            return min(window.max_timestamp() + self.allowed_lateness, MAX_TIMESTAMP)
+        return window.max_timestamp()
+
+    def _is_window_late(self, window: Window) -> bool:
+        return self._event_time and self._cleanup_time(window) <= self.timers.current_watermark
+
+    def _is_element_late(self, timestamp: int | None) -> bool:
+        return (self._event_time and timestamp is not None
+                and timestamp + self.allowed_lateness <= self.timers.current_watermark)
+
+    def _register_cleanup_timer(self, window: Window) -> None:
+        cleanup = self._cleanup_time(window)
+        if cleanup == MAX_TIMESTAMP:
+            return  # a window that never ends is never cleaned up
+        if self._event_time:
+            self.timers.register_event_time_timer(window, cleanup)
+        else:
+            self.timers.register_processing_time_timer(window, cleanup)
+
+    def _delete_cleanup_timer(self, window: Window) -> None:
+        cleanup = self._cleanup_time(window)
+        if self._event_time:
+            self.timers.delete_event_time_timer(window, cleanup)
+        else:
+            self.timers.delete_processing_time_timer(window, cleanup)
+
+    def _apply_trigger_result(self, result: Any, window: Window, state_window: Window) -> None:
+        if result.is_fire():
+            self._fire(window, state_window)
+        if result.is_purge():
+            self.contents.set_current_namespace(state_window)
+            self.contents.clear()
+
+    def _clear_all_state(self, window: Window, state_window: Window,
+                         merging: MergingWindowSet | None) -> None:
+        self.contents.set_current_namespace(state_window)
+        self.contents.clear()
+        self.trigger_context.window = window
+        self.trigger.clear(window, self.trigger_context)
+        evaluator = self._evaluator()
+        if isinstance(evaluator, (ProcessWindowFunction, ProcessAllWindowFunction)):
+            self.window_context.current_window = window
+            evaluator.clear(self.window_context)
+        if merging is not None:
+            merging.retire_window(window)
+
+    def _merging_window_set(self) -> MergingWindowSet:
+        mapping = self.backend.get_state(_MERGING_DESCRIPTOR).value()
+        return MergingWindowSet(self.assigner, dict(mapping) if mapping else {})
+
+    def _persist(self, merging: MergingWindowSet) -> None:
+        state = self.backend.get_state(_MERGING_DESCRIPTOR)
+        if merging.mapping:
+            state.update(dict(merging.mapping))
+        else:
+            state.clear()
+
+    def _merge(self, result: Window, merged: list[Window], state_window: Window,
+               merged_state_windows: list[Window]) -> None:
+        if self._is_window_late(result):
+            raise JobExecutionError(f"window operator '{self.ctx.name}': merging produced {result!r}, "
+                                    "which ends before the current watermark "
+                                    f"{self.timers.current_watermark}")
+        ctx = self.trigger_context
+        ctx.window = result
+        ctx.merged_windows = merged
+        self.trigger.on_merge(result, ctx)
+        ctx.merged_windows = []
+        for window in merged:
+            ctx.window = window
+            self.trigger.clear(window, ctx)
+            self._delete_cleanup_timer(window)
+        merge_namespaces(self.contents, self._contents_descriptor, state_window, merged_state_windows)
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def _evaluator(self) -> Any:
+        """The function that gets a window's elements: the window function, if any."""
+        return self.function if self.kind in ("process", "apply") else self.window_function
+
+    def _fire(self, window: Window, state_window: Window) -> None:
+        self.contents.set_current_namespace(state_window)
+        if self.evictor is None:
+            contents = self.contents.get()
+            if contents is None or (isinstance(self.contents, ListState) and not contents):
+                return
+            inputs = list(contents) if isinstance(self.contents, ListState) else [contents]
+            self._evaluate(window, inputs)
+            return
+        elements = list(self.contents.get())
+        if not elements:
+            return
+        self.evictor_context.window = window
+        self.evictor.evict_before(elements, len(elements), window, self.evictor_context)
+        self._evaluate(window, self._combine([e.value for e in elements]))
+        self.evictor.evict_after(elements, len(elements), window, self.evictor_context)
+        self.contents.set_current_namespace(state_window)
+        self.contents.update(elements)
+
+    def _combine(self, values: list) -> list:
+        """With an evictor, reduce/aggregate run over the remaining elements when the window fires."""
+        if self.kind == "reduce":
+            return [functools.reduce(self.function.reduce, values)] if values else []
+        if self.kind == "aggregate":
+            accumulator = self.function.create_accumulator()
+            for value in values:
+                accumulator = self.function.add(value, accumulator)
+            return [self.function.get_result(accumulator)]
+        return values
+
+    def _evaluate(self, window: Window, inputs: list) -> None:
+        evaluator = self._evaluator()
+        key = self.backend.get_current_key()
+        if evaluator is None:
+            results: Any = inputs
+        elif isinstance(evaluator, WindowFunction):
+            results = evaluator.apply(key, window, inputs)
+        elif isinstance(evaluator, AllWindowFunction):
+            results = evaluator.apply(window, inputs)
+        else:
+            self.window_context.current_window = window
+            if isinstance(evaluator, ProcessWindowFunction):
+                results = evaluator.process(key, self.window_context, inputs)
+            else:
+                results = evaluator.process(self.window_context, inputs)
+        split_outputs(results, window.max_timestamp(), self._values, self._timestamps, self._side)
+
+    def _flush(self) -> None:
+        if self._values:
+            batch = RecordBatch(self._values, self._timestamps)
+            self._values, self._timestamps = [], []
+            self.output.collect_batch(batch)
+        if self._side:
+            side, self._side = self._side, {}
+            for tag, batch in side.items():
+                self.output.collect_side(tag, batch)
+
+
+_MERGING_DESCRIPTOR = ValueStateDescriptor(MERGING_WINDOWS_STATE)
+
+
+class _AssignerContext(WindowAssigner.WindowAssignerContext):
+    def __init__(self, operator: WindowOperator) -> None:
+        self._operator = operator
+
+    def get_current_processing_time(self) -> int:
+        return self._operator.timers.current_processing_time()
+
+    def get_runtime_context(self) -> StreamRuntimeContext:
+        return self._operator.runtime_context
+
+
+class _TriggerContext(Trigger.OnMergeContext):
+    """Timers and state of ``window`` for the current key; ``merged_windows`` during ``on_merge``."""
+
+    def __init__(self, operator: WindowOperator) -> None:
+        self._operator = operator
+        self.window: Window | None = None
+        self.merged_windows: list[Window] = []
+
+    def get_current_processing_time(self) -> int:
+        return self._operator.timers.current_processing_time()
+
+    def get_metric_group(self) -> dict[str, Any]:
+        return self._operator.ctx.metrics
+
+    def get_current_watermark(self) -> int:
+        return self._operator.timers.current_watermark
+
+    def register_processing_time_timer(self, time: int) -> None:
+        self._operator.timers.register_processing_time_timer(self.window, int(time))
+
+    def register_event_time_timer(self, time: int) -> None:
+        self._operator.timers.register_event_time_timer(self.window, int(time))
+
+    def delete_processing_time_timer(self, time: int) -> None:
+        self._operator.timers.delete_processing_time_timer(self.window, int(time))
+
+    def delete_event_time_timer(self, time: int) -> None:
+        self._operator.timers.delete_event_time_timer(self.window, int(time))
+
+    def get_partitioned_state(self, state_descriptor: StateDescriptor) -> State:
+        state = self._operator.backend.get_state(state_descriptor, namespaced=True)
+        state.set_current_namespace(self.window)
+        return state
+
+    def merge_partitioned_state(self, state_descriptor: StateDescriptor) -> None:
+        if self.merged_windows:
+            state = self._operator.backend.get_state(state_descriptor, namespaced=True)
+            merge_namespaces(state, state_descriptor, self.window, self.merged_windows)
+
+
+class _StateStore(KeyedStateStore):
+    """Keyed state for window functions: per window (``namespaced``) or per key."""
+
+    def __init__(self, operator: WindowOperator, namespaced: bool) -> None:
+        self._operator = operator
+        self._namespaced = namespaced
+
+    def get_state(self, state_descriptor: StateDescriptor) -> State:
+        operator = self._operator
+        if not self._namespaced:
+            return operator.backend.get_state(state_descriptor)
+        if operator._merging:
+            raise JobExecutionError(f"window operator '{operator.ctx.name}': per-window state is not "
+                                    "available with merging (session) windows")
+        state = operator.backend.get_state(state_descriptor, namespaced=True)
+        state.set_current_namespace(operator.window_context.current_window)
+        return state
+
+
+class _WindowContext(ProcessWindowFunction.Context, ProcessAllWindowFunction.Context):
+    def __init__(self, operator: WindowOperator) -> None:
+        self._operator = operator
+        self.current_window: Window | None = None
+        self._window_state = _StateStore(operator, namespaced=True)
+        self._global_state = _StateStore(operator, namespaced=False)
+
+    def window(self) -> Window:
+        return self.current_window
+
+    def current_processing_time(self) -> int:
+        return self._operator.timers.current_processing_time()
+
+    def current_watermark(self) -> int:
+        return self._operator.timers.current_watermark
+
+    def window_state(self) -> KeyedStateStore:
+        return self._window_state
+
+    def global_state(self) -> KeyedStateStore:
+        return self._global_state
+
+    def output(self, output_tag: OutputTag, value: Any) -> None:
+        operator = self._operator
+        split_outputs([(output_tag, value)], self.current_window.max_timestamp(), operator._values,
+                      operator._timestamps, operator._side)
+
+
+class _EvictorContext(Evictor.EvictorContext):
+    def __init__(self, operator: WindowOperator) -> None:
+        self._operator = operator
+        self.window: Window | None = None
+
+    def get_current_processing_time(self) -> int:
+        return self._operator.timers.current_processing_time()
+
+    def get_current_watermark(self) -> int:
+        return self._operator.timers.current_watermark
+
+    def get_metric_group(self) -> dict[str, Any]:
+        return self._operator.ctx.metrics
