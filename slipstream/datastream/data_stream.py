@@ -286,6 +286,8 @@ class DataStream(Generic[T]):
         from slipstream.datastream.connectors.sinks import FunctionSink
         if isinstance(sink_func, SinkBase):
             return self.sink_to(sink_func)
+        if not callable(sink_func):
+            raise InvalidProgramError(f"add_sink expects a Sink or a callable, got {sink_func!r}")
         return self.sink_to(FunctionSink(sink_func))
 
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:

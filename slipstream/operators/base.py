@@ -8,6 +8,7 @@ chained operator or a channel writer.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Protocol
@@ -153,7 +154,7 @@ class StreamOperator(ABC):
             operator_cls = StreamOperator.registry[type(transformation)]
         except KeyError:
             raise SlipstreamError(f"no operator implements {type(transformation).__name__}") from None
-        return operator_cls.from_transformation(transformation)
+        return operator_cls.from_transformation(_with_own_functions(transformation))
 
     @classmethod
     def from_transformation(cls, transformation: Transformation) -> StreamOperator:
@@ -258,6 +259,29 @@ class StreamOperator(ABC):
             raise
         except Exception as exc:
             raise self.user_error(args[0] if args else None, exc, what=what) from exc
+
+
+def _with_own_functions(transformation: Transformation) -> Transformation:
+    """A copy of ``transformation`` whose user functions are this subtask's own copies.
+
+    Flink (and PyFlink) deserialise one instance of a user function per subtask, so what
+    ``open`` stores on ``self`` (state handles, caches) is never shared between subtasks.
+    A function that cannot be deep-copied (it holds a lock, a socket) is copied shallowly.
+    """
+    copies = {}
+    for name in ("function", "window_function"):
+        fn = getattr(transformation, name, None)
+        if isinstance(fn, Function):
+            try:
+                copies[name] = copy.deepcopy(fn)
+            except Exception:  # noqa: BLE001 - uncopyable members: share them, not the instance
+                copies[name] = copy.copy(fn)
+    if not copies:
+        return transformation
+    clone = copy.copy(transformation)
+    for name, fn in copies.items():
+        setattr(clone, name, fn)
+    return clone
 
 
 def split_outputs(results: Any, timestamp: int | None, values: list, timestamps: list | None,

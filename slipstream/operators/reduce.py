@@ -48,6 +48,9 @@ class KeyedReduceOperator(StreamOperator):
                 current = get(key)
                 if current is not None:
                     current = reduce(current, value)
+                    if current is None:  # stored, None would silently restart the key's fold
+                        raise TypeError("the reduce function returned None; it must return the "
+                                        "combined value")
                 else:
                     current = value
                 table[key] = current

@@ -7,6 +7,8 @@ which restoring from a checkpoint written by another process requires.
 
 from __future__ import annotations
 
+import datetime
+import enum
 import struct
 import zlib
 from typing import Any
@@ -21,14 +23,16 @@ _MASK64 = (1 << 64) - 1
 def _mix(value: int) -> int:
     """Fibonacci hashing: one multiplication spreads regular integers (multiples of 128, say)
     over the key groups; it runs per record on keyed edges, so it stays this cheap."""
+    value ^= value >> 32  # fold the high half in: floats and large ints differ mostly up there
     return ((value * 0x9E3779B97F4A7C15) & _MASK64) >> 32
 
 
 def stable_hash(key: Any) -> int:
     """A hash of ``key`` that is the same in every process.
 
-    Handles the usual key types (int, str, bytes, float, bool, None, tuples and rows of
-    them); other objects fall back to their own ``__hash__``, which must then be stable.
+    Handles the usual key types (int, str, bytes, float, bool, None, enums, dates, datetimes,
+    tuples and rows of them); other objects fall back to their own ``__hash__``, which must
+    then be stable (Python randomises it for str-like contents, per process).
     """
     kind = type(key)
     if kind is int or kind is bool:
@@ -48,6 +52,25 @@ def stable_hash(key: Any) -> int:
         for item in key:
             result = _mix((result * 1000003) ^ stable_hash(item))
         return result
+    # Subclasses (IntEnum, str enums, ...) hash like the value they compare equal to; enums,
+    # dates and datetimes have a per-process randomised __hash__, so hash their contents.
+    if isinstance(key, int):
+        return stable_hash(int(key))
+    if isinstance(key, str):
+        return stable_hash(str.__str__(key))
+    if isinstance(key, float):
+        return stable_hash(float(key))
+    if isinstance(key, bytes):
+        return stable_hash(bytes(key))
+    if isinstance(key, enum.Enum):
+        return stable_hash((type(key).__qualname__, key.name))
+    if isinstance(key, datetime.datetime):
+        offset = key.utcoffset()
+        naive = key.replace(tzinfo=None, fold=0) - (offset or datetime.timedelta(0))
+        return stable_hash((naive.toordinal(), naive.hour * 3600 + naive.minute * 60 + naive.second,
+                            naive.microsecond))
+    if isinstance(key, datetime.date):
+        return stable_hash(key.toordinal())
     return _mix(hash(key) & _MASK64)
 
 

@@ -67,7 +67,7 @@ class RecordWriter:
 
     def has_capacity(self) -> bool:
         for channel in self.channels:
-            if len(channel.queue) >= channel.capacity:
+            if channel.is_full():  # a SpillingChannel (capacity 0) is never full
                 return False
         return True
 
@@ -116,7 +116,7 @@ class RecordWriter:
         record = None
         for record in batch.values:
             try:
-                selector(record)
+                stable_hash(selector(record))
             except Exception:
                 break
         return UserFunctionError(f"key_by before '{self.edge.target.name}'", self.subtask_index,

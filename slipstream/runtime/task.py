@@ -262,13 +262,15 @@ class SourceTask(StreamTask):
         for _ in range(self.quantum):
             if self.finished or not self.can_write():
                 break
+            # Cleared before the poll, so a reader thread's notification during it is not lost.
+            self.available = False
             status = self.source.emit_next(self.batch_size)
             if status is InputStatus.END_OF_INPUT:
                 self.source.output.emit_watermark(MAX_WATERMARK)
                 self._finish()
                 break
             if status is InputStatus.NOTHING_AVAILABLE:
-                self.available = False
                 self._retry_at = now + SOURCE_RETRY_MS
                 break
+            self.available = True
         self.flush()

@@ -33,6 +33,11 @@ class HeapKeyedStateBackend:
         self._kinds: dict[str, str] = {}
 
     def set_current_key(self, key: Any) -> None:
+        try:
+            hash(key)
+        except TypeError:
+            raise TypeError(f"the key {key!r} is not hashable: a key selector must return a hashable "
+                            f"value (a tuple rather than a list), got a {type(key).__name__}") from None
         self.current_key = key
 
     def get_current_key(self) -> Any:
@@ -75,7 +80,7 @@ class HeapKeyedStateBackend:
             for entry_key, value in table.items():
                 key = entry_key[0] if isinstance(entry_key, _NamespacedKey) else entry_key
                 groups.setdefault(assign_to_key_group(key, self.max_parallelism), []).append(
-                    (entry_key, value))
+                    (entry_key, _own_copy(value)))
             result[name] = groups
         return result
 
@@ -86,7 +91,13 @@ class HeapKeyedStateBackend:
             table = self._tables.setdefault(name, {})
             for group, entries in groups.items():
                 if key_groups is None or group in key_groups:
-                    table.update(entries)
+                    table.update((entry_key, _own_copy(value)) for entry_key, value in entries)
+
+
+def _own_copy(value: Any) -> Any:
+    """Copy the containers list and map state mutate in place, so a snapshot stays as taken."""
+    kind = type(value)
+    return kind(value) if kind is list or kind is dict else value
 
 
 class _NamespacedKey(tuple):
