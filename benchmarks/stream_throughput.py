@@ -63,14 +63,42 @@ def baseline_reduce(records: list[int], sink: Callable[[Any], None]) -> None:
         sink(current)
 
 
+class _DictValueState:
+    """The least a hand-written loop needs to call the same RunningSum: a dict per key."""
+
+    def __init__(self) -> None:
+        self.table: dict[Any, Any] = {}
+        self.key: Any = None
+
+    def value(self) -> Any:
+        return self.table.get(self.key)
+
+    def update(self, value: Any) -> None:
+        self.table[self.key] = value
+
+
+class _LoopContext:
+    """Stands in for the runtime context and the process-function context."""
+
+    def __init__(self, state: _DictValueState) -> None:
+        self.state = state
+
+    def get_state(self, _descriptor: Any) -> _DictValueState:
+        return self.state
+
+
 def baseline_process(records: list[int], sink: Callable[[Any], None]) -> None:
-    state: dict[int, int] = {}
+    """The hand-written loop: the same RunningSum.process_element over a dict-backed state."""
+    state = _DictValueState()
+    context = _LoopContext(state)
+    function = RunningSum()
+    function.open(context)  # type: ignore[arg-type]
+    process = function.process_element
     for record in records:
         pair = to_pair(record)
-        key = key_of(pair)
-        total = state.get(key, 0) + pair[1]
-        state[key] = total
-        sink((key, total))
+        state.key = key_of(pair)
+        for out in process(pair, context):  # type: ignore[arg-type]
+            sink(out)
 
 
 class Counter:
