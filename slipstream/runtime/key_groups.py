@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import enum
-import struct
 import zlib
 from typing import Any
 
@@ -35,16 +34,14 @@ def stable_hash(key: Any) -> int:
     then be stable (Python randomises it for str-like contents, per process).
     """
     kind = type(key)
-    if kind is int or kind is bool:
-        return _mix(key & _MASK64)
+    if kind is int or kind is bool or kind is float:
+        # Python's numeric hash is not randomised, equal for 1 == 1.0 == True, and folds
+        # huge values (2**70, 1e300) modulo 2**61 - 1 instead of truncating them to zero.
+        return _mix(hash(key) & _MASK64)
     if kind is str:
         return _mix(zlib.crc32(key.encode("utf-8", "surrogatepass")))
     if kind is bytes:
         return _mix(zlib.crc32(key))
-    if kind is float:
-        if key.is_integer():
-            return _mix(int(key) & _MASK64)
-        return _mix(struct.unpack("<Q", struct.pack("<d", key))[0])
     if key is None:
         return 0
     if isinstance(key, (tuple, Row)):

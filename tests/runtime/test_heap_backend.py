@@ -1,0 +1,206 @@
+"""The heap keyed-state backend: every state kind scoped per key and namespace; snapshots by key group."""
+
+import pytest
+
+from slipstream.datastream.functions import AggregateFunction
+from slipstream.datastream.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
+from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+
+
+class Average(AggregateFunction):
+    def create_accumulator(self):  # noqa: ANN201
+        return (0, 0)
+
+    def add(self, value, accumulator):  # noqa: ANN001, ANN201
+        return accumulator[0] + value, accumulator[1] + 1
+
+    def get_result(self, accumulator):  # noqa: ANN001, ANN201
+        return accumulator[0] / accumulator[1]
+
+
+def descriptors() -> dict:
+    return {
+        "value": ValueStateDescriptor("v"),
+        "list": ListStateDescriptor("l"),
+        "map": MapStateDescriptor("m"),
+        "reducing": ReducingStateDescriptor("r", lambda a, b: a + b),
+        "aggregating": AggregatingStateDescriptor("a", Average()),
+    }
+
+
+def write_all(backend: HeapKeyedStateBackend, key: object, n: int, namespaced: bool = False,
+              namespace: object = None) -> None:
+    """Write ``n`` into every kind of state for ``key`` (and ``namespace``)."""
+    backend.set_current_key(key)
+    states = {kind: backend.get_state(d, namespaced) for kind, d in descriptors().items()}
+    if namespaced:
+        for state in states.values():
+            state.set_current_namespace(namespace)
+    states["value"].update(n)
+    states["list"].add(n)
+    states["list"].add(n + 1)
+    states["map"].put("n", n)
+    states["reducing"].add(n)
+    states["reducing"].add(n)
+    states["aggregating"].add(n)
+    states["aggregating"].add(n + 2)
+
+
+def read_all(backend: HeapKeyedStateBackend, key: object, namespaced: bool = False,
+             namespace: object = None) -> dict:
+    backend.set_current_key(key)
+    states = {kind: backend.get_state(d, namespaced) for kind, d in descriptors().items()}
+    if namespaced:
+        for state in states.values():
+            state.set_current_namespace(namespace)
+    return {"value": states["value"].value(), "list": list(states["list"].get()),
+            "map": dict(states["map"].items()), "reducing": states["reducing"].get(),
+            "aggregating": states["aggregating"].get()}
+
+
+def expected(n: int) -> dict:
+    return {"value": n, "list": [n, n + 1], "map": {"n": n}, "reducing": 2 * n, "aggregating": n + 1}
+
+
+EMPTY = {"value": None, "list": [], "map": {}, "reducing": None, "aggregating": None}
+
+
+def test_every_state_kind_is_scoped_per_key() -> None:
+    backend = HeapKeyedStateBackend(128)
+    write_all(backend, "a", 10)
+    write_all(backend, ("b", 2), 20)
+    assert read_all(backend, "a") == expected(10)
+    assert read_all(backend, ("b", 2)) == expected(20)
+    assert read_all(backend, "c") == EMPTY
+
+
+def test_every_state_kind_is_scoped_per_namespace() -> None:
+    backend = HeapKeyedStateBackend(128)
+    write_all(backend, "a", 1, namespaced=True, namespace="w1")
+    write_all(backend, "a", 2, namespaced=True, namespace="w2")
+    write_all(backend, "b", 3, namespaced=True, namespace="w1")
+    assert read_all(backend, "a", True, "w1") == expected(1)
+    assert read_all(backend, "a", True, "w2") == expected(2)
+    assert read_all(backend, "b", True, "w1") == expected(3)
+    assert read_all(backend, "b", True, "w2") == EMPTY
+    assert read_all(backend, "a") == EMPTY  # the un-namespaced view of the same names is separate
+
+
+def test_clear_removes_only_the_current_key_and_namespace() -> None:
+    backend = HeapKeyedStateBackend(128)
+    write_all(backend, "a", 1)
+    write_all(backend, "b", 2)
+    backend.set_current_key("a")
+    for descriptor in descriptors().values():
+        backend.get_state(descriptor).clear()
+    assert read_all(backend, "a") == EMPTY
+    assert read_all(backend, "b") == expected(2)
+
+
+def test_value_state_update_none_clears_and_map_remove_drops_empty_maps() -> None:
+    backend = HeapKeyedStateBackend(128)
+    backend.set_current_key("k")
+    value = backend.get_state(ValueStateDescriptor("v"))
+    value.update(5)
+    value.update(None)
+    assert value.value() is None and backend.keys("v") == []
+    mapping = backend.get_state(MapStateDescriptor("m"))
+    mapping.put("x", 1)
+    mapping.put_all({"y": 2})
+    assert mapping.contains("x") and sorted(mapping.keys()) == ["x", "y"]
+    mapping.remove("x")
+    mapping.remove("y")
+    assert mapping.is_empty() and backend.keys("m") == []
+
+
+def test_list_state_update_replaces_and_refuses_none() -> None:
+    backend = HeapKeyedStateBackend(128)
+    backend.set_current_key("k")
+    state = backend.get_state(ListStateDescriptor("l"))
+    state.add_all([1, 2])
+    state.update([3])
+    assert list(state) == [3]
+    with pytest.raises(ValueError, match="cannot add None"):
+        state.add(None)
+    state.update([])
+    assert state.get() == [] and backend.keys("l") == []
+
+
+def test_the_same_descriptor_name_returns_the_same_state() -> None:
+    backend = HeapKeyedStateBackend(128)
+    assert backend.get_state(ValueStateDescriptor("v")) is backend.get_state(ValueStateDescriptor("v"))
+
+
+def test_same_name_with_another_kind_is_refused() -> None:
+    backend = HeapKeyedStateBackend(128)
+    backend.get_state(ValueStateDescriptor("s"))
+    with pytest.raises(ValueError, match="'s' was registered as value state, now asked for as list state"):
+        backend.get_state(ListStateDescriptor("s"))
+
+
+KEYS = [f"user-{i}" for i in range(200)] + list(range(100)) + [("t", i) for i in range(50)]
+
+
+def filled_backend(max_parallelism: int, namespaced: bool = False) -> HeapKeyedStateBackend:
+    backend = HeapKeyedStateBackend(max_parallelism)
+    for n, key in enumerate(KEYS):
+        write_all(backend, key, n, namespaced, namespace="w" if namespaced else None)
+    return backend
+
+
+def test_snapshot_groups_entries_by_their_key_group() -> None:
+    backend = filled_backend(16)
+    snapshot = backend.snapshot()
+    assert set(snapshot) == {"v", "l", "m", "r", "a"}
+    for groups in snapshot.values():
+        keys = [key for group, entries in groups.items() for key, _ in entries]
+        assert sorted(map(repr, keys)) == sorted(map(repr, KEYS))
+        for group, entries in groups.items():
+            assert all(assign_to_key_group(key, 16) == group for key, _ in entries)
+
+
+@pytest.mark.parametrize("namespaced", [False, True])
+def test_restore_at_parallelism_two_puts_each_key_in_exactly_one_backend(namespaced: bool) -> None:
+    max_parallelism = 16
+    snapshot = filled_backend(max_parallelism, namespaced).snapshot()
+    restored = []
+    for subtask in range(2):
+        backend = HeapKeyedStateBackend(max_parallelism)
+        backend.restore(snapshot, key_group_range(max_parallelism, 2, subtask))
+        restored.append(backend)
+    namespace = "w" if namespaced else None
+    for n, key in enumerate(KEYS):
+        owner = 0 if assign_to_key_group(key, max_parallelism) in key_group_range(max_parallelism, 2, 0) else 1
+        assert read_all(restored[owner], key, namespaced, namespace) == expected(n)
+        assert read_all(restored[1 - owner], key, namespaced, namespace) == EMPTY
+    sizes = [len(b.keys("v")) for b in restored]
+    assert sum(sizes) == len(KEYS) and min(sizes) > 0
+
+
+def test_restore_without_a_range_takes_everything() -> None:
+    snapshot = filled_backend(8).snapshot()
+    backend = HeapKeyedStateBackend(8)
+    backend.restore(snapshot)
+    for n, key in enumerate(KEYS):
+        assert read_all(backend, key) == expected(n)
+
+
+def test_a_snapshot_is_not_changed_by_later_updates() -> None:
+    backend = HeapKeyedStateBackend(128)
+    write_all(backend, "a", 1)
+    snapshot = backend.snapshot()
+    write_all(backend, "a", 5)  # appends to the list, puts into the map
+    restored = HeapKeyedStateBackend(128)
+    restored.restore(snapshot)
+    assert read_all(restored, "a") == expected(1)
+    write_all(restored, "a", 7)  # and restoring did not tie the new state to the snapshot
+    again = HeapKeyedStateBackend(128)
+    again.restore(snapshot)
+    assert read_all(again, "a") == expected(1)

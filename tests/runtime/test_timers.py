@@ -1,0 +1,202 @@
+"""The internal timer service: ordering, deduplication, deletion, firing with the key set, snapshots."""
+
+from typing import Any, Callable
+
+from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService
+from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+
+
+class FakeProcessingTimeService:
+    """Remembers wakeups; the test fires them by hand, as a task would when they fall due."""
+
+    def __init__(self, now: int = 0) -> None:
+        self.now = now
+        self.wakeups: list[tuple[int, Callable[[int], None]]] = []
+
+    def get_current_processing_time(self) -> int:
+        return self.now
+
+    def register_timer(self, timestamp: int, callback: Callable[[int], None]) -> None:
+        self.wakeups.append((timestamp, callback))
+
+    def advance_to(self, now: int) -> None:
+        """Fire the due wakeups in time order, as ``TaskProcessingTimeService.fire_due`` does."""
+        self.now = now
+        while True:
+            due = sorted((w for w in self.wakeups if w[0] <= now), key=lambda w: w[0])
+            if not due:
+                return
+            self.wakeups.remove(due[0])
+            due[0][1](due[0][0])
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.backend = HeapKeyedStateBackend(128)
+        self.clock = FakeProcessingTimeService()
+        self.fired: list[tuple[str, int, Any, Any]] = []
+        self.on_event: Callable[[InternalTimer], None] = lambda timer: None
+        self.service = InternalTimerService(self.backend, self.clock, self._event, self._processing)
+
+    def _event(self, timer: InternalTimer) -> None:
+        assert self.backend.get_current_key() == timer.key, "the timer's key is current when it fires"
+        self.fired.append(("event", timer.timestamp, timer.key, timer.namespace))
+        self.on_event(timer)
+
+    def _processing(self, timer: InternalTimer) -> None:
+        assert self.backend.get_current_key() == timer.key
+        self.fired.append(("processing", timer.timestamp, timer.key, timer.namespace))
+
+    def event(self, key: Any, timestamp: int, namespace: Any = None) -> None:
+        self.backend.set_current_key(key)
+        self.service.register_event_time_timer(namespace, timestamp)
+
+    def processing(self, key: Any, timestamp: int, namespace: Any = None) -> None:
+        self.backend.set_current_key(key)
+        self.service.register_processing_time_timer(namespace, timestamp)
+
+
+def test_event_timers_fire_in_timestamp_order_then_registration_order() -> None:
+    h = Harness()
+    h.event("b", 30)
+    h.event("a", 10)
+    h.event("c", 20)
+    h.event("a", 20)
+    h.event("z", 40)
+    h.service.advance_watermark(25)
+    assert h.fired == [("event", 10, "a", None), ("event", 20, "c", None), ("event", 20, "a", None)]
+    assert h.service.current_watermark == 25
+    assert h.service.num_event_time_timers() == 2
+    h.fired.clear()
+    h.service.advance_watermark(40)
+    assert [f[1:3] for f in h.fired] == [(30, "b"), (40, "z")]
+
+
+def test_a_timer_exactly_at_the_watermark_fires_and_later_ones_wait() -> None:
+    h = Harness()
+    h.event("a", 10)
+    h.event("a", 11)
+    h.service.advance_watermark(10)
+    assert [f[1] for f in h.fired] == [10]
+
+
+def test_duplicate_timers_fire_once_per_key_and_namespace() -> None:
+    h = Harness()
+    h.event("a", 10)
+    h.event("a", 10)
+    h.event("a", 10, namespace="w")
+    h.event("b", 10)
+    assert h.service.num_event_time_timers() == 3
+    h.service.advance_watermark(100)
+    assert [f[2:] for f in h.fired] == [("a", None), ("a", "w"), ("b", None)]
+
+
+def test_deleted_timers_do_not_fire_and_can_be_registered_again() -> None:
+    h = Harness()
+    h.event("a", 10)
+    h.event("a", 20)
+    h.event("b", 10)
+    h.backend.set_current_key("a")
+    h.service.delete_event_time_timer(None, 10)
+    h.service.delete_event_time_timer(None, 99)  # deleting an unknown timer is fine
+    assert h.service.num_event_time_timers() == 2
+    h.service.advance_watermark(15)
+    assert [f[1:3] for f in h.fired] == [(10, "b")]
+    h.event("a", 10)  # re-registered after deletion: fires (once) at the next watermark
+    h.service.advance_watermark(30)
+    assert [f[1:3] for f in h.fired] == [(10, "b"), (10, "a"), (20, "a")]
+
+
+def test_timers_registered_while_firing_at_or_before_the_watermark_fire_in_the_same_advance() -> None:
+    h = Harness()
+
+    def chain_timer(timer: InternalTimer) -> None:
+        if timer.timestamp < 30:
+            h.service.register_event_time_timer(None, timer.timestamp + 10)
+
+    h.on_event = chain_timer
+    h.event("k", 10)
+    h.service.advance_watermark(35)
+    assert [f[1] for f in h.fired] == [10, 20, 30]
+
+
+def test_processing_timers_wake_the_task_once_per_timestamp_and_fire_with_their_key() -> None:
+    h = Harness()
+    h.processing("a", 100)
+    h.processing("b", 100)
+    h.processing("a", 100)  # duplicate
+    h.processing("c", 50)
+    assert sorted(t for t, _ in h.clock.wakeups) == [50, 100]
+    assert h.service.num_processing_time_timers() == 3
+    h.clock.advance_to(60)
+    assert h.fired == [("processing", 50, "c", None)]
+    h.clock.advance_to(100)
+    assert h.fired[1:] == [("processing", 100, "a", None), ("processing", 100, "b", None)]
+    assert h.service.num_processing_time_timers() == 0
+
+
+def test_deleted_processing_timer_does_not_fire() -> None:
+    h = Harness()
+    h.processing("a", 100)
+    h.processing("b", 100)
+    h.backend.set_current_key("a")
+    h.service.delete_processing_time_timer(None, 100)
+    h.clock.advance_to(200)
+    assert h.fired == [("processing", 100, "b", None)]
+
+
+def test_processing_timer_registered_again_after_it_fired_wakes_the_task_again() -> None:
+    h = Harness()
+    h.processing("a", 100)
+    h.clock.advance_to(100)
+    h.processing("a", 100)
+    assert [t for t, _ in h.clock.wakeups] == [100]
+    h.clock.advance_to(100)
+    assert [f[1] for f in h.fired] == [100, 100]
+
+
+def test_event_and_processing_timers_are_separate() -> None:
+    h = Harness()
+    h.event("a", 10)
+    h.processing("a", 10)
+    h.service.advance_watermark(10)
+    assert h.fired == [("event", 10, "a", None)]
+    h.clock.advance_to(10)
+    assert h.fired[1:] == [("processing", 10, "a", None)]
+
+
+def test_snapshot_and_restore_keep_timers_and_their_order() -> None:
+    h = Harness()
+    h.event("b", 20)
+    h.event("a", 20)
+    h.event("c", 5, namespace=("window", 0, 10))
+    h.processing("x", 300)
+    h.processing("y", 200)
+    snapshot = h.service.snapshot()
+
+    restored = Harness()
+    restored.service.restore(snapshot)
+    assert restored.service.num_event_time_timers() == 3
+    assert restored.service.num_processing_time_timers() == 2
+    assert sorted(t for t, _ in restored.clock.wakeups) == [200, 300]
+    restored.service.advance_watermark(100)
+    assert [f[1:] for f in restored.fired] == [(5, "c", ("window", 0, 10)), (20, "b", None), (20, "a", None)]
+    restored.fired.clear()
+    restored.clock.advance_to(1000)
+    assert [f[1:3] for f in restored.fired] == [(200, "y"), (300, "x")]
+    # the original is untouched by what the restored copy fired
+    assert h.service.num_event_time_timers() == 3
+
+
+def test_keyed_timer_service_is_the_users_view_for_the_current_key() -> None:
+    h = Harness()
+    user = KeyedTimerService(h.service)
+    h.clock.now = 1234
+    assert user.current_processing_time() == 1234
+    h.backend.set_current_key("k")
+    user.register_event_time_timer(7.0)  # coerced to int
+    user.register_event_time_timer(8)
+    user.delete_event_time_timer(8)
+    h.service.advance_watermark(10)
+    assert h.fired == [("event", 7, "k", None)]
+    assert user.current_watermark() == 10
