@@ -94,6 +94,10 @@ class DataStream(Generic[T]):
     def get_type(self) -> Any:
         return self._transformation.output_type
 
+    def get_transformation(self) -> Transformation:
+        """The logical-graph node behind this stream (its attributes, parallelism, scope)."""
+        return self._transformation
+
     def get_execution_environment(self) -> StreamExecutionEnvironment:
         return self._env
 

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
+from slipstream.attributes import OperatorAttributes
 from slipstream.errors import InvalidProgramError
 
 IN = TypeVar("IN")
@@ -101,6 +102,14 @@ class Function(ABC):
 
     def close(self) -> None:
         """Tear down. Default: nothing."""
+
+    def get_operator_attributes(self) -> OperatorAttributes | None:
+        """Attributes this function declares for the operator running it (FLIP-327).
+
+        For example a function that emits only at end of input returns
+        ``OperatorAttributesBuilder().set_is_output_on_eof(True).build()``. None declares nothing.
+        """
+        return None
 
 
 class MapFunction(Function, Generic[IN, OUT]):

@@ -11,7 +11,25 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
+from slipstream.attributes import OperatorAttributes
 from slipstream.datastream.scope import ROOT_SCOPE, StreamScope
+
+
+def _no_attributes(transformation: Transformation) -> OperatorAttributes:
+    return OperatorAttributes()
+
+
+_attribute_resolver: Callable[[Transformation], OperatorAttributes] = _no_attributes
+
+
+def set_attribute_resolver(resolver: Callable[[Transformation], OperatorAttributes]) -> None:
+    """Let the operators package tell transformations their operator's attributes.
+
+    The user API cannot import the operators (imports point the other way), so the
+    operators package installs this resolver when it is imported.
+    """
+    global _attribute_resolver
+    _attribute_resolver = resolver
 
 
 class Partitioning(Enum):
@@ -55,6 +73,19 @@ class Transformation:
     @property
     def is_keyed(self) -> bool:
         return any(k is not None for k in self.key_selectors)
+
+    def get_operator_attributes(self) -> OperatorAttributes:
+        """The attributes of the operator that implements this transformation (FLIP-327)."""
+        return _attribute_resolver(self)
+
+    def get_is_output_on_eof(self) -> bool:
+        return self.get_operator_attributes().is_output_on_eof()
+
+    def get_has_internal_sorter(self) -> bool:
+        return self.get_operator_attributes().has_internal_sorter()
+
+    get_output_only_after_end_of_stream = get_is_output_on_eof
+    get_internal_sorter_supported = get_has_internal_sorter
 
     def describe(self) -> str:
         return f"{self.name}"

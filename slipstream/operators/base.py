@@ -18,7 +18,7 @@ from slipstream.datastream.functions import Function, RuntimeContext
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import State, StateDescriptor
 from slipstream.datastream.time import MIN_TIMESTAMP, Watermark
-from slipstream.datastream.transformations import Transformation
+from slipstream.datastream.transformations import Transformation, set_attribute_resolver
 from slipstream.errors import SlipstreamError, UserFunctionError
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
 
@@ -84,6 +84,9 @@ class OperatorContext:
     job_parameters: dict[str, str] = field(default_factory=dict)
     attempt_number: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    batch_engine: Any = None  # runs sorted backlog work (FLIP-327); None disables the batch path
+    sort_memory_budget: int = 1_000_000  # records a sorting operator buffers in memory before spilling
+    spill_dir: str | None = None  # where sorting operators spill; None means the system temp dir
 
 
 class StreamRuntimeContext(RuntimeContext):
@@ -243,8 +246,13 @@ class StreamOperator(ABC):
     def initialize_state(self, state: Any) -> None:
         """Restore what :meth:`snapshot_state` returned."""
 
-    def get_operator_attributes(self) -> OperatorAttributes:
+    @classmethod
+    def attributes_for(cls, transformation: Transformation) -> OperatorAttributes:
+        """What this operator kind declares when it implements ``transformation``; none by default."""
         return OperatorAttributes()
+
+    def get_operator_attributes(self) -> OperatorAttributes:
+        return operator_attributes(self.transformation)
 
     # -- helpers --------------------------------------------------------------------------------
     def user_error(self, record: Any, cause: BaseException, what: str = "record") -> UserFunctionError:
@@ -259,6 +267,24 @@ class StreamOperator(ABC):
             raise
         except Exception as exc:
             raise self.user_error(args[0] if args else None, exc, what=what) from exc
+
+
+def operator_attributes(transformation: Transformation) -> OperatorAttributes:
+    """The attributes of ``transformation``'s operator: its kind's, or-ed with its user functions'."""
+    operator_cls = StreamOperator.registry.get(type(transformation))
+    attributes = [operator_cls.attributes_for(transformation)] if operator_cls else []
+    for name in ("function", "window_function"):
+        fn = getattr(transformation, name, None)
+        declared = fn.get_operator_attributes() if isinstance(fn, Function) else None
+        if declared is not None:
+            attributes.append(declared)
+    return OperatorAttributes(
+        output_on_eof=any(a.is_output_on_eof() for a in attributes),
+        output_on_checkpoint=any(a.is_output_on_checkpoint() for a in attributes),
+        internal_sorter=any(a.has_internal_sorter() for a in attributes))
+
+
+set_attribute_resolver(operator_attributes)
 
 
 def _with_own_functions(transformation: Transformation) -> Transformation:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Iterable
 
-from slipstream.attributes import OperatorAttributes
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import (
     AggregatingState,
@@ -230,10 +229,6 @@ class WindowOperator(StreamOperator):
             self.timers.restore(state["timers"])
         else:
             self._restored_timers = state["timers"]
-
-    def get_operator_attributes(self) -> OperatorAttributes:
-        """Emits whenever a window fires, not only at end of input (``EndOfStreamWindows`` will)."""
-        return OperatorAttributes()
 
     # -- elements -----------------------------------------------------------------------------
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
