@@ -66,7 +66,7 @@ class RuntimeOptions:
     channel_capacity: int = 8
     quantum: int = 4
     clock: Any = None  # processing time source; None means the wall clock
-    feedback_memory_budget: int = 100_000  # records a feedback channel keeps in memory before spilling
+    channel_memory_budget: int = 100_000  # records an unbounded (blocking or feedback) channel keeps in memory
 
 
 class JobExecutionResult:

@@ -17,6 +17,7 @@ from slipstream.datastream.connectors.base import (
     SourceReader,
     SourceReaderContext,
 )
+from slipstream.attributes import Boundedness, RecordAttributes
 from slipstream.datastream.transformations import SourceTransformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.base import StreamOperator
@@ -41,14 +42,34 @@ class SourceOperator(StreamOperator):
         self.reader: SourceReader | None = None
         self.notify_available: Callable[[], None] = lambda: None
         self._restored_position: Any = None
+        self._backlog: bool | None = None
 
     def open(self) -> None:
         self.reader = self.source.create_reader(self.ctx.subtask_index, self.ctx.parallelism)
         pts = self.ctx.processing_time_service
+        self._reports_backlog_changes = self.reader.is_backlog() is not None
         self.reader.open(SourceReaderContext(self.ctx.subtask_index, self.ctx.parallelism,
                                              self.notify_available, pts.get_current_processing_time))
         if self._restored_position is not None:
             self.reader.restore_position(self._restored_position)
+        self._report_backlog()
+
+    def _report_backlog(self) -> None:
+        """Tell downstream when the source starts or stops emitting backlog (FLIP-327).
+
+        A reader that does not say is backlog exactly while its source is bounded.
+        """
+        backlog = self.reader.is_backlog()
+        if backlog is None:
+            backlog = self.source.get_boundedness() is Boundedness.BOUNDED
+        if backlog != bool(self._backlog):
+            self._backlog = backlog
+            self.output.emit_record_attributes(RecordAttributes(backlog))
+        elif self._backlog is None:
+            self._backlog = backlog
+
+    def is_backlog(self) -> bool:
+        return bool(self._backlog)
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         raise SlipstreamError(f"source '{self.ctx.name}' has no input to process")
@@ -65,6 +86,8 @@ class SourceOperator(StreamOperator):
             return InputStatus.END_OF_INPUT
         if result is NOTHING_AVAILABLE:
             return InputStatus.NOTHING_AVAILABLE
+        if self._reports_backlog_changes:
+            self._report_backlog()
         if result.values:
             self.output.collect_batch(RecordBatch(result.values, result.timestamps))
         return InputStatus.MORE_AVAILABLE

@@ -16,12 +16,13 @@ from typing import Any
 
 
 class Channel:
-    __slots__ = ("queue", "capacity", "name")
+    __slots__ = ("queue", "capacity", "name", "producer_finished")
 
     def __init__(self, capacity: int, name: str = "") -> None:
         self.queue: deque[Any] = deque()
         self.capacity = capacity
         self.name = name
+        self.producer_finished = False  # the producer sent its end of input: nothing more will come
 
     def is_full(self) -> bool:
         return len(self.queue) >= self.capacity

@@ -42,9 +42,9 @@ class JobRun:
         self.clock = clock or env.runtime_options.clock or SystemClock()
         options = env.runtime_options
         self.metrics: dict[str, dict[str, Any]] = {}
+        self._task_metrics: dict[StreamTask, list[dict[str, Any]]] = {}
         self.tasks = self._build_tasks(options)
         self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
-        self._opened = False
         self._closed = False
         self._started = 0.0
 
@@ -62,8 +62,8 @@ class JobRun:
                     for j in target_subtasks(edge.partitioning, i, edge.source.parallelism,
                                              edge.target.parallelism):
                         name = f"{edge.source.name}[{i}]->{edge.target.name}[{j}]"
-                        channels[(edge, i, j)] = SpillingChannel(options.feedback_memory_budget, name) \
-                            if edge.kind is EdgeKind.FEEDBACK else Channel(capacity, name)
+                        channels[(edge, i, j)] = SpillingChannel(options.channel_memory_budget, name) \
+                            if edge.kind is not EdgeKind.PIPELINED else Channel(capacity, name)
         tasks: list[StreamTask] = []
         for vertex in self.graph.vertices:
             for subtask in range(vertex.parallelism):
@@ -100,13 +100,21 @@ class JobRun:
                 keyed_backend=backend, job_parameters=self.env.get_config().get_global_job_parameters(),
                 metrics=node_metrics[position]))
         writers = list(writers_by_edge.values())
+        task = self._make_task(vertex, subtask, operators, writers, timers, channels, quantum)
+        self._task_metrics[task] = node_metrics
+        return task
+
+    def _make_task(self, vertex: JobVertex, subtask: int, operators: list[StreamOperator],
+                   writers: list[RecordWriter], timers: TaskProcessingTimeService,
+                   channels: dict[tuple[StreamEdge, int, int], Channel], quantum: int) -> StreamTask:
         name = vertex.name
         if isinstance(vertex.head.transformation, SourceTransformation):
             options = self.env.runtime_options
             return SourceTask(name, subtask, operators, writers, timers, self.clock, quantum,
                               options.batch_size)
         inputs = [InputChannel(channels[(edge, i, subtask)], edge.input_index,
-                               priority=1 if edge.kind is EdgeKind.FEEDBACK else 0)
+                               priority=1 if edge.kind is EdgeKind.FEEDBACK else 0,
+                               blocking=edge.kind is EdgeKind.BLOCKING)
                   for edge in vertex.in_edges
                   for i in range(edge.source.parallelism)
                   if (edge, i, subtask) in channels]
@@ -114,10 +122,8 @@ class JobRun:
 
     # -- running ----------------------------------------------------------------------------------
     def open(self) -> None:
+        """Start the clock; each task deploys (opens its operators) on its first turn."""
         self._started = time.perf_counter()
-        self._opened = True
-        for task in self.tasks:
-            task.open()
 
     def close(self) -> None:
         """Close every task; on failure paths, errors while closing must not hide the first one."""
@@ -144,8 +150,20 @@ class JobRun:
 
     def result(self) -> JobExecutionResult:
         runtime_ms = int((time.perf_counter() - self._started) * 1000)
-        metrics = {name: {k: v for k, v in values.items()} for name, values in self.metrics.items()}
+        for task, node_metrics in self._task_metrics.items():
+            for values in node_metrics:
+                self._record_times(values, task)
+        metrics = {name: dict(values) for name, values in self.metrics.items()}
         return JobExecutionResult(self.job_id, self.job_name, runtime_ms, metrics)
+
+    def _record_times(self, values: dict[str, Any], task: StreamTask) -> None:
+        """When the operator's first subtask was deployed and its last finished, in ms since start."""
+        if task.deployed_at is not None:
+            deployed = (task.deployed_at - self._started) * 1000
+            values["deployed_ms"] = min(values.get("deployed_ms", deployed), deployed)
+        if task.finished_at is not None:
+            finished = (task.finished_at - self._started) * 1000
+            values["finished_ms"] = max(values.get("finished_ms", finished), finished)
 
 
 def execute_job(env: StreamExecutionEnvironment, transformations: list[Transformation],

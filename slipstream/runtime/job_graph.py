@@ -101,13 +101,33 @@ class JobGraph:
 
     vertices: list[JobVertex]
     vertex_of: dict[StreamNode, JobVertex]
+    mode: Any = None  # the RuntimeExecutionMode the plan was made for (BATCH or STREAMING)
 
     def explain(self) -> str:
-        """The plan as text: each task (its chained operators and parallelism) and its inputs."""
-        lines = ["== Job graph =="]
+        """The plan as text: each task (its chained operators and parallelism), what runs as
+        batch work during backlog, and the edges between tasks."""
+        mode = getattr(self.mode, "name", "STREAMING")
+        lines = [f"== Job graph ({mode}) =="]
         for vertex in self.vertices:
             lines.append(f"[{vertex.id}] {vertex.name}  (parallelism {vertex.parallelism})")
+            for node in vertex.nodes:
+                notes = node_notes(node)
+                if notes:
+                    lines.append(f"      {node.name}: {'; '.join(notes)}")
             for edge in vertex.in_edges:
                 upstream = self.vertex_of[edge.source]
                 lines.append(f"      <- [{upstream.id}] input {edge.input_index}: {edge.describe()}")
         return "\n".join(lines)
+
+
+def node_notes(node: StreamNode) -> list[str]:
+    """What the planner knows about an operator beyond its name (FLIP-327 attributes)."""
+    attributes = node.transformation.get_operator_attributes()
+    notes = []
+    if attributes.has_internal_sorter():
+        notes.append("sorts its backlog and runs it as batch work, then switches to streaming")
+    if attributes.is_output_on_eof():
+        notes.append("emits only at end of input (its output edges block)")
+    if attributes.is_output_on_checkpoint():
+        notes.append("emits when a checkpoint is taken")
+    return notes

@@ -13,6 +13,9 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import slipstream.operators  # noqa: F401  (registers operator kinds and their attributes)
+from slipstream.attributes import Boundedness
+from slipstream.datastream.environment import RuntimeExecutionMode
 from slipstream.datastream.transformations import (
     PartitionTransformation,
     Partitioning,
@@ -23,11 +26,12 @@ from slipstream.datastream.transformations import (
     UnionTransformation,
 )
 from slipstream.errors import InvalidProgramError
-from slipstream.runtime.job_graph import JobGraph, JobVertex, StreamEdge, StreamNode
+from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge, StreamNode
 from slipstream.runtime.key_groups import DEFAULT_MAX_PARALLELISM
 
 if TYPE_CHECKING:
     from slipstream.datastream.environment import StreamExecutionEnvironment
+
 
 
 @dataclass
@@ -135,6 +139,7 @@ def _chainable(edge: StreamEdge) -> bool:
     """Whether ``edge`` can be a direct call: forward, main output, one-to-one, same scope."""
     upstream, downstream = edge.source, edge.target
     return (edge.partitioning is Partitioning.FORWARD
+            and edge.kind is EdgeKind.PIPELINED
             and edge.side_tag is None
             and len(upstream.out_edges) == 1
             and len(downstream.in_edges) == 1
@@ -159,6 +164,38 @@ def chain(graph: StreamGraph) -> JobGraph:
     return JobGraph(vertices, vertex_of)
 
 
+def effective_mode(env: StreamExecutionEnvironment, graph: StreamGraph) -> RuntimeExecutionMode:
+    """BATCH or STREAMING: AUTOMATIC means BATCH exactly when every source is bounded.
+
+    BATCH with an unbounded source is refused, as Flink does.
+    """
+    mode = env.get_runtime_mode()
+    unbounded = [node.name for node in graph.nodes
+                 if isinstance(node.transformation, SourceTransformation)
+                 and node.transformation.source.get_boundedness() is not Boundedness.BOUNDED]
+    if mode is RuntimeExecutionMode.AUTOMATIC:
+        return RuntimeExecutionMode.STREAMING if unbounded else RuntimeExecutionMode.BATCH
+    if mode is RuntimeExecutionMode.BATCH and unbounded:
+        raise InvalidProgramError(f"runtime mode BATCH needs bounded sources; {', '.join(unbounded)} "
+                                  "is unbounded (use STREAMING or AUTOMATIC)")
+    return mode
+
+
+def mark_blocking_edges(graph: StreamGraph, mode: RuntimeExecutionMode) -> StreamGraph:
+    """Pass: edges leaving an ``is_output_on_eof`` operator block (FLIP-327); in BATCH mode every
+    edge that is not chained does. A blocking edge is never chained."""
+    for node in graph.nodes:
+        output_on_eof = node.transformation.get_is_output_on_eof()
+        for edge in node.out_edges:
+            if output_on_eof or (mode is RuntimeExecutionMode.BATCH and not _chainable(edge)):
+                edge.kind = EdgeKind.BLOCKING
+    return graph
+
+
 def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformation]) -> JobGraph:
     """Run every planning pass in order."""
-    return chain(build_stream_graph(env, transformations))
+    graph = build_stream_graph(env, transformations)
+    mode = effective_mode(env, graph)
+    job_graph = chain(mark_blocking_edges(graph, mode))
+    job_graph.mode = mode
+    return job_graph

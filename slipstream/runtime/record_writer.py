@@ -12,7 +12,7 @@ from typing import Any
 
 from slipstream.datastream.transformations import Partitioning
 from slipstream.errors import SlipstreamError, UserFunctionError
-from slipstream.operators.elements import RecordBatch
+from slipstream.operators.elements import EndOfInput, RecordBatch
 from slipstream.runtime.channels import Channel
 from slipstream.runtime.job_graph import StreamEdge
 from slipstream.runtime.key_groups import stable_hash
@@ -168,3 +168,9 @@ class RecordWriter:
         self.flush()
         for channel in self.channels:
             channel.push(element)
+
+    def finish(self) -> None:
+        """Send end of input everywhere and mark the channels finished (blocking consumers may start)."""
+        self.broadcast_event(EndOfInput())
+        for channel in self.channels:
+            channel.producer_finished = True

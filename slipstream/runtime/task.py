@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -66,6 +67,7 @@ class InputChannel:
     channel: Channel
     input_index: int
     priority: int = 0  # channels of higher priority are read first (feedback-first in loops)
+    blocking: bool = False  # a BLOCKING edge: read only once its producer has finished
     watermark: int = MIN_TIMESTAMP
     idle: bool = False
     ended: bool = False
@@ -88,6 +90,10 @@ class StreamTask:
         self.clock = clock
         self.quantum = quantum
         self.finished = False
+        self.deployed = False
+        self.deployed_at: float | None = None
+        self.finished_at: float | None = None
+        self._blocking_inputs = [c for c in inputs if c.blocking]
         priorities = sorted({c.priority for c in inputs}, reverse=True)
         self._priority_groups = [[c for c in inputs if c.priority == p] for p in priorities]
         self._next_in_group = [0] * len(self._priority_groups)
@@ -103,14 +109,31 @@ class StreamTask:
         return f"{self.name} ({self.subtask_index + 1})"
 
     # -- life cycle -------------------------------------------------------------------------------
-    def open(self) -> None:
-        """Open operators from the tail to the head, so each is ready before it gets input."""
+    def deploy(self) -> None:
+        """Open operators from the tail to the head, so each is ready before it gets input.
+
+        Called on the task's first turn, which for a task behind BLOCKING edges comes only
+        once their producers finished; what it reads from them is backlog (FLIP-327).
+        """
+        self.deployed = True
+        self.deployed_at = time.perf_counter()
         for operator in reversed(self.operators):
             operator.open()
+        for input_channel in self._blocking_inputs:
+            input_channel.backlog = True
+        for index in {c.input_index for c in self._blocking_inputs}:
+            self._update_backlog(index)
+
+    def is_deployable(self) -> bool:
+        for input_channel in self._blocking_inputs:
+            if not input_channel.channel.producer_finished:
+                return False
+        return True
 
     def close(self) -> None:
-        for operator in self.operators:
-            operator.close()
+        if self.deployed:
+            for operator in self.operators:
+                operator.close()
 
     # -- scheduling -------------------------------------------------------------------------------
     def can_write(self) -> bool:
@@ -128,6 +151,8 @@ class StreamTask:
     def is_runnable(self, now: int) -> bool:
         if self.finished or not self.can_write():
             return False
+        if not self.deployed:
+            return self.is_deployable()
         deadline = self.timers.next_deadline()
         return self.has_input() or (deadline is not None and deadline <= now)
 
@@ -137,6 +162,8 @@ class StreamTask:
 
     def step(self) -> None:
         """One turn: due timers, then up to ``quantum`` input elements, then flush."""
+        if not self.deployed:
+            self.deploy()
         self.timers.fire_due(self.clock.now_ms())
         for _ in range(self.quantum):
             if self.finished or not self.can_write():
@@ -221,8 +248,9 @@ class StreamTask:
                 operator.end_input(0)
             operator.finish()
         for writer in self.writers:
-            writer.broadcast_event(EndOfInput())
+            writer.finish()
         self.finished = True
+        self.finished_at = time.perf_counter()
 
 
 class SourceTask(StreamTask):
@@ -257,6 +285,8 @@ class SourceTask(StreamTask):
         return self._retry_at if deadline is None else min(deadline, self._retry_at)
 
     def step(self) -> None:
+        if not self.deployed:
+            self.deploy()
         now = self.clock.now_ms()
         self.timers.fire_due(now)
         for _ in range(self.quantum):

@@ -254,7 +254,7 @@ def test_explain_lists_vertices_parallelism_and_hash_edges() -> None:
         .sink_to(CollectSink()).name("out")
     text = env.explain()
     lines = text.splitlines()
-    assert lines[0] == "== Job graph =="
+    assert lines[0] == "== Job graph (STREAMING) =="
     assert "[1] Collection Source -> to pairs  (parallelism 2)" in lines
     assert "[2] running  (parallelism 3)" in lines
     assert "      <- [1] input 0: HASH PIPELINED" in lines
