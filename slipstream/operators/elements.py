@@ -4,26 +4,55 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from slipstream.attributes import RecordAttributes
+from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.time import MAX_WATERMARK, Watermark
 
 __all__ = ["RecordBatch", "Watermark", "MAX_WATERMARK", "WatermarkStatus", "RecordAttributes",
            "EndOfInput", "END_OF_INPUT", "StreamElement"]
 
 
-@dataclass(slots=True)
 class RecordBatch:
     """Records in arrival order; ``timestamps`` is parallel to ``values``, or None when none has one.
 
     Batching is what makes Python operators fast: an operator runs its user
     function over a whole batch in one loop rather than one call chain per record.
+    A batch may instead hold its records as Arrow columns (``arrow``); then ``values``
+    builds the rows on first use, so vectorised operators never pay for them.
     """
 
-    values: list
-    timestamps: list | None = None
+    __slots__ = ("_values", "timestamps", "arrow")
+
+    def __init__(self, values: list | None = None, timestamps: list | None = None,
+                 arrow: pa.RecordBatch | pa.Table | None = None) -> None:
+        if values is None and arrow is None:
+            raise ValueError("a RecordBatch needs values or an Arrow batch")
+        self._values = values
+        self.timestamps = timestamps
+        self.arrow = arrow
+
+    @property
+    def values(self) -> list:
+        if self._values is None:
+            self._values = rows_from_arrow(self.arrow)
+        return self._values
+
+    @property
+    def is_columnar(self) -> bool:
+        """Whether the records are (also) held as Arrow columns."""
+        return self.arrow is not None
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self._values) if self._values is not None else self.arrow.num_rows
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RecordBatch) and other.values == self.values and \
+            other.timestamps == self.timestamps
+
+    def __repr__(self) -> str:
+        return f"RecordBatch({len(self)} records{', columnar' if self.arrow is not None else ''})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,10 @@ class SinkOperator(StreamOperator):
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         try:
-            self.writer.write(batch.values, batch.timestamps)
+            if batch.arrow is not None:
+                self.writer.write_arrow(batch.arrow, batch.timestamps)
+            else:
+                self.writer.write(batch.values, batch.timestamps)
         except SlipstreamError:
             raise
         except RecordWriteError as exc:

@@ -88,7 +88,11 @@ class SourceOperator(StreamOperator):
             return InputStatus.NOTHING_AVAILABLE
         if self._reports_backlog_changes:
             self._report_backlog()
-        if result.values:
+        arrow = getattr(result, "record_batch", None)
+        if arrow is not None:
+            if arrow.num_rows:
+                self.output.collect_batch(RecordBatch(None, result.timestamps, arrow=arrow))
+        elif result.values:
             self.output.collect_batch(RecordBatch(result.values, result.timestamps))
         return InputStatus.MORE_AVAILABLE
 

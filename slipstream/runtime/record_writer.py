@@ -101,7 +101,6 @@ class RecordWriter:
     def _emit_hash(self, batch: RecordBatch) -> None:
         selector = self.edge.key_selector
         parallelism, max_parallelism = self._downstream_parallelism, self._max_parallelism
-        value = None
         try:
             targets = [stable_hash(selector(value)) % max_parallelism * parallelism // max_parallelism
                        for value in batch.values]

@@ -12,7 +12,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from slipstream.attributes import Boundedness
+from slipstream.datastream.columnar import rows_from_arrow
 
 
 @dataclass(slots=True)
@@ -110,6 +113,11 @@ class SinkWriter(ABC):
     @abstractmethod
     def write(self, values: list, timestamps: list | None) -> None:
         """Write a batch of records."""
+
+    def write_arrow(self, batch: pa.RecordBatch | pa.Table, timestamps: list | None) -> None:
+        """Write records that arrive as Arrow columns; by default as rows. Columnar writers
+        (Parquet, counters) override this so the rows are never built."""
+        self.write(rows_from_arrow(batch), timestamps)
 
     def flush(self) -> None:
         """Make everything written so far visible (end of input, or a checkpoint)."""

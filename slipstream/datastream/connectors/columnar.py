@@ -6,15 +6,24 @@ the columns; everything else reads ``values`` as from any ``SourceBatch``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pyarrow as pa
 
+from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.connectors.base import SourceBatch
 
 
-@dataclass(slots=True)
 class ArrowSourceBatch(SourceBatch):
-    """A ``SourceBatch`` whose ``values`` are the rows of ``record_batch``, in order."""
+    """A ``SourceBatch`` holding one Arrow record batch; ``values`` (its rows) are built on first use."""
 
-    record_batch: pa.RecordBatch | None = None
+    __slots__ = ("record_batch", "_rows")
+
+    def __init__(self, record_batch: pa.RecordBatch, timestamps: list | None = None) -> None:
+        self.record_batch = record_batch
+        self.timestamps = timestamps
+        self._rows: list | None = None
+
+    @property
+    def values(self) -> list:  # type: ignore[override]
+        if self._rows is None:
+            self._rows = rows_from_arrow(self.record_batch)
+        return self._rows

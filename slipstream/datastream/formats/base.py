@@ -15,19 +15,12 @@ whole part file (Parquet, or CSV with a header).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO
 
 from slipstream.datastream.connectors.base import SourceBatch
 from slipstream.datastream.connectors.errors import SourceFormatError
-from slipstream.datastream.typeinfo import Row
+from slipstream.datastream.columnar import named_row  # noqa: F401  (re-exported for the formats)
 from slipstream.errors import InvalidProgramError
-
-
-def named_row(names: Sequence[str], values: Sequence[Any]) -> Row:
-    """A ``Row`` with fields ``names`` in this order (``Row(**kwargs)`` would sort them)."""
-    row = Row(*values)
-    row.set_field_names(list(names))
-    return row
 
 
 class FileRecordReader(ABC):

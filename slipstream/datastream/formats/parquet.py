@@ -21,7 +21,6 @@ from slipstream.datastream.formats.base import (
     BulkWriter,
     BulkWriterFactory,
     FileRecordReader,
-    named_row,
 )
 from slipstream.datastream.typeinfo import Row
 from slipstream.errors import InvalidProgramError
@@ -96,11 +95,7 @@ class _RowGroupReader(FileRecordReader):
         if batch is None:
             return None
         self._rows_read += batch.num_rows
-        names = batch.schema.names
-        columns = [column.to_pylist() for column in batch.columns]
-        values = [named_row(names, row) for row in zip(*columns)] if columns else [
-            named_row([], []) for _ in range(batch.num_rows)]
-        return ArrowSourceBatch(values, record_batch=batch)
+        return ArrowSourceBatch(batch)
 
     def position(self) -> int:
         return self._rows_read
