@@ -39,3 +39,39 @@ class UserFunctionError(JobExecutionError):
 
 class DeadlockError(JobExecutionError):
     """No task can make progress and nothing outside the job can wake one up."""
+
+
+class CheckpointError(JobExecutionError):
+    """A checkpoint could not be taken, written or restored."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint on disk fails verification: detected before anything in it is deserialised.
+
+    ``checkpoint`` is the checkpoint directory, ``file`` the file at fault (or None when the
+    checkpoint as a whole is unusable); ``expected``/``actual`` the checksums or sizes compared.
+    """
+
+    def __init__(self, message: str, *, checkpoint: str, file: str | None = None,
+                 expected: str | None = None, actual: str | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.file = file
+        self.expected = expected
+        self.actual = actual
+        where = f"checkpoint '{checkpoint}'" + (f", file '{file}'" if file else "")
+        detail = f" (expected {expected}, got {actual})" if expected is not None or actual is not None else ""
+        super().__init__(f"{where}: {message}{detail}")
+
+
+class DiskFullError(JobExecutionError, OSError):
+    """The disk filled up while writing a checkpoint, a spill file or a sink file; names the path."""
+
+    def __init__(self, path: str, what: str, cause: OSError | None = None) -> None:
+        self.path = path
+        self.what = what
+        super().__init__(f"no space left on device while writing {what} '{path}'"
+                         + (f": {cause.strerror or cause}" if cause is not None else ""))
+        self.errno = 28  # ENOSPC, so `except OSError` handlers that check errno still see it
+
+    def __str__(self) -> str:
+        return str(self.args[0])

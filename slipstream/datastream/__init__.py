@@ -7,6 +7,14 @@ from slipstream.datastream.data_stream import (
     DataStreamSink,
     KeyedStream,
 )
+from slipstream.datastream.co_group import (
+    CoGroupedStreams,
+    CoGroupFunction,
+    FlatJoinFunction,
+    JoinedStreams,
+    JoinFunction,
+    VectorizedCoGroupFunction,
+)
 from slipstream.datastream.environment import (
     ExecutionConfig,
     JobExecutionResult,
@@ -32,6 +40,7 @@ from slipstream.datastream.functions import (
     TimerService,
 )
 from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.loops import CoLoopFunction, LoopFunction
 from slipstream.datastream.scope import StreamScope
 from slipstream.datastream.state import (
     AggregatingState,
@@ -47,10 +56,23 @@ from slipstream.datastream.state import (
     ValueStateDescriptor,
 )
 from slipstream.datastream.time import Duration, Time, Watermark
+from slipstream.datastream.checkpoint_config import (
+    CheckpointConfig,
+    CheckpointingMode,
+    ExternalizedCheckpointCleanup,
+    FileSystemCheckpointStorage,
+)
+from slipstream.datastream.restart_strategy import RestartStrategies
 
 __all__ = [
+    "CheckpointConfig", "CheckpointingMode", "ExternalizedCheckpointCleanup", "FileSystemCheckpointStorage",
+    "RestartStrategies",
+]
+
+__all__ += [
     "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "CloseableIterator",
-    "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction", "ConnectedStreams", "DataStream",
+    "CoFlatMapFunction", "CoGroupFunction", "CoGroupedStreams", "FlatJoinFunction", "JoinFunction",
+    "JoinedStreams", "VectorizedCoGroupFunction", "CoMapFunction", "CoProcessFunction", "ConnectedStreams", "DataStream",
     "DataStreamSink", "Duration", "ExecutionConfig", "FilterFunction", "FlatMapFunction",
     "JobExecutionResult", "KeySelector", "KeyedCoProcessFunction", "KeyedProcessFunction", "KeyedStream",
     "ListState", "ListStateDescriptor", "MapFunction", "MapState", "MapStateDescriptor", "OutputTag",
@@ -59,3 +81,5 @@ __all__ = [
     "StreamScope", "Time", "TimeDomain", "TimerService", "ValueState", "ValueStateDescriptor",
     "Watermark",
 ]
+
+__all__ += ["CoLoopFunction", "LoopFunction"]

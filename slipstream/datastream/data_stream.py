@@ -265,6 +265,35 @@ class DataStream(Generic[T]):
         self._env._check_same_scope([self._transformation, ds._transformation], "connect")
         return ConnectedStreams(self, ds)
 
+    def co_group(self, other: DataStream) -> Any:
+        """Group this stream and ``other`` by key and window: returns ``CoGroupedStreams``
+        (``.where(k1).equal_to(k2).window(assigner).apply(fn)``)."""
+        from slipstream.datastream.co_group import CoGroupedStreams
+        return CoGroupedStreams(self, other)
+
+    def join(self, other: DataStream) -> Any:
+        """Join this stream with ``other`` by key within windows: returns ``JoinedStreams``
+        (``.where(k1).equal_to(k2).window(assigner).apply(join_fn)``)."""
+        from slipstream.datastream.co_group import JoinedStreams
+        return JoinedStreams(self, other)
+
+    # -- loops (FLIP-15) ------------------------------------------------------------------------
+    def iterate(self, loop_fn: Any) -> DataStream:
+        """A loop over this stream: ``loop_fn(input_stream)`` returns ``(feedback_stream,
+        output_stream)``; records of the first go round again, and the result is the second,
+        back in this stream's scope. ``loop_fn`` is a ``LoopFunction`` or a callable; loops
+        nest. The loop ends, without any timeout, once its input ended and no record is left
+        in it (see :mod:`slipstream.datastream.loops`)."""
+        from slipstream.datastream.loops import iterate
+        return iterate(self, loop_fn)
+
+    def iterate_with_feedback(self, co_loop_fn: Any, feedback_type: Any = None) -> DataStream:
+        """A loop whose feedback may have another type: ``co_loop_fn(connected_streams)`` gets
+        this stream connected with what comes back (``stream1``/``stream2``) and returns
+        ``(feedback_stream, output_stream)``; the result is the output stream."""
+        from slipstream.datastream.loops import iterate_with_feedback
+        return iterate_with_feedback(self, co_loop_fn, feedback_type)
+
     # -- windows -------------------------------------------------------------------------------
     def window_all(self, window_assigner: Any) -> Any:
         """Window the whole stream (one subtask): returns an ``AllWindowedStream``."""

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable
 
+from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR, CheckpointConfig, CheckpointingMode
 from slipstream.datastream.connectors.base import Source
 from slipstream.datastream.data_stream import CloseableIterator, DataStream
+from slipstream.datastream.restart_strategy import RestartStrategyConfiguration
 from slipstream.datastream.transformations import SourceTransformation, Transformation
 from slipstream.errors import InvalidProgramError
 
@@ -67,6 +69,11 @@ class RuntimeOptions:
     quantum: int = 4
     clock: Any = None  # processing time source; None means the wall clock
     channel_memory_budget: int = 100_000  # records an unbounded (blocking or feedback) channel keeps in memory
+    # FLIP-327: operators with an internal sorter buffer their backlog and run it as sorted batch
+    # work (polars) at the switch; False processes backlog record by record instead.
+    backlog_sorting: bool = True
+    sort_memory_budget: int = 1_000_000  # records a sorting operator holds in memory before spilling
+    spill_dir: str | None = None  # where sorting operators spill (a private 0700 dir inside); None: temp dir
 
 
 class JobExecutionResult:
@@ -109,6 +116,8 @@ class StreamExecutionEnvironment:
         self._transformations: list[Transformation] = []
         self._ids = itertools.count(1)
         self._uids: dict[str, Transformation] = {}
+        self._checkpoint_config = CheckpointConfig()
+        self._restart_strategy: RestartStrategyConfiguration | None = None
 
     @staticmethod
     def get_execution_environment(configuration: Any = None) -> StreamExecutionEnvironment:
@@ -149,10 +158,24 @@ class StreamExecutionEnvironment:
 
     def configure(self, *, scheduler_seed: int | None = None, batch_size: int | None = None,
                   channel_capacity: int | None = None, quantum: int | None = None,
-                  clock: Any = None) -> StreamExecutionEnvironment:
+                  clock: Any = None, backlog_sorting: bool | None = None,
+                  sort_memory_budget: int | None = None,
+                  spill_dir: str | None = None) -> StreamExecutionEnvironment:
         """Set the embedded runtime's knobs (see :class:`RuntimeOptions`)."""
         if clock is not None:
             self.runtime_options.clock = clock
+        if backlog_sorting is not None:
+            if not isinstance(backlog_sorting, bool):
+                raise InvalidProgramError(f"backlog_sorting must be True or False, got {backlog_sorting!r}")
+            self.runtime_options.backlog_sorting = backlog_sorting
+        if sort_memory_budget is not None:
+            if not isinstance(sort_memory_budget, int) or isinstance(sort_memory_budget, bool) \
+                    or sort_memory_budget < 1:
+                raise InvalidProgramError(f"sort_memory_budget must be a positive number of records, "
+                                          f"got {sort_memory_budget!r}")
+            self.runtime_options.sort_memory_budget = sort_memory_budget
+        if spill_dir is not None:
+            self.runtime_options.spill_dir = str(spill_dir)
         for name, value in (("scheduler_seed", scheduler_seed), ("batch_size", batch_size),
                             ("channel_capacity", channel_capacity), ("quantum", quantum)):
             if value is None:
@@ -161,6 +184,36 @@ class StreamExecutionEnvironment:
                 raise InvalidProgramError(f"{name} must be a positive integer, got {value!r}")
             setattr(self.runtime_options, name, value)
         return self
+
+    # -- checkpoints and restarts ------------------------------------------------------------------
+    def enable_checkpointing(self, interval: int,
+                             mode: CheckpointingMode | None = None) -> StreamExecutionEnvironment:
+        """Checkpoint every ``interval`` ms (see :mod:`slipstream.datastream.checkpoint_config`)."""
+        self._checkpoint_config.set_checkpoint_interval(interval)
+        if mode is not None:
+            self._checkpoint_config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_config(self) -> CheckpointConfig:
+        return self._checkpoint_config
+
+    def get_checkpoint_interval(self) -> int:
+        return self._checkpoint_config.get_checkpoint_interval()
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return self._checkpoint_config.get_checkpointing_mode()
+
+    def set_restart_strategy(self, restart_strategy_configuration: RestartStrategyConfiguration
+                             ) -> StreamExecutionEnvironment:
+        """How a failed job restarts (``RestartStrategies.fixed_delay_restart``/``no_restart``)."""
+        if not isinstance(restart_strategy_configuration, RestartStrategyConfiguration):
+            raise InvalidProgramError(f"expected a restart strategy from RestartStrategies, "
+                                      f"got {restart_strategy_configuration!r}")
+        self._restart_strategy = restart_strategy_configuration
+        return self
+
+    def get_restart_strategy(self) -> RestartStrategyConfiguration | None:
+        return self._restart_strategy
 
     # -- sources ---------------------------------------------------------------------------------
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
@@ -187,10 +240,19 @@ class StreamExecutionEnvironment:
         return DataStream(self, transformation)
 
     # -- execution -------------------------------------------------------------------------------
-    def execute(self, job_name: str | None = None) -> JobExecutionResult:
-        """Run the job to its end (bounded sources) and return its result."""
+    def execute(self, job_name: str | None = None, restore_from: str | None = None) -> JobExecutionResult:
+        """Run the job to its end (bounded sources) and return its result.
+
+        ``restore_from`` resumes from a checkpoint: ``"latest"`` (the newest complete one in
+        the checkpoint storage directory, or a fresh start when there is none) or the path of a
+        checkpoint directory. When not given, the ``SLIPSTREAM_RESTORE_FROM`` environment
+        variable is read, so the same script restarts from the command line.
+        """
+        import os
         from slipstream.runtime.executor import execute_job
-        return execute_job(self, self._take_graph(), job_name or "slipstream job")
+        if restore_from is None:
+            restore_from = os.environ.get(RESTORE_ENV_VAR) or None
+        return execute_job(self, self._take_graph(), job_name or "slipstream job", restore_from=restore_from)
 
     def _execute_collecting(self, sink: Any, job_name: str | None) -> CloseableIterator:
         from slipstream.runtime.executor import collect_job

@@ -175,6 +175,52 @@ class WindowTransformation(Transformation):
 
 
 @dataclass(eq=False, repr=False)
+class CoGroupTransformation(Transformation):
+    """Two keyed inputs windowed together (``co_group`` and ``join``), one key selector per input.
+
+    ``kind`` is "co_group" or "join" (a join's ``function`` is its nested loop as a
+    co_group function); ``vectorized`` says ``function`` takes polars DataFrames of many keys.
+    ``input_types`` are the inputs' declared types, for building those DataFrames.
+    """
+
+    assigner: Any = None
+    trigger: Any = None
+    evictor: Any = None
+    allowed_lateness: int = 0
+    function: Any = None
+    vectorized: bool = False
+    kind: str = "co_group"
+    input_types: list[Any] = field(default_factory=list)
+
+
+@dataclass(eq=False, repr=False)
+class LoopHeadTransformation(Transformation):
+    """Where a loop begins (FLIP-15): the loop's input (input 0) merged with what comes back
+    through the loop's feedback edge (input 1, from ``feedback``), in the loop's own scope.
+
+    ``feedback`` is the loop's :class:`FeedbackTailTransformation`, set once the loop function
+    returned; it comes after this head in the graph, so the planner adds that edge last.
+    With ``iterate_with_feedback`` the fed-back records leave on the side output ``feedback_tag``
+    so the body can tell them from the input (they may be of another type).
+    """
+
+    feedback: Transformation | None = None
+    feedback_tag: Any = None
+
+
+@dataclass(eq=False, repr=False)
+class FeedbackTailTransformation(Transformation):
+    """The end of a loop body: what it receives goes round again, to ``head`` (a FEEDBACK edge)."""
+
+    head: Transformation | None = None
+
+
+@dataclass(eq=False, repr=False)
+class LoopExitTransformation(Transformation):
+    """Records leaving a loop: its input is in the loop's scope, it is in the enclosing one."""
+
+
+@dataclass(eq=False, repr=False)
 class PartitionTransformation(Transformation):
     partitioning: Partitioning = Partitioning.FORWARD
     key_selector: Callable[[Any], Any] | None = None

@@ -812,6 +812,11 @@ class GlobalWindows(WindowAssigner[Any, GlobalWindow]):
                        context: WindowAssigner.WindowAssignerContext) -> list[GlobalWindow]:
         return [_GLOBAL_WINDOW]
 
+    @staticmethod
+    def create_with_end_of_stream_trigger() -> EndOfStreamWindows:
+        """Flink's name for :meth:`EndOfStreamWindows.get`: one window that fires at end of input."""
+        return EndOfStreamWindows.get()
+
     def get_default_trigger(self, env: Any = None) -> Trigger:
         return NeverTrigger()
 
@@ -820,6 +825,74 @@ class GlobalWindows(WindowAssigner[Any, GlobalWindow]):
 
     def __repr__(self) -> str:
         return "GlobalWindows()"
+
+
+class EndOfStreamTrigger(Trigger[Any, Window]):
+    """Fires once, when event time reaches the end of the window: for the never-ending
+    :class:`GlobalWindow` that is the maximum watermark every input sends at its end."""
+
+    def on_element(self, element: Any, timestamp: int | None, window: Window,
+                   ctx: Trigger.TriggerContext) -> TriggerResult:
+        ctx.register_event_time_timer(window.max_timestamp())
+        return TriggerResult.CONTINUE
+
+    def on_processing_time(self, time: int, window: Window, ctx: Trigger.TriggerContext) -> TriggerResult:
+        return TriggerResult.CONTINUE
+
+    def on_event_time(self, time: int, window: Window, ctx: Trigger.TriggerContext) -> TriggerResult:
+        return TriggerResult.FIRE if time == window.max_timestamp() else TriggerResult.CONTINUE
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window: Window, ctx: Trigger.OnMergeContext) -> None:
+        ctx.register_event_time_timer(window.max_timestamp())
+
+    def clear(self, window: Window, ctx: Trigger.TriggerContext) -> None:
+        ctx.delete_event_time_timer(window.max_timestamp())
+
+
+class EndOfStreamWindows(GlobalWindows):
+    """All elements (of a key) in one :class:`GlobalWindow` that fires only at end of input (FLIP-327).
+
+    The window is evaluated when the maximum watermark arrives, i.e. once every input has
+    ended, so nothing is emitted before; results carry the timestamp ``MAX_TIMESTAMP``. An
+    operator using it declares ``is_output_on_eof`` (its output edges block) and may sort its
+    backlog. On an unbounded input it never fires. ``GlobalWindows.create_with_end_of_stream_trigger()``
+    is Flink's name for the same assigner.
+
+    Example:
+        >>> EndOfStreamWindows.get().assign_windows("any", None, None)
+        [GlobalWindow]
+        >>> GlobalWindows.create_with_end_of_stream_trigger() is EndOfStreamWindows.get()
+        True
+    """
+
+    @staticmethod
+    def get() -> EndOfStreamWindows:
+        return _END_OF_STREAM_WINDOWS
+
+    @staticmethod
+    def create() -> EndOfStreamWindows:
+        return _END_OF_STREAM_WINDOWS
+
+    def get_default_trigger(self, env: Any = None) -> Trigger:
+        return EndOfStreamTrigger()
+
+    def is_event_time(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "EndOfStreamWindows()"
+
+
+_END_OF_STREAM_WINDOWS = EndOfStreamWindows()
+
+
+def is_end_of_stream_window(assigner: Any, trigger: Any) -> bool:
+    """Whether ``assigner`` with ``trigger`` emits only at end of input (EndOfStreamWindows with
+    its own trigger, or any assigner of the global window with an :class:`EndOfStreamTrigger`)."""
+    return isinstance(assigner, GlobalWindows) and isinstance(trigger, EndOfStreamTrigger)
 
 
 def _positive_count(name: str, value: Any) -> int:

@@ -84,7 +84,9 @@ class OperatorContext:
     job_parameters: dict[str, str] = field(default_factory=dict)
     attempt_number: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    checkpointing: bool = False  # the job takes checkpoints: two-phase-commit sinks commit only on them
     batch_engine: Any = None  # runs sorted backlog work (FLIP-327); None disables the batch path
+    batch_mode: bool = False  # the job runs in BATCH mode: rolling operators emit final values only
     sort_memory_budget: int = 1_000_000  # records a sorting operator buffers in memory before spilling
     spill_dir: str | None = None  # where sorting operators spill; None means the system temp dir
 
@@ -245,6 +247,39 @@ class StreamOperator(ABC):
 
     def initialize_state(self, state: Any) -> None:
         """Restore what :meth:`snapshot_state` returned."""
+
+    def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
+        """Restore from the snapshots of every subtask of a run at another parallelism.
+
+        ``owns_key(key)`` says whether a key now belongs to this subtask. Keyed state is
+        redistributed by the runtime; operator state only by operators that know how
+        (timers do), so by default anything but empty state refuses to be rescaled.
+        """
+        present = [state for state in states if state is not None]
+        if not present:
+            return
+        raise SlipstreamError(
+            f"operator '{self.ctx.name}' (uid '{self.ctx.uid}') cannot restore its state at another "
+            f"parallelism: the checkpoint has {len(states)} subtask(s), the job now "
+            f"{self.ctx.parallelism}; give it its old parallelism with set_parallelism()")
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        """Called before the snapshot of checkpoint ``checkpoint_id``, before its barrier goes
+        downstream: an ``is_output_on_checkpoint`` operator emits what it buffered here."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is durable: a two-phase-commit sink commits here."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` was abandoned (a timeout, a write error)."""
+
+    def is_checkpoint_blocked(self) -> str | None:
+        """Why no checkpoint may be taken now, or None (FLIP-327: an operator with an internal
+        sorter does not checkpoint while it sorts backlog input)."""
+        if any(self._input_backlog) and self.get_operator_attributes().has_internal_sorter():
+            return f"operator '{self.ctx.name}' is sorting backlog input"
+        return None
 
     @classmethod
     def attributes_for(cls, transformation: Transformation) -> OperatorAttributes:

@@ -20,7 +20,7 @@ from slipstream.operators.process import (
     fire_timer,
     run_process_function,
 )
-from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService
+from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService, merge_timer_snapshots
 
 
 def _as_process(kind: str, method: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
@@ -81,3 +81,7 @@ class CoProcessOperator(StreamOperator):
     def initialize_state(self, state: Any) -> None:
         if state and self.timers is not None:
             self.timers.restore(state["timers"])
+
+    def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
+        timers = [state["timers"] for state in states if state]
+        self.initialize_state({"timers": merge_timer_snapshots(timers, owns_key)} if timers else None)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import pyarrow as pa
 
 from slipstream.attributes import RecordAttributes
 from slipstream.datastream.columnar import rows_from_arrow
+from slipstream.datastream.scope import StreamScope
 from slipstream.datastream.time import MAX_WATERMARK, Watermark
 
 __all__ = ["RecordBatch", "Watermark", "MAX_WATERMARK", "WatermarkStatus", "RecordAttributes",
-           "EndOfInput", "END_OF_INPUT", "StreamElement"]
+           "EndOfInput", "END_OF_INPUT", "TerminationAttempt", "TerminationStatus", "StreamElement"]
 
 
 class RecordBatch:
@@ -69,4 +71,45 @@ class EndOfInput:
 
 END_OF_INPUT = EndOfInput()
 
-StreamElement = RecordBatch | Watermark | WatermarkStatus | RecordAttributes | EndOfInput
+
+class TerminationStatus(Enum):
+    """What the operators a termination attempt passed say: IDLE, or BUSY when one of them
+    may still emit records without new input (it holds processing-time timers), or when
+    records came round a loop while the attempt was in it."""
+
+    IDLE = "IDLE"
+    BUSY = "BUSY"
+
+
+@dataclass(frozen=True, slots=True)
+class TerminationAttempt:
+    """The FLIP-15 baton: one attempt to end loop ``scope``, travelling in band after records.
+
+    ``attempt_id`` counts the scope's attempts from 1; ``last_visited_level`` is the scope
+    level of the last task that forwarded it; ``last_completed_level`` is the level of the
+    innermost scope known to be complete: ``scope``'s parent level while the attempt is in
+    flight, ``scope``'s own level once the attempt succeeded (the baton then announces that
+    ``scope`` and every loop inside it are complete, ahead of their end of input).
+    ``status`` collects the BUSY/IDLE status of the tasks it passed.
+    """
+
+    scope: StreamScope
+    attempt_id: int
+    last_visited_level: int
+    last_completed_level: int
+    status: TerminationStatus = TerminationStatus.IDLE
+
+    @property
+    def is_completion(self) -> bool:
+        """Whether this announces that ``scope`` is complete (rather than asking whether it is)."""
+        return self.last_completed_level >= self.scope.get_level()
+
+    def visited(self, level: int, busy: bool) -> TerminationAttempt:
+        """The baton as a task at scope level ``level`` forwards it, adding its status."""
+        status = TerminationStatus.BUSY if busy else self.status
+        if level == self.last_visited_level and status is self.status:
+            return self
+        return TerminationAttempt(self.scope, self.attempt_id, level, self.last_completed_level, status)
+
+
+StreamElement = RecordBatch | Watermark | WatermarkStatus | RecordAttributes | EndOfInput | TerminationAttempt

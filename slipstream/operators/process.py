@@ -3,8 +3,11 @@ and the shared loop that feeds a batch through a process function.
 
 Outputs inherit the timestamp of the record that caused them; ``yield tag, value``
 and ``ctx.output(tag, value)`` emit to side outputs. During backlog these run
-record by record (the sorted batch path for keyed process functions comes with
-the backlog work).
+record by record, except ``KeyedProcessOperator`` given a batch engine: it buffers its
+backlog and at the switch replays it key by key, each key's records in timestamp order,
+through ``process_element``, then applies the watermark held during the backlog so
+event-time timers fire (see :mod:`slipstream.operators.backlog` for how that differs
+from pure streaming: timers of backlog records fire after the whole replay).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from slipstream.datastream.functions import (
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation
 from slipstream.errors import SlipstreamError
+from slipstream.operators.backlog import BacklogSortingOperator
 from slipstream.operators.base import OperatorContext, StreamOperator
 from slipstream.operators.elements import RecordBatch
-from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService
+from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService, merge_timer_snapshots
 
 
 class UnkeyedTimerService(TimerService):
@@ -185,8 +189,11 @@ class ProcessOperator(StreamOperator):
         run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
 
 
-class KeyedProcessOperator(StreamOperator):
-    """Runs a ``KeyedProcessFunction``: keyed state, event- and processing-time timers."""
+class KeyedProcessOperator(BacklogSortingOperator):
+    """Runs a ``KeyedProcessFunction``: keyed state, event- and processing-time timers.
+
+    During backlog: buffered, then replayed sorted by (key, timestamp) at the switch.
+    """
 
     transformation_type = KeyedProcessTransformation
 
@@ -205,6 +212,9 @@ class KeyedProcessOperator(StreamOperator):
         self.key_selector = self.transformation.key_selectors[0]
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        if self._buffering:
+            self.buffer_backlog(batch)
+            return
         run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
 
     def on_watermark(self, watermark: Any) -> None:
@@ -223,3 +233,7 @@ class KeyedProcessOperator(StreamOperator):
     def initialize_state(self, state: Any) -> None:
         if state:
             self.timers.restore(state["timers"])
+
+    def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
+        timers = [state["timers"] for state in states if state]
+        self.initialize_state({"timers": merge_timer_snapshots(timers, owns_key)} if timers else None)

@@ -1,25 +1,41 @@
 """``KeyedReduceOperator``: a rolling reduce per key (``reduce``, ``sum``, ``min``, ``max``, ``*_by``).
 
 Emits the key's combined value after every record, as Flink does in streaming.
-During backlog it replays record by record; the sorted batch path comes with the
-backlog work.
+
+During backlog (FLIP-327, see :mod:`slipstream.operators.backlog`) it runs as batch
+work: it buffers the backlog, emits nothing, and at the switch reduces each key's
+records in timestamp order (then arrival order). In BATCH mode it emits **one final
+value per key** — Flink's documented BATCH semantics — carrying the timestamp of the
+key's latest record; in STREAMING mode it emits every rolling update, key by key.
+It is stored as the key's accumulator, so streaming continues from it. The built-in
+aggregations (``sum``/``min``/``max``/``min_by``/``max_by``) are vectorised on the batch
+engine when the aggregated field of every backlog record is a plain ``int`` (a sum
+that fits int64) or a plain ``float`` (not NaN or -0.0; not for ``sum``, whose float
+rounding depends on the order of additions); otherwise, and for user reduce functions,
+each key's records are folded in Python. Both give what the rolling reduce would end
+with had the records arrived in that order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from slipstream.datastream.fields import get_field, replace_field
 from slipstream.datastream.functions import Function, ReduceFunction
 from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.datastream.transformations import ReduceTransformation
 from slipstream.errors import SlipstreamError
-from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.operators.backlog import BacklogSortingOperator
+from slipstream.operators.base import OperatorContext
+from slipstream.operators.batch_engine import Aggregation
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.sort_buffer import SortBuffer
 
 REDUCE_STATE = ValueStateDescriptor("_reduce_accumulator")
 
 
-class KeyedReduceOperator(StreamOperator):
+class KeyedReduceOperator(BacklogSortingOperator):
     transformation_type = ReduceTransformation
 
     def __init__(self, transformation: ReduceTransformation) -> None:
@@ -35,6 +51,9 @@ class KeyedReduceOperator(StreamOperator):
         self.accumulators = ctx.keyed_backend.value_table(REDUCE_STATE)
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        if self._buffering:
+            self.buffer_backlog(batch)
+            return
         reduce = self.function.reduce
         key_selector = self.key_selector
         table = self.accumulators
@@ -60,3 +79,120 @@ class KeyedReduceOperator(StreamOperator):
         except Exception as exc:
             raise self.user_error(value, exc) from exc
         self.output.collect_batch(RecordBatch(out, batch.timestamps))
+
+    # -- batch path (FLIP-327) ----------------------------------------------------------------------
+    def backlog_field(self) -> Callable[[Any], Any] | None:
+        aggregation = self.transformation.aggregation
+        if aggregation is None:
+            return None
+        field = aggregation[1]
+        return lambda value: get_field(value, field)
+
+    def process_backlog(self, buffer: SortBuffer) -> None:
+        """Reduce each key's backlog and store it as the key's accumulator.
+
+        In BATCH mode emit one final value per key (Flink's documented BATCH semantics; the
+        built-in aggregations run vectorised on the engine). In STREAMING mode the backlog is
+        still reduced key by key in sorted order, but every rolling update is emitted, as a
+        streaming reduce does, so a job's output does not depend on whether its input was backlog.
+        """
+        results = None
+        if self.ctx.batch_mode:
+            results = self._aggregate_vectorised(buffer)
+        if results is None:
+            results = self._reduce_per_key(buffer, rolling=not self.ctx.batch_mode)
+        with_timestamps = buffer.has_timestamps
+        values: list = []
+        stamps: list = []
+        for value, timestamp in results:
+            values.append(value)
+            stamps.append(timestamp)
+            if len(values) >= self.backlog_batch_size:
+                self.output.collect_batch(RecordBatch(values, stamps if with_timestamps else None))
+                values, stamps = [], []
+        if values:
+            self.output.collect_batch(RecordBatch(values, stamps if with_timestamps else None))
+
+    def _install(self, key: Any, partial: Any) -> Any:
+        """Fold ``partial`` (the reduce of the key's backlog) into the key's accumulator."""
+        current = self.accumulators.get(key)
+        if current is not None:
+            try:
+                partial = self.function.reduce(current, partial)
+            except SlipstreamError:
+                raise
+            except Exception as exc:
+                raise self.user_error(partial, exc) from exc
+            if partial is None:
+                raise self.user_error(current, TypeError("the reduce function returned None; it must "
+                                                         "return the combined value"))
+        self.accumulators[key] = partial
+        return partial
+
+    def _reduce_per_key(self, buffer: SortBuffer, rolling: bool) -> Iterator[tuple[Any, int | None]]:
+        """The Python path: fold each key's records in order with the reduce function, yielding
+        every intermediate value (``rolling``) or only the key's final one."""
+        reduce = self.function.reduce
+        table = self.accumulators
+        for key, stamps, values in buffer.groups():
+            current = table.get(key)
+            value: Any = None
+            try:
+                for index, value in enumerate(values):
+                    if current is None:
+                        current = value
+                    else:
+                        current = reduce(current, value)
+                        if current is None:
+                            raise TypeError("the reduce function returned None; it must return the "
+                                            "combined value")
+                    if rolling:
+                        yield current, stamps[index]
+            except SlipstreamError:
+                raise
+            except Exception as exc:
+                raise self.user_error(value, exc) from exc
+            table[key] = current
+            if not rolling:
+                yield current, stamps[-1]
+
+    def _aggregate_vectorised(self, buffer: SortBuffer) -> Iterator[tuple[Any, int | None]] | None:
+        """The built-in aggregations on the engine; None when the backlog does not allow it.
+
+        ``sum``/``min``/``max`` keep the other fields of the key's first record (in
+        timestamp, then arrival order), ``min_by``/``max_by`` return the first record holding
+        the extreme value, as the rolling reduce does.
+        """
+        aggregation = self.transformation.aggregation
+        if aggregation is None:
+            return None
+        kind, field = aggregation
+        table = buffer.field_table()
+        if table is None or (kind == "sum" and table.schema.field("field").type != "int64"):
+            return None
+        engine = self.ctx.batch_engine
+        latest = Aggregation("max", "ts", "ts")
+        if kind in ("sum", "min", "max"):
+            result = engine.group_aggregate(
+                table, ["key"], [Aggregation(kind, "field", "value"), Aggregation("first", "seq", "pick"), latest],
+                order_by=["ts", "seq"])
+            combined = result.column("value").to_pylist()
+        elif kind in ("min_by", "max_by"):
+            result = engine.group_aggregate(
+                table, ["key"], [Aggregation("first", "seq", "pick"), latest],
+                order_by=["field", "ts", "seq"], descending=[kind == "max_by", False, False])
+            combined = None
+        else:
+            return None
+        picks = result.column("pick").to_pylist()
+        records = buffer.values_at(picks)
+        key_ids = result.column("key").to_pylist()
+        stamps = result.column("ts").to_pylist()
+
+        def results() -> Iterator[tuple[Any, int | None]]:
+            for index, key_id in enumerate(key_ids):
+                record = records[picks[index]]
+                partial = record if combined is None else replace_field(record, field, combined[index])
+                yield self._install(buffer.key_of(key_id), partial), stamps[index]
+
+        return results()

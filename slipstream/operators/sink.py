@@ -1,6 +1,14 @@
-"""``SinkOperator``: hands batches to a sink writer; flushes it at end of input."""
+"""``SinkOperator``: hands batches to a sink writer; flushes it at end of input.
+
+When the job takes checkpoints and the writer supports two-phase commit, output is
+exactly-once: the writer prepares at every checkpoint (its pending output is part of
+the snapshot) and commits when the checkpoint completes; at end of input nothing is
+committed until the job's final checkpoint.
+"""
 
 from __future__ import annotations
+
+from typing import Any, Callable
 
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
 from slipstream.datastream.transformations import SinkTransformation
@@ -16,10 +24,16 @@ class SinkOperator(StreamOperator):
         super().__init__(transformation)
         self.sink: Sink = transformation.sink
         self.writer: SinkWriter | None = None
+        self._two_phase = False
+        self._checkpoint_id = 0
+        self._restored: list[Any] | None = None
 
     def open(self) -> None:
         self.writer = self.sink.create_writer()
         self.writer.open(self.ctx.subtask_index, self.ctx.parallelism)
+        self._two_phase = self.ctx.checkpointing and self.writer.supports_two_phase_commit()
+        if self._restored is not None and self._two_phase:
+            self.writer.restore_commit_state(self._restored)
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         try:
@@ -40,7 +54,31 @@ class SinkOperator(StreamOperator):
         """Sinks are the end of the line: watermarks stop here."""
 
     def finish(self) -> None:
-        self.writer.flush()
+        if not self._two_phase:  # a two-phase-commit writer commits at the final checkpoint
+            self.writer.flush()
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        self._checkpoint_id = checkpoint_id
+
+    def snapshot_state(self) -> Any:
+        if not self._two_phase or self.writer is None:
+            return None
+        return {"writer": self.writer.prepare_commit(self._checkpoint_id)}
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self._two_phase and self.writer is not None:
+            self.writer.commit(checkpoint_id)
+
+    def initialize_state(self, state: Any) -> None:
+        if state:
+            self._restored = [state["writer"]]
+
+    def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
+        """Old subtask ``i``'s pending output is committed by new subtask ``i % parallelism``."""
+        parallelism, index = self.ctx.parallelism, self.ctx.subtask_index
+        self._restored = [state["writer"] for old, state in enumerate(states)
+                          if state and old % parallelism == index]
 
     def close(self) -> None:
         if self.writer is not None:

@@ -48,10 +48,12 @@ class SourceOperator(StreamOperator):
         self.reader = self.source.create_reader(self.ctx.subtask_index, self.ctx.parallelism)
         pts = self.ctx.processing_time_service
         self._reports_backlog_changes = self.reader.is_backlog() is not None
+        if self._restored_position is not None:
+            # Before open: readers start from their position in open (a file source lists only
+            # unfinished splits, an iterator source skips what it emitted).
+            self.reader.restore_position(self._restored_position)
         self.reader.open(SourceReaderContext(self.ctx.subtask_index, self.ctx.parallelism,
                                              self.notify_available, pts.get_current_processing_time))
-        if self._restored_position is not None:
-            self.reader.restore_position(self._restored_position)
         self._report_backlog()
 
     def _report_backlog(self) -> None:

@@ -142,6 +142,13 @@ class InternalTimerService:
             self._schedule_wakeup(timestamp)
 
 
+def merge_timer_snapshots(snapshots: list[dict[str, list]], owns_key: Callable[[Any], bool]) -> dict[str, list]:
+    """The timers of several subtasks' snapshots whose keys ``owns_key`` accepts (restoring at
+    another parallelism: each new subtask takes the timers of the keys it now owns)."""
+    return {domain: [timer for snapshot in snapshots for timer in snapshot[domain] if owns_key(timer[1])]
+            for domain in ("event", "processing")}
+
+
 class KeyedTimerService(TimerService):
     """The user's view of the timer service: timers for the current key, no namespace."""
 

@@ -17,7 +17,9 @@ every event-time window. Processing-time windows would be dropped by Flink in
 STREAMING mode; here, so that nothing is silently lost, every window that still has
 a pending processing-time timer is evaluated once at ``end_input`` and cleared.
 
-Runs record by record during backlog too (no batch path yet).
+During backlog, given a batch engine, it buffers its input and at the switch replays it
+key by key in timestamp order, then applies the held watermark, which fires the windows
+(the shared logic and its semantics: :mod:`slipstream.operators.backlog`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Iterable
 
+from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import (
     AggregatingState,
@@ -51,11 +54,13 @@ from slipstream.datastream.window import (
     Window,
     WindowAssigner,
     WindowFunction,
+    is_end_of_stream_window,
 )
 from slipstream.errors import JobExecutionError, SlipstreamError
-from slipstream.operators.base import StreamOperator, StreamRuntimeContext, split_outputs
+from slipstream.operators.backlog import BacklogSortingOperator
+from slipstream.operators.base import StreamRuntimeContext, split_outputs
 from slipstream.operators.elements import RecordBatch
-from slipstream.operators.timers import InternalTimer, InternalTimerService
+from slipstream.operators.timers import InternalTimer, InternalTimerService, merge_timer_snapshots
 
 CONTENTS_STATE = "window-contents"
 MERGING_WINDOWS_STATE = "merging-window-set"
@@ -163,7 +168,7 @@ class _MergeCollector(MergingWindowAssigner.MergeCallback):
         self._merges.append((merge_result, list(to_be_merged)))
 
 
-class WindowOperator(StreamOperator):
+class WindowOperator(BacklogSortingOperator):
     """Keyed windows: assign, trigger, evaluate, clean up (all-windows use one constant key)."""
 
     transformation_type = WindowTransformation
@@ -186,6 +191,15 @@ class WindowOperator(StreamOperator):
         self._values: list = []
         self._timestamps: list = []
         self._side: dict[OutputTag, RecordBatch] = {}
+
+    @classmethod
+    def attributes_for(cls, transformation: WindowTransformation) -> OperatorAttributes:
+        """EndOfStreamWindows (with its own trigger) emit only at end of input and may sort backlog."""
+        assigner = transformation.assigner
+        trigger = transformation.trigger or (assigner.get_default_trigger() if assigner else None)
+        if is_end_of_stream_window(assigner, trigger):
+            return OperatorAttributesBuilder().set_is_output_on_eof(True).set_has_internal_sorter(True).build()
+        return super().attributes_for(transformation)  # every keyed window sorts its backlog
 
     def _make_contents_descriptor(self) -> StateDescriptor:
         if self.evictor is not None or self.kind in ("process", "apply"):
@@ -230,8 +244,15 @@ class WindowOperator(StreamOperator):
         else:
             self._restored_timers = state["timers"]
 
+    def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
+        timers = [state["timers"] for state in states if state]
+        self.initialize_state({"timers": merge_timer_snapshots(timers, owns_key)} if timers else None)
+
     # -- elements -----------------------------------------------------------------------------
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        if self._buffering:  # FLIP-327 backlog: sorted and replayed at the switch
+            self.buffer_backlog(batch)
+            return
         timestamps = batch.timestamps
         for i, value in enumerate(batch.values):
             timestamp = None if timestamps is None else timestamps[i]

@@ -7,12 +7,15 @@ by what a single input batch produced.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import shutil
 import tempfile
 from collections import deque
 from typing import Any
+
+from slipstream.errors import DiskFullError
 
 
 class Channel:
@@ -81,7 +84,12 @@ class SpillingChannel(Channel):
             path = os.path.join(directory, "channel.bin")
             self._writer = open(path, "wb")
             self._reader = open(path, "rb")
-        pickle.dump(element, self._writer, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            pickle.dump(element, self._writer, protocol=pickle.HIGHEST_PROTOCOL)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise DiskFullError(self._writer.name, f"spill file of channel {self.name}", exc) from exc
+            raise
         self.spilled_bytes = max(self.spilled_bytes, self._writer.tell())
         self._spilled += 1
 

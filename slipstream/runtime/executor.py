@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any, Iterator
 import slipstream.operators  # noqa: F401  (registers every operator kind)
 from slipstream.datastream.connectors.sinks import CollectSink
 from slipstream.datastream.data_stream import CloseableIterator
-from slipstream.datastream.environment import JobExecutionResult, RuntimeOptions
-from slipstream.datastream.transformations import SourceTransformation, Transformation
+from slipstream.datastream.environment import JobExecutionResult, RuntimeExecutionMode, RuntimeOptions
+from slipstream.datastream.transformations import LoopHeadTransformation, SourceTransformation, Transformation
 from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.runtime.batch.polars_engine import PolarsBatchEngine
 from slipstream.runtime.channels import Channel, SpillingChannel
 from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
+from slipstream.runtime.loop_task import LoopHeadTask, attach_termination
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.planner import plan_job
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
@@ -43,6 +45,8 @@ class JobRun:
         options = env.runtime_options
         self.metrics: dict[str, dict[str, Any]] = {}
         self._task_metrics: dict[StreamTask, list[dict[str, Any]]] = {}
+        # FLIP-327: sorting operators run their backlog on this engine (None: record by record)
+        self.batch_engine = PolarsBatchEngine() if options.backlog_sorting else None
         self.tasks = self._build_tasks(options)
         self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
         self._closed = False
@@ -70,6 +74,7 @@ class JobRun:
                 tasks.append(self._build_task(vertex, subtask, channels, options.batch_size,
                                               options.quantum, options.scheduler_seed))
         self.channels = list(channels.values())
+        self.termination = attach_termination(tasks)  # loops end by the FLIP-15 protocol
         return tasks
 
     def _build_task(self, vertex: JobVertex, subtask: int, channels: dict[tuple[StreamEdge, int, int], Channel],
@@ -98,7 +103,10 @@ class JobRun:
                 name=node.name, uid=node.uid, subtask_index=subtask, parallelism=node.parallelism,
                 max_parallelism=node.max_parallelism, output=output, processing_time_service=timers,
                 keyed_backend=backend, job_parameters=self.env.get_config().get_global_job_parameters(),
-                metrics=node_metrics[position]))
+                metrics=node_metrics[position], batch_engine=self.batch_engine,
+                batch_mode=self.graph.mode is RuntimeExecutionMode.BATCH,
+                sort_memory_budget=self.env.runtime_options.sort_memory_budget,
+                spill_dir=self.env.runtime_options.spill_dir))
         writers = list(writers_by_edge.values())
         task = self._make_task(vertex, subtask, operators, writers, timers, channels, quantum)
         self._task_metrics[task] = node_metrics
@@ -118,7 +126,8 @@ class JobRun:
                   for edge in vertex.in_edges
                   for i in range(edge.source.parallelism)
                   if (edge, i, subtask) in channels]
-        return StreamTask(name, subtask, operators, inputs, writers, timers, self.clock, quantum)
+        task_cls = LoopHeadTask if isinstance(vertex.head.transformation, LoopHeadTransformation) else StreamTask
+        return task_cls(name, subtask, operators, inputs, writers, timers, self.clock, quantum)
 
     # -- running ----------------------------------------------------------------------------------
     def open(self) -> None:
@@ -167,8 +176,13 @@ class JobRun:
 
 
 def execute_job(env: StreamExecutionEnvironment, transformations: list[Transformation],
-                job_name: str) -> JobExecutionResult:
-    """Plan and run a job to its end."""
+                job_name: str, restore_from: str | None = None) -> JobExecutionResult:
+    """Plan and run a job to its end (with checkpoints, restarts or a restore: see
+    :mod:`slipstream.runtime.checkpoint.recovery`)."""
+    if restore_from is not None or env.get_restart_strategy() is not None or \
+            env.get_checkpoint_config().is_checkpointing_enabled():
+        from slipstream.runtime.checkpoint.recovery import execute_with_recovery
+        return execute_with_recovery(env, transformations, job_name, restore_from)
     run = JobRun(env, plan_job(env, transformations), job_name)
     try:
         run.open()

@@ -124,6 +124,9 @@ def node_notes(node: StreamNode) -> list[str]:
     """What the planner knows about an operator beyond its name (FLIP-327 attributes)."""
     attributes = node.transformation.get_operator_attributes()
     notes = []
+    scope = node.transformation.scope
+    if scope.get_level():
+        notes.append(f"in loop scope {scope} (level {scope.get_level()})")
     if attributes.has_internal_sorter():
         notes.append("sorts its backlog and runs it as batch work, then switches to streaming")
     if attributes.is_output_on_eof():

@@ -3,8 +3,13 @@
 1. ``build_stream_graph``: one stream node per non-virtual transformation; partitioning,
    union and side outputs resolved into edges; parallelism and uids fixed; a watermark
    strategy on a source lowered into a chained timestamps operator.
-2. ``chain``: forward edges between nodes of equal parallelism and scope become direct
-   calls inside one task.
+   A loop's feedback edge (tail -> head, kind FEEDBACK) closes a cycle: it is added after
+   every node exists, so the other passes still see nodes in topological order.
+2. ``validate_loops``: feedback edges keep their head's parallelism; no operator that
+   emits only at end of input feeds a loop; checkpointing waits for FLINK-3257.
+3. ``mark_blocking_edges`` (FLIP-327), never on a feedback edge nor inside a loop.
+4. ``chain``: forward edges between nodes of equal parallelism and scope become direct
+   calls inside one task (a feedback edge never is one).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import slipstream.operators  # noqa: F401  (registers operator kinds and their attributes)
 from slipstream.attributes import Boundedness
 from slipstream.datastream.environment import RuntimeExecutionMode
+from slipstream.datastream.scope import ROOT_SCOPE
 from slipstream.datastream.transformations import (
+    LoopHeadTransformation,
     PartitionTransformation,
     Partitioning,
     SideOutputTransformation,
@@ -132,6 +139,14 @@ def build_stream_graph(env: StreamExecutionEnvironment, transformations: list[Tr
             watermarks = add_node(lowered, node.parallelism)
             connect(node, watermarks, 0, None)
             node_of[transformation] = watermarks
+    # Each loop's feedback edge closes a cycle, so it comes last: from the tail to the head's input 1.
+    for head in transformations:
+        if isinstance(head, LoopHeadTransformation):
+            if head.feedback is None or head.feedback not in node_of:
+                raise InvalidProgramError(f"loop '{head.name}' was never closed: its loop function did not "
+                                          "return (feedback_stream, output_stream)")
+            connect(node_of[head.feedback], node_of[head], 1, None)
+            node_of[head].in_edges[-1].kind = EdgeKind.FEEDBACK
     return StreamGraph(nodes)
 
 
@@ -187,15 +202,65 @@ def mark_blocking_edges(graph: StreamGraph, mode: RuntimeExecutionMode) -> Strea
     for node in graph.nodes:
         output_on_eof = node.transformation.get_is_output_on_eof()
         for edge in node.out_edges:
-            if output_on_eof or (mode is RuntimeExecutionMode.BATCH and not _chainable(edge)):
+            if edge.kind is EdgeKind.FEEDBACK:
+                continue
+            # inside a loop every edge streams: a loop's tasks cannot wait for one another to finish
+            in_loop = edge.source.transformation.scope != ROOT_SCOPE or \
+                edge.target.transformation.scope != ROOT_SCOPE
+            if output_on_eof or (mode is RuntimeExecutionMode.BATCH and not in_loop and not _chainable(edge)):
                 edge.kind = EdgeKind.BLOCKING
     return graph
+
+
+def validate_loops(graph: StreamGraph, env: StreamExecutionEnvironment) -> StreamGraph:
+    """Pass: what a loop needs of the graph around it (FLIP-15), checked before anything runs."""
+    feedback_edges = [edge for node in graph.nodes for edge in node.in_edges if edge.kind is EdgeKind.FEEDBACK]
+    if not feedback_edges:
+        return graph
+    if env.get_checkpoint_config().is_checkpointing_enabled():
+        raise InvalidProgramError(
+            "checkpointing a job with loops is not supported yet: the loop head's feedback log "
+            "(FLINK-3257) is not built; run loops without enable_checkpointing()")
+    for edge in feedback_edges:
+        if edge.source.parallelism != edge.target.parallelism:
+            raise InvalidProgramError(
+                f"the feedback of loop '{edge.target.name}' has parallelism {edge.source.parallelism}, its "
+                f"head {edge.target.parallelism}: a loop's feedback keeps its head's parallelism")
+    for node in graph.nodes:
+        scope = node.transformation.scope
+        if scope == ROOT_SCOPE or not node.transformation.get_is_output_on_eof():
+            continue
+        tail = _reachable_feedback_tail(node)
+        if tail is not None:
+            raise InvalidProgramError(
+                f"operator '{node.name}' emits only at the end of its input, but its output goes round "
+                f"loop '{tail.target.name}' (scope {tail.target.transformation.scope}): a loop ends only "
+                "once nothing goes round, so it would wait for that operator forever")
+    return graph
+
+
+def _reachable_feedback_tail(start: StreamNode) -> StreamEdge | None:
+    """A feedback edge that ``start``'s output reaches without leaving ``start``'s loops."""
+    seen = {start}
+    stack = [start]
+    while stack:
+        node = stack.pop()
+        for edge in node.out_edges:
+            if edge.kind is EdgeKind.FEEDBACK:
+                if start.transformation.scope == edge.target.transformation.scope or \
+                        start.transformation.scope.is_inner_of(edge.target.transformation.scope):
+                    return edge
+                continue
+            if edge.target not in seen:
+                seen.add(edge.target)
+                stack.append(edge.target)
+    return None
 
 
 def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformation]) -> JobGraph:
     """Run every planning pass in order."""
     graph = build_stream_graph(env, transformations)
     mode = effective_mode(env, graph)
-    job_graph = chain(mark_blocking_edges(graph, mode))
+    job_graph = chain(mark_blocking_edges(validate_loops(graph, env), mode))
     job_graph.mode = mode
     return job_graph

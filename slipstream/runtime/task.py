@@ -17,9 +17,10 @@ from typing import Any, Callable
 from slipstream.attributes import RecordAttributes
 from slipstream.datastream.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_TIMESTAMP, Watermark
 from slipstream.operators.base import StreamOperator
-from slipstream.operators.elements import EndOfInput, RecordBatch, WatermarkStatus
+from slipstream.operators.elements import EndOfInput, RecordBatch, TerminationAttempt, WatermarkStatus
 from slipstream.operators.source import InputStatus, SourceOperator
 from slipstream.runtime.channels import Channel
+from slipstream.runtime.checkpoint.barriers import CheckpointBarrier
 from slipstream.runtime.clock import Clock
 from slipstream.runtime.record_writer import RecordWriter
 
@@ -72,6 +73,7 @@ class InputChannel:
     idle: bool = False
     ended: bool = False
     backlog: bool = False
+    blocked: bool = False  # delivered a checkpoint barrier; not read until all inputs did (alignment)
 
 
 class StreamTask:
@@ -90,6 +92,8 @@ class StreamTask:
         self.clock = clock
         self.quantum = quantum
         self.finished = False
+        self.barrier_handler: Any = None  # set by the checkpoint coordinator when checkpointing is on
+        self.termination: Any = None  # loop termination batons (runtime.termination); set for every task
         self.deployed = False
         self.deployed_at: float | None = None
         self.finished_at: float | None = None
@@ -144,7 +148,7 @@ class StreamTask:
 
     def has_input(self) -> bool:
         for input_channel in self.inputs:
-            if input_channel.channel.queue:
+            if input_channel.channel.queue and not input_channel.blocked:
                 return True
         return False
 
@@ -181,7 +185,7 @@ class StreamTask:
             start = self._next_in_group[group_index]
             for offset in range(count):
                 candidate = group[(start + offset) % count]
-                if candidate.channel.queue:
+                if candidate.channel.queue and not candidate.blocked:
                     self._next_in_group[group_index] = (start + offset + 1) % count
                     return candidate
         return None
@@ -206,6 +210,10 @@ class StreamTask:
             self._update_backlog(source.input_index)
         elif type(element) is EndOfInput:
             self._end_channel(source)
+        elif type(element) is CheckpointBarrier:
+            self.barrier_handler.on_barrier(source, element)
+        elif type(element) is TerminationAttempt:
+            self.termination.on_attempt(source, element)
         else:
             raise TypeError(f"task {self}: unexpected element {element!r}")
 
@@ -240,6 +248,10 @@ class StreamTask:
             self.head.end_input(index)
             if all(self._input_ended):
                 self._finish()
+        if self.barrier_handler is not None:
+            self.barrier_handler.on_channel_ended(source)
+        if self.termination is not None:
+            self.termination.on_channel_ended(source)
 
     def _finish(self) -> None:
         """All input ended: finish operators head to tail, then tell downstream."""

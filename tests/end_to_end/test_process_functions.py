@@ -38,7 +38,8 @@ SEEDS = [0, 4, 9]
 
 def make_env(parallelism: int, seed: int) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=3, channel_capacity=2)
+    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=3, channel_capacity=2,
+                                               backlog_sorting=False)  # record-by-record streaming semantics; backlog sorting: test_backlog_modes.py
     return env
 
 
@@ -261,7 +262,7 @@ def test_property_event_time_counts_match_oracle(gaps: list, parallelism: int, s
         events.append((key, now))
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=batch_size,
-                                               channel_capacity=capacity)
+                                               channel_capacity=capacity, backlog_sorting=False)
     got = list(env.from_collection(events).assign_timestamps_and_watermarks(STRATEGY)
                .key_by(lambda e: e[0]).process(CountUntilTimer()).execute_and_collect())
     oracle: dict[tuple[str, int], int] = defaultdict(int)

@@ -52,7 +52,7 @@ Event = tuple[str, int, int]
 def make_env(parallelism: int, seed: int, batch_size: int = 3) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=batch_size,
-                                               channel_capacity=2)
+                                               channel_capacity=2, backlog_sorting=False)  # record-by-record streaming semantics; backlog sorting: test_backlog_modes.py
     return env
 
 

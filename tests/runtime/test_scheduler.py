@@ -26,7 +26,7 @@ WORDS = [f"w{i % 13}" for i in range(300)]
 def word_count(seed: int, parallelism: int = 3) -> list[tuple[str, int]]:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=4, channel_capacity=2,
-                                               quantum=1)
+                                               quantum=1, backlog_sorting=False)  # rolling updates
     return list(env.from_collection(WORDS).rebalance().map(lambda w: (w, 1))
                 .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))
                 .execute_and_collect())
@@ -54,7 +54,8 @@ def test_other_seeds_interleave_differently_but_agree_on_the_result() -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_diamond_completes_with_the_smallest_channels_and_batches(seed: int) -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(2).configure(scheduler_seed=seed, batch_size=1, channel_capacity=1, quantum=1)
+    env.set_parallelism(2).configure(scheduler_seed=seed, batch_size=1, channel_capacity=1, quantum=1,
+                                     backlog_sorting=False)  # rolling updates
     numbers = env.from_collection(list(range(200)))
     evens = numbers.map(lambda x: ("even" if x % 2 == 0 else "odd", x)).name("left")
     tens = numbers.map(lambda x: ("tens", x // 10 * 10)).name("right").set_parallelism(3)

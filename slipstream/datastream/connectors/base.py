@@ -125,6 +125,29 @@ class SinkWriter(ABC):
     def close(self) -> None:
         """Release resources; called after ``flush`` at end of input, or on failure."""
 
+    # -- exactly-once output by two-phase commit (used when the job takes checkpoints) -----------
+    def supports_two_phase_commit(self) -> bool:
+        """Whether this writer can hold output back until a checkpoint completes.
+
+        Writers that cannot (print, collect, a callable) are at-least-once: after a
+        restore from a checkpoint they may show records again.
+        """
+        return False
+
+    def prepare_commit(self, checkpoint_id: int) -> Any:
+        """Phase one, at a checkpoint: make what was written so far durable but not yet visible,
+        and return this writer's state for the checkpoint (what is pending, counters)."""
+        raise NotImplementedError
+
+    def commit(self, checkpoint_id: int) -> None:
+        """Phase two: checkpoint ``checkpoint_id`` completed; make what it covers visible."""
+        raise NotImplementedError
+
+    def restore_commit_state(self, states: list[Any]) -> None:
+        """After ``open``, on a restore: commit what the checkpoint's ``states`` had pending,
+        discard what was written after it, and refuse (raise) if output was committed after it."""
+        raise NotImplementedError
+
 
 class Sink(ABC):
     """A description of where records go; creates writers at run time."""

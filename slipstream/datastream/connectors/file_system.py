@@ -22,6 +22,7 @@ every flush.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -178,6 +179,7 @@ class _FileSourceReader(SourceReader):
         self._restored_current: tuple[Split, Any] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._discovery_failure: BaseException | None = None
 
     def open(self, context: SourceReaderContext) -> None:
         initial = self._discover()
@@ -212,12 +214,20 @@ class _FileSourceReader(SourceReader):
                 found = self._discover()
             except FileNotFoundError:
                 continue  # a path vanished between listing and reading; look again next time
+            except Exception as error:  # a new file that cannot be split (a corrupt Parquet file)
+                # Handed to poll, which raises it in the task's thread: the job fails instead of
+                # silently reading no more files.
+                self._discovery_failure = error
+                notify_available()
+                return
             if found:
                 with self._lock:
                     self._pending.extend(found)
                 notify_available()
 
     def poll(self, max_records: int) -> SourceBatch | object:
+        if self._discovery_failure is not None:
+            raise self._discovery_failure
         while True:
             if self._current_reader is None and not self._open_next_split():
                 return END_OF_INPUT if self._interval_ms is None else NOTHING_AVAILABLE
@@ -434,6 +444,35 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+def _raise_disk_full(error: OSError, path: str) -> None:
+    """Turn ENOSPC into the typed error naming the part file; other errors pass."""
+    if error.errno == errno.ENOSPC:
+        from slipstream.errors import DiskFullError
+        raise DiskFullError(path, "sink part file", error) from error
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _part_owner(name: str, prefix: str, suffix: str) -> tuple[int, int, bool] | None:
+    """``(subtask, counter, in_progress)`` of a part file name of this sink, or None."""
+    hidden = name.startswith(".") and ".inprogress." in name
+    if hidden:
+        name = name[1:name.rindex(".inprogress.")]
+    if not name.startswith(prefix + "-") or not name.endswith(suffix):
+        return None
+    middle = name[len(prefix) + 1:len(name) - len(suffix)] if suffix else name[len(prefix) + 1:]
+    subtask, _, counter = middle.partition("-")
+    if not subtask.isdigit() or not counter.isdigit():
+        return None
+    return int(subtask), int(counter), hidden
+
+
 class _PartFileWriter(SinkWriter):
     """Writes one subtask's part files: in progress under a hidden name, renamed to final on flush."""
 
@@ -453,6 +492,7 @@ class _PartFileWriter(SinkWriter):
         self._pending: list[tuple[str, str]] = []
         self._opened_at_ms = 0
         self._last_write_ms = 0
+        self._prepared: dict[int, list[tuple[str, str]]] = {}
 
     def _part_name(self, counter: int) -> str:
         return f"{self._config.get_part_prefix()}-{self._subtask_index}-{counter}{self._config.get_part_suffix()}"
@@ -491,6 +531,13 @@ class _PartFileWriter(SinkWriter):
     def write(self, values: list, timestamps: list | None) -> None:
         if not values:
             return
+        try:
+            self._write(values)
+        except OSError as exc:
+            _raise_disk_full(exc, self._in_progress_path)
+            raise
+
+    def _write(self, values: list) -> None:
         if self._stream is not None and self._policy.should_roll(
                 self._stream.tell(), self._opened_at_ms, self._last_write_ms, _now_ms()):
             self._close_part()
@@ -526,3 +573,70 @@ class _PartFileWriter(SinkWriter):
             self._stream.close()
             self._stream = None
             self._bulk_writer = None
+
+    # -- two-phase commit (exactly-once when the job checkpoints) ----------------------------------
+    # At a checkpoint the open part is closed (fsynced) and, with every other closed part not yet
+    # committed, listed in the checkpoint; when the checkpoint completes those parts are renamed
+    # to their final names. A restore renames what the checkpoint lists (if not done already),
+    # deletes in-progress files it does not list, and fails if a final part exists beyond the
+    # checkpoint's counter: that output was committed by a later checkpoint, so falling back to
+    # this one would produce it twice.
+    def supports_two_phase_commit(self) -> bool:
+        return True
+
+    def prepare_commit(self, checkpoint_id: int) -> dict[str, Any]:
+        try:
+            self._close_part()
+        except OSError as exc:
+            _raise_disk_full(exc, self._in_progress_path)
+            raise
+        self._prepared[checkpoint_id] = list(self._pending)
+        return {"subtask": self._subtask_index, "counter": self._counter,
+                "pending": [[os.path.basename(a), os.path.basename(b)] for a, b in self._pending]}
+
+    def commit(self, checkpoint_id: int) -> None:
+        done = [cid for cid in self._prepared if cid <= checkpoint_id]
+        committed = set()
+        for cid in sorted(done):
+            for in_progress, final in self._prepared.pop(cid):
+                if (in_progress, final) not in committed:
+                    self._commit_one(in_progress, final, must_exist=False)
+                    committed.add((in_progress, final))
+        if committed:
+            self._pending = [entry for entry in self._pending if entry not in committed]
+            _fsync_dir(self._base_path)
+
+    def _commit_one(self, in_progress: str, final: str, must_exist: bool) -> None:
+        if os.path.exists(in_progress):
+            os.replace(in_progress, final)
+        elif not os.path.exists(final) and must_exist:
+            from slipstream.errors import CheckpointError
+            raise CheckpointError(f"FileSink: the part file '{in_progress}' a checkpoint says is pending is "
+                                  f"gone, and its final name '{final}' does not exist either: output is lost")
+
+    def restore_commit_state(self, states: list[Any]) -> None:
+        from slipstream.errors import CheckpointError
+        counters: dict[int, int] = {}
+        for state in states:
+            for in_progress, final in state["pending"]:
+                self._commit_one(os.path.join(self._base_path, in_progress),
+                                 os.path.join(self._base_path, final), must_exist=True)
+            counters[int(state["subtask"])] = int(state["counter"])
+        prefix, suffix = self._config.get_part_prefix(), self._config.get_part_suffix()
+        for name in os.listdir(self._base_path):
+            owner = _part_owner(name, prefix, suffix)
+            if owner is None or owner[0] not in counters:
+                continue
+            subtask, counter, hidden = owner
+            if hidden:
+                os.unlink(os.path.join(self._base_path, name))  # written after the checkpoint
+            elif counter >= counters[subtask]:
+                raise CheckpointError(
+                    f"FileSink: part file '{os.path.join(self._base_path, name)}' was committed after the "
+                    f"checkpoint being restored (which ends subtask {subtask}'s parts before number "
+                    f"{counters[subtask]}): restoring it would write that output twice. Restore the "
+                    "latest checkpoint, or remove the output directory to start afresh")
+        _fsync_dir(self._base_path)
+        own = counters.get(self._subtask_index)
+        if own is not None:
+            self._counter = max(self._counter, own)

@@ -1,0 +1,217 @@
+"""Checkpointing settings, as ``pyflink.datastream.CheckpointConfig`` and ``CheckpointingMode``.
+
+A job with checkpointing enabled takes a consistent snapshot of all its state at
+regular intervals and writes it to a checkpoint directory; sinks that support it
+(``FileSink``) commit their output only when a checkpoint completes, so a job that
+is restarted from its latest checkpoint produces every record exactly once.
+
+Example:
+    >>> from slipstream.datastream import StreamExecutionEnvironment
+    >>> env = StreamExecutionEnvironment.get_execution_environment()
+    >>> _ = env.enable_checkpointing(1000, CheckpointingMode.EXACTLY_ONCE)
+    >>> config = env.get_checkpoint_config()
+    >>> config.set_checkpoint_storage_dir("/tmp/checkpoints").set_num_retained_checkpoints(2).get_num_retained_checkpoints()
+    2
+
+Restoring: ``env.execute(name, restore_from="latest")`` resumes from the newest
+complete checkpoint in the storage directory (or starts afresh when there is none);
+``restore_from="/path/to/chk-000042"`` from that one. Without an argument, the
+environment variable ``SLIPSTREAM_RESTORE_FROM`` (``latest`` or a path) is used, so
+a job script can be restarted from the command line unchanged::
+
+    SLIPSTREAM_RESTORE_FROM=latest python my_job.py
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from typing import Any
+
+from slipstream.errors import InvalidProgramError
+
+RESTORE_ENV_VAR = "SLIPSTREAM_RESTORE_FROM"
+"""Environment variable read by ``execute`` when ``restore_from`` is not given."""
+
+
+class CheckpointingMode(Enum):
+    """EXACTLY_ONCE aligns barriers at tasks with several inputs; AT_LEAST_ONCE lets records pass
+    a barrier that arrived on another input, which after a restore may replay them."""
+
+    EXACTLY_ONCE = 0
+    AT_LEAST_ONCE = 1
+
+
+class ExternalizedCheckpointCleanup(Enum):
+    """Whether completed checkpoints are kept when the job ends (as Flink's enum of that name)."""
+
+    RETAIN_ON_CANCELLATION = 0
+    DELETE_ON_CANCELLATION = 1
+    NO_EXTERNALIZED_CHECKPOINTS = 2
+
+
+class CheckpointStorage:
+    """Where checkpoints go (a base class, as PyFlink's)."""
+
+
+class FileSystemCheckpointStorage(CheckpointStorage):
+    """Checkpoints in a directory of the local file system (``chk-<id>`` subdirectories)."""
+
+    def __init__(self, checkpoint_path: str) -> None:
+        if not isinstance(checkpoint_path, (str, os.PathLike)) or not os.fspath(checkpoint_path):
+            raise InvalidProgramError(f"checkpoint storage needs a directory path, got {checkpoint_path!r}")
+        self._path = os.path.abspath(os.fspath(checkpoint_path))
+
+    def get_checkpoint_path(self) -> str:
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"FileSystemCheckpointStorage({self._path!r})"
+
+
+def _non_negative_int(value: Any, what: str, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidProgramError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+class CheckpointConfig:
+    """How and how often a job checkpoints; obtained from ``env.get_checkpoint_config()``.
+
+    Defaults follow Flink: no checkpoints until an interval is set, EXACTLY_ONCE,
+    10 minute timeout, no minimum pause, one checkpoint at a time, no tolerated
+    failures. ``num_retained`` (Flink's ``state.checkpoints.num-retained``) is 1.
+    """
+
+    def __init__(self) -> None:
+        self._interval_ms = -1
+        self._mode = CheckpointingMode.EXACTLY_ONCE
+        self._timeout_ms = 10 * 60 * 1000
+        self._min_pause_ms = 0
+        self._max_concurrent = 1
+        self._tolerable_failures = 0
+        self._storage: FileSystemCheckpointStorage | None = None
+        self._num_retained = 1
+        self._cleanup = ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION
+        self._interval_during_backlog_ms: int | None = None
+        self._interval_records: int | None = None
+
+    # -- interval and mode ------------------------------------------------------------------------
+    def is_checkpointing_enabled(self) -> bool:
+        return self._interval_ms > 0 or self._interval_records is not None
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return self._mode
+
+    def set_checkpointing_mode(self, checkpointing_mode: CheckpointingMode) -> CheckpointConfig:
+        if not isinstance(checkpointing_mode, CheckpointingMode):
+            raise InvalidProgramError(f"expected a CheckpointingMode, got {checkpointing_mode!r}")
+        self._mode = checkpointing_mode
+        return self
+
+    def get_checkpoint_interval(self) -> int:
+        """Milliseconds between checkpoints; -1 when checkpointing is off."""
+        return self._interval_ms
+
+    def set_checkpoint_interval(self, checkpoint_interval: int) -> CheckpointConfig:
+        self._interval_ms = _non_negative_int(checkpoint_interval, "the checkpoint interval (ms)", 1)
+        return self
+
+    def get_checkpoint_interval_during_backlog(self) -> int | None:
+        return self._interval_during_backlog_ms
+
+    def set_checkpoint_interval_during_backlog(self, interval: int) -> CheckpointConfig:
+        """A separate interval while any source reports backlog (Flink's
+        ``execution.checkpointing.interval-during-backlog``); 0 disables checkpoints during backlog."""
+        self._interval_during_backlog_ms = _non_negative_int(interval, "the backlog checkpoint interval (ms)")
+        return self
+
+    def get_checkpoint_interval_records(self) -> int | None:
+        return self._interval_records
+
+    def set_checkpoint_interval_records(self, records: int) -> CheckpointConfig:
+        """Also trigger a checkpoint after every ``records`` records read by the sources (slipstream's
+        own setting; with a processing-time interval too, whichever comes first). Deterministic for
+        a given scheduler seed, which tests need."""
+        self._interval_records = _non_negative_int(records, "the checkpoint interval in records", 1)
+        return self
+
+    # -- limits -----------------------------------------------------------------------------------
+    def get_checkpoint_timeout(self) -> int:
+        return self._timeout_ms
+
+    def set_checkpoint_timeout(self, checkpoint_timeout: int) -> CheckpointConfig:
+        """A checkpoint not complete after this many ms is aborted (and counts as a failure)."""
+        self._timeout_ms = _non_negative_int(checkpoint_timeout, "the checkpoint timeout (ms)", 1)
+        return self
+
+    def get_min_pause_between_checkpoints(self) -> int:
+        return self._min_pause_ms
+
+    def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: int) -> CheckpointConfig:
+        self._min_pause_ms = _non_negative_int(min_pause_between_checkpoints, "the minimum pause (ms)")
+        return self
+
+    def get_max_concurrent_checkpoints(self) -> int:
+        return self._max_concurrent
+
+    def set_max_concurrent_checkpoints(self, max_concurrent_checkpoints: int) -> CheckpointConfig:
+        """Only 1 is supported: the embedded runtime writes one checkpoint at a time."""
+        value = _non_negative_int(max_concurrent_checkpoints, "max concurrent checkpoints", 1)
+        if value != 1:
+            raise InvalidProgramError(f"only one concurrent checkpoint is supported, got {value}")
+        self._max_concurrent = value
+        return self
+
+    def get_tolerable_checkpoint_failure_number(self) -> int:
+        return self._tolerable_failures
+
+    def set_tolerable_checkpoint_failure_number(self, tolerable_checkpoint_failure_number: int) -> CheckpointConfig:
+        """How many consecutive checkpoint failures (timeouts, write errors) the job survives."""
+        self._tolerable_failures = _non_negative_int(tolerable_checkpoint_failure_number,
+                                                     "the tolerable checkpoint failure number")
+        return self
+
+    # -- storage and retention --------------------------------------------------------------------
+    def set_checkpoint_storage(self, storage: CheckpointStorage) -> CheckpointConfig:
+        if not isinstance(storage, FileSystemCheckpointStorage):
+            raise InvalidProgramError(f"expected a FileSystemCheckpointStorage, got {storage!r}")
+        self._storage = storage
+        return self
+
+    def set_checkpoint_storage_dir(self, checkpoint_path: str) -> CheckpointConfig:
+        return self.set_checkpoint_storage(FileSystemCheckpointStorage(checkpoint_path))
+
+    def get_checkpoint_storage(self) -> FileSystemCheckpointStorage | None:
+        return self._storage
+
+    def get_checkpoint_storage_dir(self) -> str | None:
+        return None if self._storage is None else self._storage.get_checkpoint_path()
+
+    def get_num_retained_checkpoints(self) -> int:
+        return self._num_retained
+
+    def set_num_retained_checkpoints(self, num_retained: int) -> CheckpointConfig:
+        """How many completed checkpoints are kept; older ones are deleted (at least 1)."""
+        self._num_retained = _non_negative_int(num_retained, "the number of retained checkpoints", 1)
+        return self
+
+    def set_externalized_checkpoint_cleanup(self, cleanup: ExternalizedCheckpointCleanup) -> CheckpointConfig:
+        """Checkpoints are always written to the storage directory; DELETE_ON_CANCELLATION removes
+        them when the job ends normally, the others keep them."""
+        if not isinstance(cleanup, ExternalizedCheckpointCleanup):
+            raise InvalidProgramError(f"expected an ExternalizedCheckpointCleanup, got {cleanup!r}")
+        self._cleanup = cleanup
+        return self
+
+    enable_externalized_checkpoints = set_externalized_checkpoint_cleanup
+
+    def get_externalized_checkpoint_cleanup(self) -> ExternalizedCheckpointCleanup:
+        return self._cleanup
+
+    def is_externalized_checkpoints_enabled(self) -> bool:
+        return self._cleanup is not ExternalizedCheckpointCleanup.NO_EXTERNALIZED_CHECKPOINTS
+
+
+__all__ = ["CheckpointConfig", "CheckpointingMode", "CheckpointStorage", "ExternalizedCheckpointCleanup",
+           "FileSystemCheckpointStorage", "RESTORE_ENV_VAR"]

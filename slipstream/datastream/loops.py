@@ -1,0 +1,162 @@
+"""Scoped loops (FLIP-15): ``DataStream.iterate`` and ``DataStream.iterate_with_feedback``.
+
+A loop is an explicit scope. ``iterate`` nests a new :class:`StreamScope` in the
+caller's, and builds three transformations around the user's body:
+
+* a **loop head** in the new scope, whose input 0 is the stream being iterated and
+  whose input 1 is the loop's feedback edge;
+* a **feedback tail** in the new scope, fed by the stream the loop function returned
+  as feedback; its output is the FEEDBACK edge back to the head;
+* a **loop exit** in the caller's scope, fed by the stream the loop function returned
+  as output. The exit's stream is what ``iterate`` returns.
+
+Everything the body builds from the stream it received inherits the loop's scope, so
+a binary operation between a body stream and an outside stream is refused, and the
+planner never chains across the head or the exit. Loops nest to any depth (a body
+may ``iterate`` again) and may follow one another.
+
+There is no timeout anywhere: the loop ends when the runtime's termination protocol
+(:mod:`slipstream.runtime.termination`) finds that its input has ended and no record
+is left anywhere in it; only then does end of input flow out through the exit.
+
+Example — count down every number to zero, emitting each number once it reaches zero::
+
+    def countdown(numbers):
+        stepped = numbers.map(lambda n: n - 1)
+        return stepped.filter(lambda n: n > 0), stepped.filter(lambda n: n <= 0)
+
+    env.from_collection([3, 1, 2]).iterate(countdown).print()
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Callable
+
+from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.scope import StreamScope
+from slipstream.datastream.transformations import (
+    FeedbackTailTransformation,
+    LoopExitTransformation,
+    LoopHeadTransformation,
+    SideOutputTransformation,
+)
+from slipstream.errors import InvalidProgramError
+
+if TYPE_CHECKING:
+    from slipstream.datastream.data_stream import ConnectedStreams, DataStream
+
+__all__ = ["LoopFunction", "CoLoopFunction", "iterate", "iterate_with_feedback"]
+
+
+class LoopFunction(ABC):
+    """The body of ``DataStream.iterate``: builds the loop from the stream it receives.
+
+    ``loop(input_stream)`` returns ``(feedback_stream, output_stream)``: records of the
+    first go round again (they reach ``input_stream`` once more), records of the second
+    leave the loop. Both must be built from ``input_stream``. A plain callable of one
+    argument works as well.
+    """
+
+    @abstractmethod
+    def loop(self, input_stream: DataStream) -> tuple[DataStream, DataStream]: ...
+
+
+class CoLoopFunction(ABC):
+    """The body of ``DataStream.iterate_with_feedback``.
+
+    ``co_loop(connected_streams)`` receives the loop's input connected with its feedback
+    (``connected_streams.stream1`` is the input, ``stream2`` what came back, possibly of
+    another type) and returns ``(feedback_stream, output_stream)``. A plain callable of
+    one argument works as well.
+    """
+
+    @abstractmethod
+    def co_loop(self, connected_streams: ConnectedStreams) -> tuple[DataStream, DataStream]: ...
+
+
+def _body(fn: Any, cls: type, method: str, what: str) -> Callable[[Any], Any]:
+    if isinstance(fn, cls):
+        return getattr(fn, method)
+    if isinstance(fn, (LoopFunction, CoLoopFunction)):
+        raise InvalidProgramError(f"{what} expects a {cls.__name__} or a callable, got a {type(fn).__name__}")
+    if not callable(fn) or isinstance(fn, type):
+        raise InvalidProgramError(f"{what} expects a {cls.__name__} or a callable, got {fn!r}")
+    return fn
+
+
+def _fn_name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return "lambda" if name == "<lambda>" else name
+
+
+def _open_loop(stream: DataStream, what: str) -> tuple[LoopHeadTransformation, StreamScope]:
+    """The head of a new loop nested in ``stream``'s scope, fed by ``stream``."""
+    env = stream.get_execution_environment()
+    upstream = stream.get_transformation()
+    scope = upstream.scope.nest()
+    head = env._add_transformation(LoopHeadTransformation, f"Loop Head {scope}", [upstream],
+                                   output_type=stream.get_type())
+    head.scope = scope
+    if not upstream.is_virtual and upstream.parallelism is not None:
+        head.parallelism = upstream.parallelism
+    return head, scope  # type: ignore[return-value]
+
+
+def _close_loop(env: Any, head: LoopHeadTransformation, scope: StreamScope, result: Any, fn: Any,
+                what: str) -> DataStream:
+    """Check what the loop function returned, add the feedback tail and the exit."""
+    from slipstream.datastream.data_stream import DataStream
+    if not (isinstance(result, tuple) and len(result) == 2
+            and all(isinstance(s, DataStream) for s in result)):
+        raise InvalidProgramError(
+            f"{what}: the loop function {_fn_name(fn)!r} must return a tuple "
+            f"(feedback_stream, output_stream) of DataStreams, got {result!r}")
+    feedback, output = result
+    for role, stream in (("feedback", feedback), ("output", output)):
+        env._check_same_environment(stream, "close a loop with")
+        if stream.get_scope() != scope:
+            raise InvalidProgramError(
+                f"{what}: the {role} stream '{stream.get_name()}' returned by {_fn_name(fn)!r} is in "
+                f"scope {stream.get_scope()}, but a loop's {role} must be built inside the loop body "
+                f"(scope {scope}) from the stream the loop function received")
+    tail = env._add_transformation(FeedbackTailTransformation, f"Feedback Tail {scope}",
+                                   [feedback.get_transformation()], output_type=feedback.get_type(),
+                                   head=head)
+    tail.parallelism = head.parallelism
+    head.feedback = tail
+    exit_ = env._add_transformation(LoopExitTransformation, f"Loop Exit {scope}",
+                                    [output.get_transformation()], output_type=output.get_type())
+    exit_.scope = scope.unnest()
+    source = output.get_transformation()
+    if not source.is_virtual and source.parallelism is not None:
+        exit_.parallelism = source.parallelism
+    return DataStream(env, exit_)
+
+
+def iterate(stream: DataStream, loop_fn: LoopFunction | Callable[[DataStream], Any]) -> DataStream:
+    """Build the loop ``loop_fn`` describes around ``stream``; see :meth:`DataStream.iterate`."""
+    from slipstream.datastream.data_stream import DataStream
+    what = "DataStream.iterate"
+    body = _body(loop_fn, LoopFunction, "loop", what)
+    env = stream.get_execution_environment()
+    head, scope = _open_loop(stream, what)
+    result = body(DataStream(env, head))
+    return _close_loop(env, head, scope, result, loop_fn, what)
+
+
+def iterate_with_feedback(stream: DataStream,
+                          co_loop_fn: CoLoopFunction | Callable[[ConnectedStreams], Any],
+                          feedback_type: Any = None) -> DataStream:
+    """Build a loop whose feedback may have another type; see :meth:`DataStream.iterate_with_feedback`."""
+    from slipstream.datastream.data_stream import ConnectedStreams, DataStream
+    what = "DataStream.iterate_with_feedback"
+    body = _body(co_loop_fn, CoLoopFunction, "co_loop", what)
+    env = stream.get_execution_environment()
+    head, scope = _open_loop(stream, what)
+    tag = OutputTag(f"__slipstream_loop_feedback_{head.id}", feedback_type)
+    head.feedback_tag = tag
+    fed_back = env._add_transformation(SideOutputTransformation, f"Feedback {scope}", [head],
+                                       output_type=feedback_type, tag=tag)
+    result = body(ConnectedStreams(DataStream(env, head), DataStream(env, fed_back)))
+    return _close_loop(env, head, scope, result, co_loop_fn, what)

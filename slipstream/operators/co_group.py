@@ -1,0 +1,425 @@
+"""``CoGroupOperator``: two keyed inputs windowed together, for ``co_group`` and ``join``.
+
+Streaming path: Flink lowers a co-group to tag → union → key_by → window → a window
+function that splits by tag. This operator does the same inside one two-input
+operator: each record is tagged with its input (0 or 1), keyed with that input's key
+selector, and handed to the window machinery of :class:`WindowOperator` (assigners,
+triggers — which see the tagged elements of both inputs, as in Flink —, evictors,
+allowed lateness, merging windows). The window contents are one keyed ``ListState`` of
+tagged records per key and window; when a window fires, the contents are split by tag
+and the function gets ``co_group(first, second)``. A join is a co_group whose function
+is the nested loop over the two sides (:class:`~slipstream.datastream.co_group.JoinCoGroupFunction`).
+Results carry the window's ``max_timestamp()``.
+
+A :class:`~slipstream.datastream.co_group.VectorizedCoGroupFunction` is called once per
+window per flush with the DataFrames of every key whose window fired in that step
+(one record batch, one watermark), not once per key.
+
+Backlog (FLIP-327), the batch path: while any input is backlog and the operator was given
+a batch engine, records of both inputs only go into two
+:class:`~slipstream.operators.sort_buffer.SortBuffer` (one per input, sharing their key
+ids; spilling to disk past ``sort_memory_budget``) and the watermark is held; nothing is
+emitted. When the backlog ends on both inputs (for bounded inputs: just after their
+final, maximum watermark and just before ``end_input``), the buffers run as batch work,
+grouped by key (keys in first-seen order, each key's records in timestamp order):
+
+* EndOfStreamWindows whose final watermark has already arrived (the bounded case): every
+  window is complete, so the function runs directly over each key's two groups — or,
+  vectorised, once over DataFrames of all keys — with no window state, timer or trigger;
+* otherwise (time windows, custom triggers, or a backlog that ends before the input
+  does, as with a hybrid source) the records are replayed key by key through the
+  streaming path, which installs them as window state; then the held watermark is
+  applied, firing what is due.
+
+Then ``is_backlog=False`` is forwarded, after the output of the switch, and records are
+processed one by one (streaming). Without a batch engine (``env.configure(
+backlog_sorting=False)``) backlog is processed record by record too. Metrics as
+:mod:`slipstream.operators.backlog` describes, plus ``backlog_keys_evaluated``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from slipstream.attributes import (
+    OperatorAttributes,
+    OperatorAttributesBuilder,
+    RecordAttributes,
+)
+from slipstream.datastream.co_group import VectorizedCoGroupFunction
+from slipstream.datastream.transformations import (
+    CoGroupTransformation,
+    WindowTransformation,
+)
+from slipstream.datastream.typeinfo import Row, RowTypeInfo, TupleTypeInfo
+from slipstream.datastream.window import GlobalWindow, Window, is_end_of_stream_window
+from slipstream.errors import SlipstreamError
+from slipstream.operators.base import split_outputs
+from slipstream.operators.elements import RecordBatch
+from slipstream.operators.sort_buffer import KeyDictionary, SortBuffer, co_grouped
+from slipstream.operators.window import WindowOperator
+
+BATCH_KEYS_METRIC = "backlog_keys_evaluated"
+FLUSH_EVERY = 4096
+"""Outputs collected during batch work before they are sent on."""
+
+
+def _tagged_key(selectors: list[Callable[[Any], Any]]) -> Callable[[tuple[int, Any]], Any]:
+    first, second = selectors
+
+    def key_of(tagged: tuple[int, Any]) -> Any:
+        return first(tagged[1]) if tagged[0] == 0 else second(tagged[1])
+
+    return key_of
+
+
+class CoGroupOperator(WindowOperator):
+    """Keyed two-input windows evaluated by a co-group function (joins included)."""
+
+    transformation_type = CoGroupTransformation
+    num_inputs = 2
+
+    def __init__(self, transformation: CoGroupTransformation) -> None:
+        view = WindowTransformation(
+            id=transformation.id, name=transformation.name, inputs=transformation.inputs,
+            parallelism=transformation.parallelism, uid=transformation.uid,
+            key_selectors=[_tagged_key(transformation.key_selectors)], scope=transformation.scope,
+            assigner=transformation.assigner, trigger=transformation.trigger,
+            evictor=transformation.evictor, allowed_lateness=transformation.allowed_lateness,
+            function_kind="apply", function=transformation.function)
+        super().__init__(view)
+        self.transformation = transformation
+        self.vectorized = bool(transformation.vectorized)
+        self._input_selectors = list(transformation.key_selectors)
+        self._input_types = list(transformation.input_types) + [None] * (2 - len(transformation.input_types))
+        self._end_of_stream = is_end_of_stream_window(self.assigner, self.trigger)
+        self._pending: list[tuple[Window, Any, list, list]] = []  # vectorised evaluations of this step
+        self._frame_columns: list[Any] = [None, None]  # last columns seen per input, for empty sides
+        self._sorting = False
+        self._buffers: list[SortBuffer] = []
+        self._streamed = False  # whether any record went through the streaming path
+        self._ended = [False, False]
+        self._backlog_started = 0.0
+        self._backlog_seconds = 0.0
+        self._switch_seconds = 0.0
+
+    @classmethod
+    def attributes_for(cls, transformation: CoGroupTransformation) -> OperatorAttributes:
+        """Sorts its backlog; with EndOfStreamWindows it also emits only at end of input."""
+        assigner = transformation.assigner
+        trigger = transformation.trigger or (assigner.get_default_trigger() if assigner else None)
+        return (OperatorAttributesBuilder().set_has_internal_sorter(True)
+                .set_is_output_on_eof(is_end_of_stream_window(assigner, trigger)).build())
+
+    # -- elements -------------------------------------------------------------------------------
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        timestamps = batch.timestamps
+        if self._sorting:
+            self._buffer(batch, input_index)
+            return
+        self._streamed = True
+        for i, value in enumerate(batch.values):
+            timestamp = None if timestamps is None else timestamps[i]
+            try:
+                self._process_element((input_index, value), timestamp)
+            except SlipstreamError:
+                raise
+            except Exception as exc:
+                raise self.user_error(value, exc, what=f"record of input {input_index + 1}") from exc
+        self._flush()
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def _evaluate(self, window: Window, inputs: list) -> None:
+        first = [value for tag, value in inputs if tag == 0]
+        second = [value for tag, value in inputs if tag == 1]
+        key = self.backend.get_current_key()
+        if self.vectorized:
+            self._pending.append((window, key, first, second))
+            return
+        self._call(window, key, first, second)
+
+    def _call(self, window: Window, key: Any, first: list, second: list) -> None:
+        """Run the co-group function for one key and window, naming both if it fails."""
+        try:
+            results = self.function.co_group(first, second)
+            split_outputs(results, window.max_timestamp(), self._values, self._timestamps, self._side)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, TypeError) and "not iterable" in str(exc):
+                exc = TypeError(f"a co-group function must yield its outputs (or return an iterable "
+                                f"or None): {exc}")
+            raise self.user_error(window, exc, what=f"key {key!r}, window") from exc
+
+    def _flush(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, []
+            by_window: dict[Window, tuple[list, list, list]] = {}
+            for window, key, first, second in pending:
+                keys, firsts, seconds = by_window.setdefault(window, ([], [], []))
+                keys.append(key)
+                firsts.extend(first)
+                seconds.extend(second)
+            for window, (keys, firsts, seconds) in by_window.items():
+                self._call_vectorized(window, keys, firsts, seconds)
+        super()._flush()
+
+    def _call_vectorized(self, window: Window, keys: list, first: list, second: list) -> None:
+        """Run the vectorised function over DataFrames of ``first`` and ``second`` (many keys)."""
+        frames: list = []
+        try:
+            frames = [self._frame(first, 0), self._frame(second, 1)]
+            result = self.function.co_group(*frames)
+            rows = frame_rows(result, first[0] if first else second[0])
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            shown = keys if len(keys) <= 5 else keys[:5] + ["…"]
+            cause = exc
+            blind = [i + 1 for i, frame in enumerate(frames) if not frame.columns]
+            if blind:
+                cause = TypeError(f"{type(exc).__name__}: {exc} — input {blind[0]} had no records here and "
+                                  "declares no row or tuple type, so its DataFrame has no columns; declare "
+                                  "the input's type, e.g. from_collection(..., type_info=Types.TUPLE([...])) "
+                                  "or map(..., output_type=Types.ROW_NAMED(...))")
+            raise self.user_error(window, cause, what=f"{len(keys)} key(s) {shown}, window") from exc
+        timestamp = window.max_timestamp()
+        self._values.extend(rows)
+        self._timestamps.extend([timestamp] * len(rows))
+
+    def _frame(self, records: list, input_index: int) -> Any:
+        frame = records_to_frame(records, self._input_types[input_index], self._frame_columns[input_index])
+        if records:
+            self._frame_columns[input_index] = frame.clear()
+        return frame
+
+    # -- backlog ----------------------------------------------------------------------------------
+    @property
+    def is_buffering_backlog(self) -> bool:
+        """Whether records are being buffered (backlog) rather than processed."""
+        return self._sorting
+
+    def process_record_attributes(self, attributes: RecordAttributes, input_index: int = 0) -> None:
+        """Buffer while any input is backlog (given a batch engine); run the buffer as batch
+        work when the backlog ends on both; forward the change after that work's output."""
+        self._input_backlog[input_index] = attributes.is_backlog()
+        backlog = any(self._input_backlog)
+        if backlog and not self._sorting and self.ctx.batch_engine is not None:
+            self._start_backlog()
+        elif not backlog and self._sorting:
+            self._switch_to_streaming()
+        if backlog != self._output_backlog:
+            self._output_backlog = backlog
+            self.output.emit_record_attributes(RecordAttributes(backlog))
+
+    def _advance_combined_watermark(self) -> None:
+        if self._sorting:
+            return  # held: the backlog's records are not in windows yet; applied at the switch
+        super()._advance_combined_watermark()
+
+    def _held_watermark(self) -> int | None:
+        """The combined watermark the inputs have reached (what the switch will apply)."""
+        active = [w for w, idle in zip(self._input_watermarks, self._input_idle) if not idle]
+        return min(active) if active else None
+
+    def _start_backlog(self) -> None:
+        ctx = self.ctx
+        keys = KeyDictionary()  # shared, so both inputs' records of a key meet in co_grouped()
+        self._buffers = [SortBuffer(ctx.batch_engine, memory_budget=ctx.sort_memory_budget,
+                                    spill_dir=ctx.spill_dir, key_dictionary=keys, metrics=ctx.metrics,
+                                    name=ctx.name) for _ in range(2)]
+        self._sorting = True
+        self._backlog_started = time.perf_counter()
+        ctx.metrics["batch_engine"] = getattr(ctx.batch_engine, "name", type(ctx.batch_engine).__name__)
+
+    def _buffer(self, batch: RecordBatch, input_index: int) -> None:
+        selector = self._input_selectors[input_index]
+        keys: list[Any] = []
+        append = keys.append
+        value: Any = None
+        try:
+            for value in batch.values:
+                append(selector(value))
+            self._buffers[input_index].add(keys, batch.values, batch.timestamps)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(value, exc, what=f"record of input {input_index + 1}") from exc
+
+    def _switch_to_streaming(self) -> None:
+        """The switch: run the buffered backlog as batch work, then apply the held watermark."""
+        buffers, self._buffers = self._buffers, []
+        self._sorting = False
+        started = time.perf_counter()
+        try:
+            if any(len(buffer) for buffer in buffers):
+                held = self._held_watermark()
+                direct = (self._end_of_stream and self.evictor is None and not self._streamed
+                          and held is not None and held >= GlobalWindow.get().max_timestamp())
+                if direct:
+                    self._evaluate_directly(buffers)
+                else:
+                    self._replay(buffers)
+        finally:
+            for buffer in buffers:
+                buffer.close()
+        self._advance_combined_watermark()
+        ended = time.perf_counter()
+        self._switch_seconds += ended - started
+        self._backlog_seconds += ended - self._backlog_started
+        metrics = self.ctx.metrics
+        metrics["switch_time"] = max(metrics.get("switch_time", 0.0), self._switch_seconds)
+        metrics["backlog_seconds"] = max(metrics.get("backlog_seconds", 0.0), self._backlog_seconds)
+        metrics["switched_at"] = ended
+
+    def _evaluate_directly(self, buffers: list[SortBuffer]) -> None:
+        """EndOfStreamWindows after the final watermark: every key's window is complete, so the
+        function runs over the key-grouped backlog with no window state, timers or triggers."""
+        window = GlobalWindow.get()
+        metrics = self.ctx.metrics
+        if self.vectorized:
+            first = [value for _, _, value in buffers[0].records()]
+            second = [value for _, _, value in buffers[1].records()]
+            keys = list(buffers[0].key_dictionary.keys)
+            metrics[BATCH_KEYS_METRIC] = metrics.get(BATCH_KEYS_METRIC, 0) + len(keys)
+            self._call_vectorized(window, keys, first, second)
+        else:
+            count = 0
+            set_key = self.backend.set_current_key
+            for key, ((_, first), (_, second)) in co_grouped(*buffers):
+                set_key(key)
+                self._call(window, key, first, second)
+                count += 1
+                if len(self._values) >= FLUSH_EVERY:
+                    super()._flush()
+            metrics[BATCH_KEYS_METRIC] = metrics.get(BATCH_KEYS_METRIC, 0) + count
+        self._flush()
+
+    def _replay(self, buffers: list[SortBuffer]) -> None:
+        """Feed the backlog key by key (each input's records of a key in timestamp order) through
+        the streaming path, which builds the window state and runs the triggers."""
+        self._streamed = True
+        for _key, sides in co_grouped(*buffers):
+            for input_index, (stamps, values) in enumerate(sides):
+                for value, timestamp in zip(values, stamps):
+                    try:
+                        self._process_element((input_index, value), timestamp)
+                    except SlipstreamError:
+                        raise
+                    except Exception as exc:
+                        raise self.user_error(value, exc, what=f"record of input {input_index + 1}") from exc
+            if len(self._values) >= FLUSH_EVERY:
+                self._flush()
+        self._flush()
+
+    # -- life cycle -------------------------------------------------------------------------------
+    def end_input(self, input_index: int = 0) -> None:
+        self._ended[input_index] = True
+        if self._sorting and all(self._ended):
+            self._switch_to_streaming()  # the runtime ends backlog first; this guards against losing records
+        super().end_input(input_index)
+
+    def finish(self) -> None:
+        if self._sorting:
+            self._switch_to_streaming()
+        super().finish()
+
+    def is_checkpoint_blocked(self) -> str | None:
+        if self._sorting:
+            return f"operator '{self.ctx.name}' is sorting backlog input"
+        return None
+
+    def close(self) -> None:
+        for buffer in self._buffers:
+            buffer.close()
+        self._buffers = []
+        super().close()
+
+
+def records_to_frame(records: list, type_info: Any, empty_like: Any) -> Any:
+    """A polars DataFrame of ``records``: typed by ``type_info`` (a row or tuple type) when
+    given, else inferred — tuples and unnamed Rows as ``f0``, ``f1``, …, dicts and named
+    Rows by field name, scalars as ``f0``. An empty list gives ``empty_like`` (or no columns).
+
+    Records are transposed into columns first, which is much faster than converting them
+    one by one.
+    """
+    import polars as pl
+    import pyarrow as pa
+    if isinstance(type_info, (RowTypeInfo, TupleTypeInfo)):
+        names = type_info.get_field_names() if isinstance(type_info, RowTypeInfo) else \
+            [f"f{i}" for i in range(len(type_info.get_field_types()))]
+        types = [t.to_arrow_type() for t in type_info.get_field_types()]
+        try:
+            columns = _columns(records, names)
+            if columns is not None:
+                return pl.from_arrow(pa.table({name: pa.array(column, type=arrow_type)
+                                               for name, column, arrow_type in zip(names, columns, types)}))
+        except (pa.ArrowException, TypeError, ValueError, KeyError, IndexError):
+            pass  # a value arrow cannot take as it is: convert record by record, which names it
+        return pl.from_arrow(pa.Table.from_struct_array(type_info.to_arrow_array(records)))
+    if not records:
+        return empty_like if empty_like is not None else pl.DataFrame()
+    sample = records[0]
+    if isinstance(sample, dict) or (isinstance(sample, Row) and sample._fields is not None):
+        names = list(sample) if isinstance(sample, dict) else list(sample._fields)
+    elif isinstance(sample, (tuple, list, Row)):
+        names = [f"f{i}" for i in range(len(sample))]
+    else:
+        return pl.DataFrame({"f0": records})
+    columns = _columns(records, names)
+    if columns is None:
+        if isinstance(sample, dict) or (isinstance(sample, Row) and sample._fields is not None):
+            # dicts or named rows with different fields: polars lines them up by name
+            rows = [record.as_dict() if isinstance(record, Row) else record for record in records]
+            return pl.DataFrame(rows, infer_schema_length=None)
+        odd = next(record for record in records if len(record) != len(names))
+        raise TypeError(f"records of one input must have the same number of fields to become a "
+                        f"DataFrame: {sample!r} has {len(names)}, {odd!r} has {len(odd)}")
+    return pl.DataFrame({name: list(column) for name, column in zip(names, columns)})
+
+
+def _columns(records: list, names: list[str]) -> list | None:
+    """The records' fields as columns, or None when the records do not all have ``names``."""
+    if not records:
+        return [[] for _ in names]
+    sample = records[0]
+    if isinstance(sample, dict) or (isinstance(sample, Row) and sample._fields is not None):
+        width = len(names)
+        if any(len(record) != width for record in records):
+            return None
+        try:
+            return [[record[name] for record in records] for name in names]
+        except (KeyError, TypeError, IndexError):
+            return None
+    columns = list(zip(*records))
+    if len(columns) != len(names) or any(len(record) != len(names) for record in records):
+        return None
+    return columns
+
+
+def frame_rows(frame: Any, like: Any) -> list:
+    """The rows of the DataFrame a vectorised function returned, shaped like the record ``like``:
+    named Rows for Rows, dicts for dicts, tuples otherwise. None means no rows."""
+    import polars as pl
+    if frame is None:
+        return []
+    if not isinstance(frame, pl.DataFrame):
+        raise TypeError(f"a vectorised co-group function must return a polars DataFrame (or None), "
+                        f"got {type(frame).__name__}: {frame!r}"[:300])
+    if isinstance(like, dict):
+        return frame.to_dicts()
+    if isinstance(like, Row):
+        columns = frame.columns
+        rows = []
+        for values in frame.iter_rows():
+            row = Row(*values)
+            row.set_field_names(columns)
+            rows.append(row)
+        return rows
+    return frame.rows()
+
+
+__all__ = ["CoGroupOperator", "VectorizedCoGroupFunction", "frame_rows", "records_to_frame"]

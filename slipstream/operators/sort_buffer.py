@@ -1,0 +1,446 @@
+"""``SortBuffer``: one operator input's backlog, buffered columnar and returned grouped by key.
+
+A sorting operator (``has_internal_sorter``, FLIP-327) puts every backlog record
+here instead of processing it, and when the backlog ends reads the records back
+grouped by key, each key's records in timestamp order (then arrival order). The
+ordering is done by the :class:`~slipstream.operators.batch_engine.BatchEngine`.
+
+How records are held:
+
+* keys become dense integer ids (:class:`KeyDictionary`, in first-seen order), so the
+  key column is Arrow ``int64`` whatever the keys are, and ids never collide (no hash);
+  the distinct keys stay in memory, as the keyed state they turn into will;
+* timestamps are an Arrow ``int64`` column (null for records without one);
+* values stay Python objects in memory until more than ``memory_budget`` records are
+  held; then the in-memory records are sorted and spilled as one *run*: an Arrow IPC
+  file whose ``value`` column holds each record pickled. Runs go to a private
+  directory (mode 0700) under ``spill_dir`` that :meth:`SortBuffer.close` removes;
+* reading back merges the runs and the in-memory records: the engine sorts the
+  ``(key, ts, seq)`` columns of all of them together (values stay on disk), and the
+  resulting order of run numbers says which run's next record comes next, so every
+  run is read front to back once.
+
+Use (one buffer per operator input; buffers that must agree on keys, like the two
+inputs of a co-group, share a :class:`KeyDictionary`):
+
+>>> from slipstream.runtime.batch.polars_engine import PolarsBatchEngine
+>>> buffer = SortBuffer(PolarsBatchEngine(), memory_budget=2)
+>>> buffer.add(["b", "a", "b"], ["b@3", "a@2", "b@1"], [3, 2, 1])
+>>> buffer.add(["a"], ["a@1"], [1])
+>>> list(buffer.records())
+[('b', 1, 'b@1'), ('b', 3, 'b@3'), ('a', 1, 'a@1'), ('a', 2, 'a@2')]
+>>> [(key, values) for key, _, values in buffer.groups()]
+[('b', ['b@1', 'b@3']), ('a', ['a@1', 'a@2'])]
+>>> buffer.spilled_bytes > 0
+True
+>>> buffer.close()
+
+Keys come back in the order they were first seen; with a shared dictionary,
+:func:`co_grouped` walks several buffers key by key.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import pickle
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from slipstream.errors import SlipstreamError
+from slipstream.operators.batch_engine import BatchEngine
+from slipstream.operators.elements import RecordBatch
+
+SORT_COLUMNS = ("key", "ts", "seq")
+"""The columns a buffer sorts by: key id, timestamp (nulls first), arrival sequence."""
+
+RUN_CHUNK_ROWS = 8192
+"""Rows per record batch in a spilled run: how many values are unpickled at a time."""
+
+_INT64_LIMIT = 2 ** 63
+
+
+class KeyDictionary:
+    """Dense ids for keys, in first-seen order (keys equal as dict keys share an id)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[Any, int] = {}
+        self.keys: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def ids_of(self, keys: Sequence[Any]) -> list[int]:
+        ids = self._ids
+        get = ids.get
+        known = self.keys
+        out: list[int] = []
+        append = out.append
+        key: Any = None
+        try:
+            for key in keys:
+                index = get(key)
+                if index is None:
+                    index = ids[key] = len(known)
+                    known.append(key)
+                append(index)
+        except TypeError:
+            raise TypeError(f"the key {key!r} is not hashable: a key selector must return a hashable "
+                            f"value (a tuple rather than a list), got a {type(key).__name__}") from None
+        return out
+
+    def key_of(self, key_id: int) -> Any:
+        return self.keys[key_id]
+
+
+@dataclass
+class _Run:
+    """One spilled, sorted run: an Arrow IPC file of ``rows`` records with seqs from ``first_seq``."""
+
+    path: str
+    rows: int
+    first_seq: int
+    size: int
+
+    def _read(self, columns: list[str] | None = None) -> pa.Table:
+        with pa.memory_map(self.path) as source:
+            table = pa.ipc.open_file(source).read_all()
+        return table if columns is None else table.select(columns)
+
+    def columns(self, names: list[str]) -> pa.Table:
+        return self._read(names)
+
+    def records(self) -> Iterator[tuple[int, int | None, Any]]:
+        loads = pickle.loads
+        with pa.memory_map(self.path) as source:
+            reader = pa.ipc.open_file(source)
+            for index in range(reader.num_record_batches):
+                batch = reader.get_batch(index)
+                keys = batch.column("key").to_pylist()
+                stamps = batch.column("ts").to_pylist()
+                blobs = batch.column("value").to_pylist()
+                for key, stamp, blob in zip(keys, stamps, blobs):
+                    yield key, stamp, loads(blob)
+
+    def values_at(self, seqs: list[int]) -> dict[int, Any]:
+        table = self._read(["seq", "value"])
+        chosen = table.filter(pc.is_in(table.column("seq"), value_set=pa.array(seqs, pa.int64())))
+        return {seq: pickle.loads(blob) for seq, blob in
+                zip(chosen.column("seq").to_pylist(), chosen.column("value").to_pylist())}
+
+
+class SortBuffer:
+    """The backlog records of one operator input, returned grouped by key in timestamp order.
+
+    Args:
+        engine: sorts the key/timestamp/sequence columns (and merges spilled runs).
+        memory_budget: records held as Python objects before they are spilled to disk.
+        spill_dir: where the private spill directory is made (None: the system temp dir).
+        key_dictionary: share one between buffers whose keys must line up (co-group).
+        metrics: an operator's metrics dict; ``backlog_records`` and ``spilled_bytes``
+            are kept up to date in it as records arrive and runs are written.
+        field: optional ``value -> number``; when every value's field is a plain ``int``
+            (summing safely in int64) or every one a ``float`` (not NaN, not -0.0), the buffer keeps it
+            as a ``field`` column for vectorised aggregation (see :meth:`field_table`).
+        name: the operator's name, for error messages.
+    """
+
+    def __init__(self, engine: BatchEngine, *, memory_budget: int = 1_000_000, spill_dir: str | None = None,
+                 key_dictionary: KeyDictionary | None = None, metrics: dict[str, Any] | None = None,
+                 field: Callable[[Any], Any] | None = None, name: str = "operator") -> None:
+        self.engine = engine
+        self.memory_budget = max(0, int(memory_budget))
+        self.spill_root = spill_dir
+        self.key_dictionary = key_dictionary if key_dictionary is not None else KeyDictionary()
+        self.metrics = metrics if metrics is not None else {}
+        self.metrics.setdefault("backlog_records", 0)
+        self.metrics.setdefault("spilled_bytes", 0)
+        self.name = name
+        self.has_timestamps = False
+        self.spilled_bytes = 0
+        self._count = 0
+        self._runs: list[_Run] = []
+        self._dir: str | None = None
+        self._keys: list[int] = []
+        self._stamps: list[int | None] = []
+        self._values: list[Any] = []
+        self._base_seq = 0
+        self._field = field
+        self._field_values: list[Any] = []
+        self._field_type: type | None = None
+        self._field_abs_total = 0
+        self._field_ok = field is not None
+        self._closed = False
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def num_runs(self) -> int:
+        """Spilled runs written so far."""
+        return len(self._runs)
+
+    # -- filling ------------------------------------------------------------------------------------
+    def add(self, keys: Sequence[Any], values: Sequence[Any], timestamps: Sequence[int | None] | None = None) -> None:
+        """Buffer records; ``keys`` and ``timestamps`` (None: no timestamps) are parallel to ``values``."""
+        if self._closed:
+            raise SlipstreamError(f"operator '{self.name}': the sort buffer is closed")
+        count = len(values)
+        if len(keys) != count or (timestamps is not None and len(timestamps) != count):
+            raise ValueError("keys, values and timestamps must be parallel lists")
+        if not count:
+            return
+        self._keys.extend(self.key_dictionary.ids_of(keys))
+        if timestamps is None:
+            self._stamps.extend([None] * count)
+        else:
+            self.has_timestamps = True
+            self._stamps.extend(timestamps)
+        self._values.extend(values)
+        if self._field_ok:
+            self._track_field(values)
+        self._count += count
+        self.metrics["backlog_records"] += count
+        if len(self._values) > self.memory_budget:
+            self._spill()
+
+    def _track_field(self, values: Sequence[Any]) -> None:
+        try:
+            column = [self._field(value) for value in values]  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - a record without the field: the Python path reports it
+            self._drop_field()
+            return
+        kinds = set(map(type, column))
+        if kinds == {int} and self._field_type in (None, int):
+            self._field_abs_total += sum(map(abs, column))
+            if self._field_abs_total >= _INT64_LIMIT:
+                self._drop_field()
+                return
+            self._field_type = int
+        elif kinds == {float} and self._field_type in (None, float):
+            # NaN and -0.0 compare unlike Python's <=/>= in an engine's sort: keep them in Python
+            if any(math.isnan(x) or (x == 0.0 and math.copysign(1.0, x) < 0) for x in column):
+                self._drop_field()
+                return
+            self._field_type = float
+        else:
+            self._drop_field()
+            return
+        self._field_values.extend(column)
+
+    def _drop_field(self) -> None:
+        self._field_ok = False
+        self._field_values = []
+
+    # -- spilling -----------------------------------------------------------------------------------
+    def _memory_table(self, with_field: bool = False) -> pa.Table:
+        count = len(self._keys)
+        columns = {
+            "key": pa.array(self._keys, pa.int64()),
+            "ts": pa.array(self._stamps, pa.int64()),
+            "seq": pa.array(range(self._base_seq, self._base_seq + count), pa.int64()),
+        }
+        if with_field:
+            columns["field"] = pa.array(self._field_values, _arrow_type(self._field_type))
+        return pa.table(columns)
+
+    def _sorted_memory_order(self) -> list[int]:
+        """Positions of the in-memory records in (key, ts, seq) order."""
+        table = self.engine.sort(self._memory_table(), list(SORT_COLUMNS))
+        base = self._base_seq
+        return [seq - base for seq in table.column("seq").to_pylist()]
+
+    def _spill_directory(self) -> str:
+        if self._dir is None:
+            if self.spill_root is not None:
+                os.makedirs(self.spill_root, exist_ok=True)
+            self._dir = tempfile.mkdtemp(prefix="slipstream-sort-", dir=self.spill_root)  # mode 0700
+        return self._dir
+
+    def _spill(self) -> None:
+        """Sort the in-memory records and write them as one run."""
+        if not self._values:
+            return
+        with_field = self._field_ok
+        table = self.engine.sort(self._memory_table(with_field), list(SORT_COLUMNS))
+        base = self._base_seq
+        values = self._values
+        dumps = pickle.dumps
+        index = 0
+        try:
+            blobs = []
+            for seq in table.column("seq").to_pylist():
+                index = seq - base
+                blobs.append(dumps(values[index], protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception as exc:
+            raise SlipstreamError(
+                f"operator '{self.name}' cannot spill its backlog to disk: the record {values[index]!r} "
+                f"cannot be pickled ({type(exc).__name__}: {exc}); raise sort_memory_budget or run "
+                "without backlog sorting (env.configure(backlog_sorting=False))") from exc
+        table = table.append_column("value", pa.array(blobs, pa.large_binary()))
+        path = os.path.join(self._spill_directory(), f"run-{len(self._runs):06d}.arrow")
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table, max_chunksize=RUN_CHUNK_ROWS)
+        size = os.path.getsize(path)
+        self._runs.append(_Run(path, table.num_rows, base, size))
+        self.spilled_bytes += size
+        self.metrics["spilled_bytes"] += size
+        self._base_seq += len(values)
+        self._keys, self._stamps, self._values, self._field_values = [], [], [], []
+
+    # -- reading back -------------------------------------------------------------------------------
+    def _memory_records(self) -> Iterator[tuple[int, int | None, Any]]:
+        keys, stamps, values = self._keys, self._stamps, self._values
+        for position in self._sorted_memory_order():
+            yield keys[position], stamps[position], values[position]
+
+    def _records_by_id(self) -> Iterator[tuple[int, int | None, Any]]:
+        """Every record as ``(key id, timestamp, value)`` in (key id, timestamp, arrival) order."""
+        if not self._runs:
+            if self._values:
+                yield from self._memory_records()
+            return
+        sources: list[Iterator[tuple[int, int | None, Any]]] = [run.records() for run in self._runs]
+        tables = []
+        for number, run in enumerate(self._runs):
+            table = run.columns(list(SORT_COLUMNS))
+            tables.append(table.append_column("run", pa.repeat(pa.scalar(number, pa.int32()), table.num_rows)))
+        if self._values:
+            table = self._memory_table()
+            number = len(sources)
+            tables.append(table.append_column("run", pa.repeat(pa.scalar(number, pa.int32()), table.num_rows)))
+            sources.append(self._memory_records())
+        merged = self.engine.sort(pa.concat_tables(tables), list(SORT_COLUMNS))
+        try:
+            for number in merged.column("run").to_pylist():
+                yield next(sources[number])
+        finally:
+            for source in sources:
+                source.close()  # type: ignore[attr-defined]
+
+    def records(self) -> Iterator[tuple[Any, int | None, Any]]:
+        """Every record as ``(key, timestamp, value)``: grouped by key (in first-seen order of
+        keys), each key's records by timestamp (records without one first), then arrival."""
+        key_of = self.key_dictionary.keys
+        for key_id, stamp, value in self._records_by_id():
+            yield key_of[key_id], stamp, value
+
+    def _groups_by_id(self) -> Iterator[tuple[int, list[int | None], list[Any]]]:
+        current = -1
+        stamps: list[int | None] = []
+        values: list[Any] = []
+        for key_id, stamp, value in self._records_by_id():
+            if key_id != current:
+                if values:
+                    yield current, stamps, values
+                current, stamps, values = key_id, [], []
+            stamps.append(stamp)
+            values.append(value)
+        if values:
+            yield current, stamps, values
+
+    def groups(self) -> Iterator[tuple[Any, list[int | None], list[Any]]]:
+        """Per key, in the order of :meth:`records`: ``(key, timestamps, values)``."""
+        key_of = self.key_dictionary.keys
+        for key_id, stamps, values in self._groups_by_id():
+            yield key_of[key_id], stamps, values
+
+    def batches(self, size: int = 1024) -> Iterator[RecordBatch]:
+        """The records of :meth:`records` as record batches of up to ``size`` (timestamps None
+        when no record was added with timestamps)."""
+        values: list[Any] = []
+        stamps: list[int | None] = []
+        with_stamps = self.has_timestamps
+        for _key_id, stamp, value in self._records_by_id():
+            values.append(value)
+            stamps.append(stamp)
+            if len(values) >= size:
+                yield RecordBatch(values, stamps if with_stamps else None)
+                values, stamps = [], []
+        if values:
+            yield RecordBatch(values, stamps if with_stamps else None)
+
+    # -- columnar access (vectorised aggregation) ----------------------------------------------------
+    def field_table(self) -> pa.Table | None:
+        """All records' ``key`` (id), ``ts``, ``seq`` and ``field`` columns, or None when the
+        field is not vectorisable (no ``field`` given, or a value not a plain number)."""
+        if not self._field_ok:
+            return None
+        tables = [run.columns(["key", "ts", "seq", "field"]) for run in self._runs]
+        if self._values or not tables:
+            tables.append(self._memory_table(with_field=True))
+        return pa.concat_tables(tables)
+
+    def values_at(self, seqs: Sequence[int]) -> dict[int, Any]:
+        """The values with arrival sequence numbers ``seqs`` (as in :meth:`field_table`)."""
+        wanted = sorted(set(seqs))
+        found: dict[int, Any] = {}
+        base = self._base_seq
+        in_memory = [seq for seq in wanted if seq >= base]
+        for seq in in_memory:
+            found[seq] = self._values[seq - base]
+        for run in self._runs:
+            low, high = run.first_seq, run.first_seq + run.rows
+            chosen = [seq for seq in wanted if low <= seq < high]
+            if chosen:
+                found.update(run.values_at(chosen))
+        return found
+
+    def key_of(self, key_id: int) -> Any:
+        return self.key_dictionary.keys[key_id]
+
+    # -- clean-up ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Drop the records and delete the spill directory; the buffer cannot be filled again."""
+        self._closed = True
+        self._keys, self._stamps, self._values, self._field_values = [], [], [], []
+        self._runs = []
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def _arrow_type(kind: type | None) -> pa.DataType:
+    return pa.float64() if kind is float else pa.int64()
+
+
+def co_grouped(*buffers: SortBuffer) -> Iterator[tuple[Any, list[tuple[list[int | None], list[Any]]]]]:
+    """Walk buffers that share a :class:`KeyDictionary` key by key (in first-seen order of keys).
+
+    Yields ``(key, [(timestamps, values) per buffer])``; a buffer without records for the
+    key contributes ``([], [])``. This is the per-key input of a co-group or join.
+    """
+    if not buffers:
+        return
+    dictionary = buffers[0].key_dictionary
+    if any(buffer.key_dictionary is not dictionary for buffer in buffers):
+        raise ValueError("co_grouped needs buffers that share one KeyDictionary")
+    heads: list[tuple[int, int, list[int | None], list[Any]]] = []
+    iterators = [buffer._groups_by_id() for buffer in buffers]
+    for index, iterator in enumerate(iterators):
+        first = next(iterator, None)
+        if first is not None:
+            heapq.heappush(heads, (first[0], index, first[1], first[2]))
+    while heads:
+        key_id = heads[0][0]
+        groups: list[tuple[list[int | None], list[Any]]] = [([], []) for _ in buffers]
+        while heads and heads[0][0] == key_id:
+            _, index, stamps, values = heapq.heappop(heads)
+            groups[index] = (stamps, values)
+            following = next(iterators[index], None)
+            if following is not None:
+                heapq.heappush(heads, (following[0], index, following[1], following[2]))
+        yield dictionary.keys[key_id], groups

@@ -1,0 +1,1 @@
+"""Batch engines: the implementations of :class:`slipstream.operators.batch_engine.BatchEngine`."""

@@ -1,0 +1,124 @@
+"""The checkpoint manifest: a versioned JSON document listing every file with its SHA-256.
+
+A checkpoint directory is complete exactly when its manifest is in place. The
+manifest is JSON, never pickle, so reading it runs no code; it carries its own
+checksum (over its canonical form without that field), the job's fingerprint, and
+for every operator where each subtask's state files are. Everything in it is
+checked before any state file is unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from slipstream.errors import CorruptCheckpointError
+
+MANIFEST_NAME = "_manifest.json"
+MANIFEST_TEMP_NAME = "_manifest.json.tmp"
+FORMAT_NAME = "slipstream-checkpoint"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class SubtaskFiles:
+    """The state files of one operator subtask (file names inside the checkpoint directory)."""
+
+    keyed: str | None = None
+    operator: str | None = None
+    key_groups: tuple[int, int] | None = None  # [start, end) of the keyed file's key groups
+
+
+@dataclass
+class OperatorEntry:
+    uid: str
+    kind: str
+    parallelism: int
+    max_parallelism: int
+    subtasks: list[SubtaskFiles] = field(default_factory=list)
+
+
+@dataclass
+class Manifest:
+    checkpoint_id: int
+    job_name: str
+    job_fingerprint: str
+    created_ms: int
+    mode: str
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {"sha256", "size"}
+    operators: dict[str, OperatorEntry] = field(default_factory=dict)
+
+    # -- encoding ---------------------------------------------------------------------------------
+    def _body(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "checkpoint_id": self.checkpoint_id,
+            "job_name": self.job_name,
+            "job_fingerprint": self.job_fingerprint,
+            "created_ms": self.created_ms,
+            "mode": self.mode,
+            "files": {name: dict(info) for name, info in sorted(self.files.items())},
+            "operators": {
+                uid: {"kind": entry.kind, "parallelism": entry.parallelism,
+                      "max_parallelism": entry.max_parallelism,
+                      "subtasks": [{"keyed": s.keyed, "operator": s.operator,
+                                    "key_groups": list(s.key_groups) if s.key_groups else None}
+                                   for s in entry.subtasks]}
+                for uid, entry in sorted(self.operators.items())},
+        }
+
+    def encode(self) -> bytes:
+        body = self._body()
+        body["manifest_sha256"] = sha256_hex(_canonical(body))
+        return json.dumps(body, indent=1, sort_keys=True).encode("utf-8")
+
+    @staticmethod
+    def decode(data: bytes, checkpoint: str) -> Manifest:
+        """Parse and self-check a manifest; any damage raises :class:`CorruptCheckpointError`."""
+        try:
+            body = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptCheckpointError(f"the manifest is not valid JSON ({exc}); it is truncated or damaged",
+                                         checkpoint=checkpoint, file=MANIFEST_NAME) from None
+        if not isinstance(body, dict) or body.get("format") != FORMAT_NAME:
+            raise CorruptCheckpointError("the manifest is not a slipstream checkpoint manifest",
+                                         checkpoint=checkpoint, file=MANIFEST_NAME,
+                                         expected=repr(FORMAT_NAME), actual=repr(
+                                             body.get("format") if isinstance(body, dict) else type(body).__name__))
+        version = body.get("version")
+        if version not in SUPPORTED_VERSIONS:
+            raise CorruptCheckpointError(
+                "the manifest has a format version this slipstream cannot read",
+                checkpoint=checkpoint, file=MANIFEST_NAME,
+                expected=f"version in {list(SUPPORTED_VERSIONS)}", actual=f"version {version!r}")
+        claimed = body.pop("manifest_sha256", None)
+        actual = sha256_hex(_canonical(body))
+        if claimed != actual:
+            raise CorruptCheckpointError("the manifest's own checksum does not match its contents",
+                                         checkpoint=checkpoint, file=MANIFEST_NAME,
+                                         expected=f"sha256 {claimed}", actual=f"sha256 {actual}")
+        try:
+            operators = {}
+            for uid, entry in body["operators"].items():
+                subtasks = [SubtaskFiles(s["keyed"], s["operator"],
+                                         tuple(s["key_groups"]) if s["key_groups"] else None)
+                            for s in entry["subtasks"]]
+                operators[uid] = OperatorEntry(uid, entry["kind"], int(entry["parallelism"]),
+                                               int(entry["max_parallelism"]), subtasks)
+            return Manifest(int(body["checkpoint_id"]), str(body["job_name"]), str(body["job_fingerprint"]),
+                            int(body["created_ms"]), str(body["mode"]), dict(body["files"]), operators)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptCheckpointError(f"the manifest lacks or mangles a field ({exc!r})",
+                                         checkpoint=checkpoint, file=MANIFEST_NAME) from None
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")

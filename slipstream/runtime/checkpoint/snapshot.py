@@ -1,0 +1,144 @@
+"""What a task's state becomes in a checkpoint, and how it is put back, also at another parallelism.
+
+Each operator subtask contributes up to two files: its keyed state (the backend's
+entries grouped by key group, so they can be redistributed) and its operator state
+(``snapshot_state()``: source positions, timers, a sink's pending files). Both are
+pickled when the snapshot is taken, in the task's own turn, so the checkpoint holds
+the state exactly as it was at the barrier even though processing goes on.
+
+Why pickle: keyed state values are arbitrary Python objects (whatever a user function
+stores), and pickle is the one format that round-trips them. Unpickling runs code, so
+a checkpoint directory must be trusted like the job's code; slipstream verifies every
+file's SHA-256 against the manifest before unpickling anything, which catches damage
+and mix-ups but is no defence against someone who can write the manifest too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+from slipstream.errors import CheckpointError, CorruptCheckpointError
+from slipstream.runtime.checkpoint.manifest import Manifest, OperatorEntry, SubtaskFiles
+from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
+
+
+@dataclass
+class OperatorSnapshot:
+    """One operator subtask's state at a checkpoint, already serialised."""
+
+    uid: str
+    kind: str
+    subtask_index: int
+    parallelism: int
+    max_parallelism: int
+    keyed: bytes | None
+    key_groups: tuple[int, int] | None
+    state: bytes | None
+
+
+def _dumps(value: Any, operator: Any, what: str) -> bytes:
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure names the operator
+        ctx = operator.ctx
+        raise CheckpointError(f"operator '{ctx.name}' (uid '{ctx.uid}'), subtask {ctx.subtask_index + 1}: "
+                              f"its {what} cannot be written to a checkpoint: {type(exc).__name__}: {exc}"
+                              ) from exc
+
+
+def snapshot_task(task: Any) -> list[OperatorSnapshot]:
+    """Serialise the state of every operator of ``task``'s chain."""
+    result = []
+    for operator in task.operators:
+        ctx = operator.ctx
+        keyed = key_groups = None
+        if ctx.keyed_backend is not None:
+            keyed = _dumps(ctx.keyed_backend.snapshot(), operator, "keyed state")
+            groups = key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
+            key_groups = (groups.start, groups.stop)
+        state = operator.snapshot_state()
+        result.append(OperatorSnapshot(ctx.uid, type(operator.transformation).__name__, ctx.subtask_index,
+                                       ctx.parallelism, ctx.max_parallelism, keyed, key_groups,
+                                       None if state is None else _dumps(state, operator, "operator state")))
+    return result
+
+
+def job_fingerprint(graph: Any) -> str:
+    """A digest of the job's operators (uids and kinds), the same for the same program in every
+    process and at every parallelism; a checkpoint of another job does not match it."""
+    items = sorted((node.uid, type(node.transformation).__name__)
+                   for vertex in graph.vertices for node in vertex.nodes)
+    return hashlib.sha256(json.dumps(items).encode("utf-8")).hexdigest()
+
+
+def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapshot]) -> dict[str, bytes]:
+    """Fill ``manifest.operators`` from the snapshots; the data files to write, by name."""
+    files: dict[str, bytes] = {}
+    numbers = {uid: n for n, uid in enumerate(sorted({s.uid for s in snapshots}))}
+    for snap in sorted(snapshots, key=lambda s: (numbers[s.uid], s.subtask_index)):
+        entry = manifest.operators.get(snap.uid)
+        if entry is None:
+            entry = manifest.operators[snap.uid] = OperatorEntry(
+                snap.uid, snap.kind, snap.parallelism, snap.max_parallelism,
+                [SubtaskFiles() for _ in range(snap.parallelism)])
+        files_of = entry.subtasks[snap.subtask_index]
+        base = f"op{numbers[snap.uid]}-{snap.subtask_index}"
+        if snap.keyed is not None:
+            files_of.keyed = f"{base}.keyed.pkl"
+            files_of.key_groups = snap.key_groups
+            files[files_of.keyed] = snap.keyed
+        if snap.state is not None:
+            files_of.operator = f"{base}.state.pkl"
+            files[files_of.operator] = snap.state
+    return files
+
+
+def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes], checkpoint: str) -> None:
+    """Put the state of a verified checkpoint into freshly built (not yet opened) tasks.
+
+    An operator at the parallelism it was checkpointed at gets its own subtask's files. At
+    another parallelism, each new subtask loads the keyed state of the key groups it now owns
+    from every old subtask whose range overlaps, and its operator state through
+    ``initialize_rescaled_state`` (timers are split by key; sources and sinks refuse).
+    """
+    def load(name: str) -> Any:
+        return pickle.loads(files[name])
+
+    for task in tasks:
+        for operator in task.operators:
+            ctx = operator.ctx
+            entry = manifest.operators.get(ctx.uid)
+            if entry is None:
+                raise CorruptCheckpointError(f"the checkpoint has no state for operator '{ctx.name}'",
+                                             checkpoint=checkpoint, expected=f"uid '{ctx.uid}'",
+                                             actual=f"uids {sorted(manifest.operators)}")
+            backend = ctx.keyed_backend
+            if backend is not None and entry.max_parallelism != ctx.max_parallelism:
+                raise CheckpointError(
+                    f"operator '{ctx.name}' (uid '{ctx.uid}') was checkpointed with max parallelism "
+                    f"{entry.max_parallelism} (its number of key groups) but now has {ctx.max_parallelism}; "
+                    "keyed state can only be restored with the same max parallelism")
+            if entry.parallelism == ctx.parallelism:
+                own = entry.subtasks[ctx.subtask_index]
+                if own.keyed is not None and backend is not None:
+                    backend.restore(load(own.keyed))
+                if own.operator is not None:
+                    operator.initialize_state(load(own.operator))
+                continue
+            groups = key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
+            if backend is not None:
+                for old in entry.subtasks:
+                    if old.keyed is not None and old.key_groups is not None \
+                            and old.key_groups[0] < groups.stop and groups.start < old.key_groups[1]:
+                        backend.restore(load(old.keyed), key_groups=groups)
+            max_parallelism = ctx.max_parallelism
+
+            def owns_key(key: Any, _groups: range = groups, _max: int = max_parallelism) -> bool:
+                return assign_to_key_group(key, _max) in _groups
+
+            operator.initialize_rescaled_state(
+                [None if old.operator is None else load(old.operator) for old in entry.subtasks], owns_key)

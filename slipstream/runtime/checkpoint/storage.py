@@ -1,0 +1,184 @@
+"""Checkpoint storage: one directory per checkpoint, written data first and manifest last.
+
+Layout::
+
+    <storage dir>/            (0700)
+        chk-000007/           (0700)
+            op0-0.keyed.pkl   state files, each written then fsynced
+            op1-0.state.pkl
+            _manifest.json    written as _manifest.json.tmp, fsynced, renamed, directory fsynced
+
+A checkpoint is complete exactly when its manifest is in place. Reading verifies
+everything — the manifest's own checksum and format version, the job fingerprint,
+that the directory holds exactly the files listed, and each file's size and SHA-256 —
+before the caller unpickles a single byte.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+from slipstream.errors import CorruptCheckpointError, DiskFullError
+from slipstream.runtime.checkpoint.fs import FileSystem
+from slipstream.runtime.checkpoint.manifest import MANIFEST_NAME, MANIFEST_TEMP_NAME, Manifest, sha256_hex
+
+log = logging.getLogger("slipstream.checkpoint")
+
+_CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
+
+
+def checkpoint_dir_name(checkpoint_id: int) -> str:
+    return f"chk-{checkpoint_id:06d}"
+
+
+@dataclass
+class VerifiedCheckpoint:
+    """A checkpoint whose every file matched its manifest; ``files`` holds their bytes."""
+
+    path: str
+    manifest: Manifest
+    files: dict[str, bytes]
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.manifest.checkpoint_id
+
+
+class CheckpointStorage:
+    """Checkpoints of one job in one directory (created private, mode 0700)."""
+
+    def __init__(self, directory: str, num_retained: int = 1, fs: FileSystem | None = None) -> None:
+        self.directory = os.path.abspath(directory)
+        self.num_retained = max(1, num_retained)
+        self.fs = fs or FileSystem()
+
+    def ensure_directory(self) -> None:
+        self.fs.makedirs(self.directory)
+
+    def path_of(self, checkpoint_id: int) -> str:
+        return os.path.join(self.directory, checkpoint_dir_name(checkpoint_id))
+
+    # -- listing ----------------------------------------------------------------------------------
+    def checkpoint_ids(self) -> list[int]:
+        """Ids of every ``chk-*`` directory, complete or not, ascending."""
+        if not self.fs.is_dir(self.directory):
+            return []
+        ids = []
+        for name in self.fs.listdir(self.directory):
+            match = _CHECKPOINT_DIR.match(name)
+            if match and self.fs.is_dir(os.path.join(self.directory, name)):
+                ids.append(int(match.group(1)))
+        return sorted(ids)
+
+    def is_complete(self, checkpoint_id: int) -> bool:
+        return self.fs.exists(os.path.join(self.path_of(checkpoint_id), MANIFEST_NAME))
+
+    def complete_ids(self) -> list[int]:
+        return [i for i in self.checkpoint_ids() if self.is_complete(i)]
+
+    def remove_incomplete(self) -> None:
+        """Delete checkpoint directories without a manifest: leftovers of a crash while writing."""
+        for checkpoint_id in self.checkpoint_ids():
+            if not self.is_complete(checkpoint_id):
+                log.info("removing incomplete checkpoint %s", self.path_of(checkpoint_id))
+                self.fs.remove_tree(self.path_of(checkpoint_id))
+
+    # -- writing ----------------------------------------------------------------------------------
+    def write(self, manifest: Manifest, files: dict[str, bytes]) -> str:
+        """Write a checkpoint durably; returns its directory. On failure nothing complete is left.
+
+        Order: the directory (and its entry in the parent), every data file written and
+        fsynced, the manifest under a temporary name and fsynced, the directory fsynced,
+        the manifest renamed into place, the directory fsynced again.
+        """
+        self.ensure_directory()
+        path = self.path_of(manifest.checkpoint_id)
+        if self.fs.exists(path):
+            self.fs.remove_tree(path)
+        try:
+            self.fs.makedirs(path)
+            self.fs.fsync_dir(self.directory)
+            for name, data in files.items():
+                self.fs.write_file(os.path.join(path, name), data)
+                manifest.files[name] = {"sha256": sha256_hex(data), "size": len(data)}
+            self.fs.write_file(os.path.join(path, MANIFEST_TEMP_NAME), manifest.encode(), what="checkpoint manifest")
+            self.fs.fsync_dir(path)
+            self.fs.rename(os.path.join(path, MANIFEST_TEMP_NAME), os.path.join(path, MANIFEST_NAME))
+            self.fs.fsync_dir(path)
+        except Exception as exc:
+            # A checkpoint without its manifest is incomplete and ignored; remove it so no
+            # half-written checkpoint stays around (best effort: the disk may be full).
+            self.fs.remove_tree(path)
+            if isinstance(exc, OSError) and not isinstance(exc, DiskFullError) and exc.errno == 28:
+                raise DiskFullError(getattr(exc, "filename", None) or path, "checkpoint", exc) from exc
+            raise
+        return path
+
+    def prune(self, latest_id: int) -> None:
+        """Keep the newest ``num_retained`` complete checkpoints up to ``latest_id``; delete the rest
+        below it. The manifest goes first, so a crash mid-way leaves an incomplete directory."""
+        complete = [i for i in self.complete_ids() if i <= latest_id]
+        keep = set(complete[-self.num_retained:])
+        for checkpoint_id in self.checkpoint_ids():
+            if checkpoint_id < latest_id and checkpoint_id not in keep:
+                path = self.path_of(checkpoint_id)
+                manifest = os.path.join(path, MANIFEST_NAME)
+                if self.fs.exists(manifest):
+                    self.fs.remove(manifest)
+                    self.fs.fsync_dir(path)
+                self.fs.remove_tree(path)
+
+    def remove_all(self) -> None:
+        for checkpoint_id in self.checkpoint_ids():
+            self.fs.remove_tree(self.path_of(checkpoint_id))
+
+    # -- reading ----------------------------------------------------------------------------------
+    def read_verified(self, path: str, fingerprint: str | None) -> VerifiedCheckpoint:
+        """Read and verify the checkpoint in ``path``; raises :class:`CorruptCheckpointError`."""
+        path = os.path.abspath(path)
+        if not self.fs.is_dir(path):
+            raise CorruptCheckpointError("the checkpoint directory does not exist", checkpoint=path)
+        manifest_path = os.path.join(path, MANIFEST_NAME)
+        if not self.fs.exists(manifest_path):
+            raise CorruptCheckpointError("the checkpoint has no manifest: it is incomplete (the writer "
+                                         "stopped before finishing it) or the manifest was deleted",
+                                         checkpoint=path, file=MANIFEST_NAME)
+        manifest = Manifest.decode(self.fs.read_file(manifest_path), path)
+        match = _CHECKPOINT_DIR.match(os.path.basename(path))
+        if match and int(match.group(1)) != manifest.checkpoint_id:
+            raise CorruptCheckpointError("the manifest belongs to another checkpoint", checkpoint=path,
+                                         file=MANIFEST_NAME, expected=f"checkpoint {int(match.group(1))}",
+                                         actual=f"checkpoint {manifest.checkpoint_id}")
+        if fingerprint is not None and manifest.job_fingerprint != fingerprint:
+            raise CorruptCheckpointError(
+                f"the checkpoint was written by another job ('{manifest.job_name}'): its operators "
+                "(uids and kinds) differ from this job's", checkpoint=path, file=MANIFEST_NAME,
+                expected=f"job fingerprint {fingerprint}", actual=f"job fingerprint {manifest.job_fingerprint}")
+        present = set(self.fs.listdir(path)) - {MANIFEST_NAME}
+        for name in sorted(present - set(manifest.files)):
+            what = "a leftover temporary file" if name.endswith(".tmp") else "a file the manifest does not list"
+            raise CorruptCheckpointError(f"the checkpoint holds {what} (copied in from elsewhere, or left "
+                                         "by an interrupted write)", checkpoint=path, file=name)
+        files: dict[str, bytes] = {}
+        for name, info in sorted(manifest.files.items()):
+            if name not in present:
+                raise CorruptCheckpointError("a state file listed in the manifest is missing",
+                                             checkpoint=path, file=name,
+                                             expected=f"sha256 {info['sha256']}", actual="no file")
+            data = self.fs.read_file(os.path.join(path, name))
+            if len(data) != info["size"]:
+                raise CorruptCheckpointError("a state file has the wrong size (truncated or extended)",
+                                             checkpoint=path, file=name,
+                                             expected=f"{info['size']} bytes, sha256 {info['sha256']}",
+                                             actual=f"{len(data)} bytes, sha256 {sha256_hex(data)}")
+            digest = sha256_hex(data)
+            if digest != info["sha256"]:
+                raise CorruptCheckpointError("a state file's checksum does not match the manifest (damaged, "
+                                             "or swapped in from another checkpoint or job)",
+                                             checkpoint=path, file=name,
+                                             expected=f"sha256 {info['sha256']}", actual=f"sha256 {digest}")
+            files[name] = data
+        return VerifiedCheckpoint(path, manifest, files)

@@ -1,0 +1,332 @@
+"""Loop termination without timeouts: the FLIP-15 ``TerminationAttempt`` protocol.
+
+This module knows scopes, channels, batons and head subtasks — never operators.
+Three parts:
+
+* :class:`BatonAligner` — a baton is complete at a task once every channel of a group
+  delivered it (or ended). Alignment does not block channels: records behind a baton
+  on a channel that already delivered it are processed, which is safe (see below).
+* :class:`TaskTermination` — what every task in a loop does: align a baton on all its
+  inputs, add its status (BUSY while it holds processing-time timers, i.e. may emit
+  without new input) and forward it on all its outputs — if the task lies inside the
+  baton's scope. A loop exit lies outside its loop's scope, so batons stop there.
+* :class:`HeadControl` (one per loop-head subtask) and :class:`TerminationCoordinator`
+  (one per job) — the heads run the attempts, the coordinator joins what the parallel
+  head subtasks report and decides.
+
+The protocol, for a loop scope S whose head has regular inputs (from S's parent scope)
+and a feedback input:
+
+1. **Attempting phase.** A head subtask whose regular inputs have all ended tells the
+   coordinator it is ready. For a top-level loop this is when the sources (or loops)
+   feeding it finished; once every subtask of S's head is ready, the coordinator starts
+   attempt 1.
+2. **Speculative attempt.** Each head subtask of S sends the baton ``(S, k)`` down its
+   outputs, after everything it emitted so far, and counts the records that come back
+   through its feedback edge from then on. Plain tasks align and forward the baton,
+   adding their status. A nested loop's head inside S ("an operator with a feedback
+   input") associates the baton with the outermost unterminated scope, S: it aligns
+   the baton on its regular inputs, forwards it into its own body, counts its own
+   feedback records until the baton comes back through its feedback edge, and reports
+   too. So a baton is aligned wherever a path leaves a loop and re-enters the scope
+   around it.
+3. **Decision.** When every head in S (S's own subtasks and every nested head) has
+   reported attempt k, the coordinator decides: if no head saw a feedback record while
+   the baton was in its loop, and every status was IDLE, S is complete; otherwise it
+   starts attempt k + 1 at once.
+4. **Termination, outermost decision first.** Each head subtask of S sends the
+   completion baton ``(S, k, last_completed_level = level(S))`` and then its end of
+   input. End of input flows through the body and out of the exit; nested heads got
+   the completion baton ahead of their end of input, so they end at once, no attempt
+   of their own needed. The work itself is done innermost first: a head reads its
+   feedback before its input, and an attempt of S cannot succeed while a loop inside
+   it still has records going round.
+
+Why a successful attempt leaves no record anywhere in S: channels are FIFO and every
+task forwards a baton only after every input delivered it, and emits on every output
+the baton after whatever it emitted before. A record *ahead* of ``(S, k)`` anywhere in
+S therefore stays ahead of it on every path, so if it would go round it reaches some
+head's feedback before that head's baton returns, and is counted. A record *behind*
+``(S, k)`` was emitted after the baton passed its producer, so it descends from
+something the producer received after the baton — by induction, from a record some
+head received through its feedback between sending the baton and getting it back
+(counted), or from a timer (its task was BUSY). Sources cannot be behind it: a loop's
+only entry from outside is its head, whose regular inputs had ended.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from slipstream.datastream.scope import StreamScope
+from slipstream.errors import SlipstreamError
+from slipstream.operators.elements import TerminationAttempt, TerminationStatus
+
+Broadcast = Callable[[TerminationAttempt], None]
+"""Sends a baton on every output of a task, after what the task emitted before."""
+
+
+def lies_within(task_scope: StreamScope, scope: StreamScope) -> bool:
+    """Whether a task of ``task_scope`` is part of loop ``scope`` (its scope, or one nested in it)."""
+    return task_scope == scope or task_scope.is_inner_of(scope)
+
+
+@dataclass
+class _Alignment:
+    delivered: set[int] = field(default_factory=set)
+    status: TerminationStatus = TerminationStatus.IDLE
+    last_visited_level: int = 0
+
+
+class BatonAligner:
+    """Aligns batons over a group of channels.
+
+    A baton is complete once every channel of the group delivered it or ended; the
+    completed baton carries the BUSY status if any copy did. Several batons (of several
+    scopes, or successive attempts still in flight on some paths) align independently.
+    """
+
+    def __init__(self, channels: Iterable[Any]) -> None:
+        self.channels = list(channels)
+        self._pending: dict[tuple[StreamScope, int, int], _Alignment] = {}
+
+    def deliver(self, channel: Any, baton: TerminationAttempt) -> TerminationAttempt | None:
+        key = (baton.scope, baton.attempt_id, baton.last_completed_level)
+        alignment = self._pending.get(key)
+        if alignment is None:
+            alignment = self._pending[key] = _Alignment()
+        alignment.delivered.add(id(channel))
+        if baton.status is TerminationStatus.BUSY:
+            alignment.status = TerminationStatus.BUSY
+        alignment.last_visited_level = max(alignment.last_visited_level, baton.last_visited_level)
+        return self._complete(key, alignment)
+
+    def channel_ended(self) -> list[TerminationAttempt]:
+        """Batons that an ended channel completed (it will deliver none)."""
+        done = []
+        for key, alignment in list(self._pending.items()):
+            baton = self._complete(key, alignment)
+            if baton is not None:
+                done.append(baton)
+        return done
+
+    def _complete(self, key: tuple[StreamScope, int, int], alignment: _Alignment) -> TerminationAttempt | None:
+        for channel in self.channels:
+            if id(channel) not in alignment.delivered and not channel.ended:
+                return None
+        del self._pending[key]
+        scope, attempt_id, last_completed = key
+        return TerminationAttempt(scope, attempt_id, alignment.last_visited_level, last_completed,
+                                  alignment.status)
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+
+class TaskTermination:
+    """The protocol at a task without a feedback input: align, add the status, forward."""
+
+    def __init__(self, scope: StreamScope, channels: Iterable[Any], broadcast: Broadcast,
+                 busy: Callable[[], bool], finished: Callable[[], bool]) -> None:
+        self.scope = scope
+        self.level = scope.get_level()
+        self._aligner = BatonAligner(channels)
+        self._broadcast = broadcast
+        self._busy = busy
+        self._finished = finished
+
+    def on_attempt(self, channel: Any, baton: TerminationAttempt) -> None:
+        if not lies_within(self.scope, baton.scope):
+            return  # the baton leaves its loop here (a loop exit): it has done its work
+        done = self._aligner.deliver(channel, baton)
+        if done is not None:
+            self._forward(done)
+
+    def on_channel_ended(self, channel: Any) -> None:
+        for done in self._aligner.channel_ended():
+            self._forward(done)
+
+    def _forward(self, baton: TerminationAttempt) -> None:
+        if not self._finished():
+            self._broadcast(baton.visited(self.level, self._busy()))
+
+
+class HeadControl:
+    """The protocol at one subtask of a loop head: its attempts, and its part in outer ones.
+
+    The task hosting the head calls :meth:`on_attempt`, :meth:`on_channel_ended` and
+    :meth:`on_feedback_records`, runs :meth:`run_commands` on its turn while
+    :meth:`has_commands`, and gives ``terminate`` to end the loop's input (end of input
+    into the body, while it keeps reading the feedback until that ends too).
+    """
+
+    def __init__(self, name: str, subtask_index: int, scope: StreamScope, regular: Iterable[Any],
+                 feedback: Iterable[Any], coordinator: TerminationCoordinator, broadcast: Broadcast,
+                 busy: Callable[[], bool], terminate: Callable[[], None]) -> None:
+        self.name = name
+        self.subtask_index = subtask_index
+        self.scope = scope
+        self.level = scope.get_level()
+        self.coordinator = coordinator
+        self._regular = BatonAligner(regular)
+        self._regular_ids = {id(c) for c in self._regular.channels}
+        self._feedback = BatonAligner(feedback)
+        self._broadcast = broadcast
+        self._busy = busy
+        self._terminate = terminate
+        self._commands: deque[tuple[str, int]] = deque()
+        self._in_flight: dict[tuple[StreamScope, int], int] = {}  # attempt -> feedback records seen
+        self.enclosing_complete = False  # a completion baton of an enclosing scope came through
+        self.ready = False
+        self.terminated = False
+        coordinator.register(self)
+
+    def __repr__(self) -> str:
+        return f"{self.name} ({self.subtask_index + 1})"
+
+    # -- from the task ----------------------------------------------------------------------------
+    def on_attempt(self, channel: Any, baton: TerminationAttempt) -> None:
+        if id(channel) in self._regular_ids:
+            done = self._regular.deliver(channel, baton)
+            if done is not None:
+                self._on_regular_baton(done)
+        else:
+            done = self._feedback.deliver(channel, baton)
+            if done is not None:
+                self._on_feedback_baton(done)
+
+    def on_channel_ended(self, channel: Any) -> None:
+        if self.terminated or id(channel) not in self._regular_ids:
+            return  # feedback channels end only after the loop terminated
+        for done in self._regular.channel_ended():
+            self._on_regular_baton(done)
+        if not self.ready and all(c.ended for c in self._regular.channels):
+            self.ready = True
+            if self.enclosing_complete:
+                self._commands.append(("terminate", 0))
+            else:
+                self.coordinator.ready(self)
+
+    def on_feedback_records(self, count: int) -> None:
+        if not count:
+            return
+        if self.terminated:
+            raise SlipstreamError(
+                f"loop head '{self.name}' (subtask {self.subtask_index + 1}, scope {self.scope}): {count} "
+                "record(s) came back through the feedback edge after the loop had ended. An operator "
+                "in the loop body emitted them at end of input or from a timer after the loop's last "
+                "record; such an operator cannot feed a loop")
+        in_flight = self._in_flight
+        for key in in_flight:
+            in_flight[key] += count
+
+    def has_commands(self) -> bool:
+        return bool(self._commands)
+
+    def run_commands(self) -> None:
+        while self._commands and not self.terminated:
+            command, attempt_id = self._commands.popleft()
+            if command == "inject":
+                self._in_flight[(self.scope, attempt_id)] = 0
+                status = TerminationStatus.BUSY if self._busy() else TerminationStatus.IDLE
+                self._broadcast(TerminationAttempt(self.scope, attempt_id, self.level, self.level - 1, status))
+            else:
+                if attempt_id:  # decided here: announce it to the loops inside, ahead of end of input
+                    self._broadcast(TerminationAttempt(self.scope, attempt_id, self.level, self.level))
+                self.terminated = True
+                self._in_flight.clear()
+                self._terminate()
+
+    # -- from the coordinator ---------------------------------------------------------------------
+    def command_inject(self, attempt_id: int) -> None:
+        self._commands.append(("inject", attempt_id))
+
+    def command_terminate(self, attempt_id: int) -> None:
+        self._commands.append(("terminate", attempt_id))
+
+    # -- internals --------------------------------------------------------------------------------
+    def _on_regular_baton(self, baton: TerminationAttempt) -> None:
+        """A baton of an enclosing scope, aligned on the regular inputs: take it round this loop."""
+        if baton.is_completion:
+            self.enclosing_complete = True
+        else:
+            self._in_flight[(baton.scope, baton.attempt_id)] = 0
+        self._broadcast(baton.visited(self.level, self._busy()))
+
+    def _on_feedback_baton(self, baton: TerminationAttempt) -> None:
+        """A baton came back round this loop: report what was seen while it was inside."""
+        if baton.is_completion or self.terminated:
+            return
+        seen = self._in_flight.pop((baton.scope, baton.attempt_id), None)
+        if seen is None:
+            raise SlipstreamError(f"loop head '{self.name}': baton {baton} came back without having "
+                                  "been sent (termination protocol out of step)")
+        clean = seen == 0 and baton.status is TerminationStatus.IDLE
+        self.coordinator.report(baton.scope, baton.attempt_id, self, clean, seen)
+
+
+@dataclass
+class AttemptRecord:
+    """One decided attempt, for metrics and tests."""
+
+    scope: StreamScope
+    attempt_id: int
+    clean: bool
+    feedback_records: int
+
+
+class TerminationCoordinator:
+    """Joins the reports of all head subtasks of a scope and decides each attempt.
+
+    One per job, like Flink's operator coordinators: it holds the scope tree of the
+    job's loops (which heads exist at which scope), never any operator.
+    """
+
+    def __init__(self) -> None:
+        self._heads: dict[StreamScope, list[HeadControl]] = {}
+        self._ready: dict[StreamScope, set[int]] = {}
+        self._reports: dict[tuple[StreamScope, int], dict[int, tuple[bool, int]]] = {}
+        self.history: list[AttemptRecord] = []
+        self.completed: list[StreamScope] = []
+
+    def register(self, head: HeadControl) -> None:
+        self._heads.setdefault(head.scope, []).append(head)
+
+    @property
+    def scopes(self) -> list[StreamScope]:
+        return list(self._heads)
+
+    def heads_within(self, scope: StreamScope) -> list[HeadControl]:
+        """Every head subtask that takes part in attempts of ``scope``: its own and nested ones."""
+        return [head for s, heads in self._heads.items() if lies_within(s, scope) for head in heads]
+
+    def ready(self, head: HeadControl) -> None:
+        """A head subtask's regular inputs ended: once all of its scope's are, attempt 1 starts."""
+        ready = self._ready.setdefault(head.scope, set())
+        ready.add(id(head))
+        if len(ready) == len(self._heads[head.scope]):
+            self._start(head.scope, 1)
+
+    def report(self, scope: StreamScope, attempt_id: int, head: HeadControl, clean: bool, records: int) -> None:
+        reports = self._reports.setdefault((scope, attempt_id), {})
+        reports[id(head)] = (clean, records)
+        if len(reports) < len(self.heads_within(scope)):
+            return
+        del self._reports[(scope, attempt_id)]
+        clean_all = all(ok for ok, _ in reports.values())
+        self.history.append(AttemptRecord(scope, attempt_id, clean_all, sum(n for _, n in reports.values())))
+        if clean_all:
+            self.completed.append(scope)
+            for own in self._heads[scope]:
+                own.command_terminate(attempt_id)
+        else:
+            self._start(scope, attempt_id + 1)
+
+    def _start(self, scope: StreamScope, attempt_id: int) -> None:
+        for head in self._heads[scope]:
+            head.command_inject(attempt_id)
+
+    def attempts(self, scope: StreamScope) -> int:
+        return sum(1 for record in self.history if record.scope == scope)

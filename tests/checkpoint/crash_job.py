@@ -1,0 +1,144 @@
+"""A job the fault-injection tests run in a child process and SIGKILL at random moments.
+
+Usage: python crash_job.py KIND OUT_DIR CHECKPOINT_DIR N
+
+It restores from the latest checkpoint through the command-line route: the tests set
+``SLIPSTREAM_RESTORE_FROM=latest`` in its environment. Every job's committed output
+(the visible part files in OUT_DIR) has an oracle computed by ``oracle(KIND, N)``
+that does not depend on scheduling, so "nothing lost, nothing duplicated" is an
+equality of multisets.
+
+KIND:
+  counts   numbers 1..N (2 source subtasks) -> key_by(x % 13) -> running count per key
+  union    two sources (numbers, and the lines of a text file) -> union -> key_by -> a
+           KeyedProcessFunction with value state -> count per key (a task with several inputs: alignment)
+  windows  numbers as event time -> tumbling event-time windows of 100 per key (timers in state)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+
+KEYS = 13
+
+
+def oracle(kind: str, n: int) -> Counter:
+    if kind == "counts":
+        per_key = Counter(x % KEYS for x in range(1, n + 1))
+        return Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
+    if kind == "union":
+        values = list(range(1, n + 1)) + list(range(1, n // 2 + 1))
+        per_key = Counter(v % KEYS for v in values)
+        return Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
+    if kind == "windows":
+        sums = Counter()
+        for x in range(1, n + 1):
+            sums[(x % KEYS, x // 100 * 100)] += x
+        return Counter(f"{k},{start},{total}" for (k, start), total in sums.items())
+    raise ValueError(kind)
+
+
+def text_input(directory: str, n: int) -> str:
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "lines.txt")
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as handle:
+            handle.write("".join(f"{i}\n" for i in range(1, n // 2 + 1)))
+        os.replace(path + ".tmp", path)
+    return path
+
+
+class Hook:
+    """An identity map in every job (so the job graph is the same), through which in-process
+    tests inject failures: ``fail(value)`` may raise."""
+
+    def __init__(self, fail=None) -> None:
+        self.fail = fail
+
+    def __call__(self, value):
+        if self.fail is not None:
+            self.fail(value)
+        return value
+
+
+def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | None = 40,
+          records: int | None = 3000, parallelism: int = 2, mode=None, restart=None, fail=None,
+          retained: int = 2):
+    from slipstream.datastream import (CheckpointingMode, KeyedProcessFunction, RestartStrategies,
+                                       StreamExecutionEnvironment, ValueStateDescriptor)
+    from slipstream.datastream.connectors.file_system import FileSink, FileSource
+    from slipstream.datastream.connectors.number_seq import NumberSequenceSource
+    from slipstream.datastream.formats.base import Encoder, StreamFormat
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    env.configure(batch_size=64, backlog_sorting=False)
+    config = env.get_checkpoint_config()
+    config.set_checkpointing_mode(mode or CheckpointingMode.EXACTLY_ONCE)
+    if interval_ms is not None:
+        config.set_checkpoint_interval(interval_ms)
+    if records is not None:
+        config.set_checkpoint_interval_records(records)
+    config.set_checkpoint_storage_dir(checkpoints).set_num_retained_checkpoints(retained)
+    env.set_restart_strategy(restart or RestartStrategies.no_restart())
+    hook = Hook(fail)
+    sink = FileSink.for_row_format(out, Encoder.simple_string_encoder()).build()
+
+    if kind == "counts":
+        numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers").set_parallelism(2)
+        (numbers.map(hook).uid("hook").map(lambda x: (x % KEYS, 1)).uid("pairs")
+         .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")
+         .map(lambda p: f"{p[0]},{p[1]}").uid("format").sink_to(sink).uid("sink"))
+    elif kind == "union":
+        class Count(KeyedProcessFunction):
+            def open(self, runtime_context):
+                self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+            def process_element(self, value, ctx):
+                count = (self.count.value() or 0) + 1
+                self.count.update(count)
+                yield f"{ctx.get_current_key()},{count}"
+
+        numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers").set_parallelism(2)
+        lines = env.from_source(FileSource.for_record_stream_format(
+            StreamFormat.text_line_format(), text_input(os.path.dirname(out), n)).build(), None, "lines").uid("lines").set_parallelism(2)
+        (numbers.union(lines.map(int).uid("parse")).map(hook).uid("hook").key_by(lambda v: v % KEYS)
+         .process(Count()).uid("count").sink_to(sink).uid("sink"))
+    elif kind == "windows":
+        from slipstream.datastream.time import Time
+        from slipstream.datastream.watermark_strategy import TimestampAssigner, WatermarkStrategy
+        from slipstream.datastream.window import TumblingEventTimeWindows
+
+        class Stamp(TimestampAssigner):
+            def extract_timestamp(self, value, record_timestamp):
+                return value
+
+        strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Stamp())
+        numbers = env.from_source(NumberSequenceSource(1, n), strategy, "numbers").uid("numbers").set_parallelism(2)
+        (numbers.map(hook).uid("hook").key_by(lambda x: x % KEYS).window(TumblingEventTimeWindows.of(Time.milliseconds(100)))
+         .process(_window_sum()).uid("windows").sink_to(sink).uid("sink"))
+    else:
+        raise ValueError(kind)
+    return env
+
+
+def _window_sum():
+    from slipstream.datastream.window import ProcessWindowFunction
+
+    class WindowSum(ProcessWindowFunction):
+        def process(self, key, context, elements):
+            yield f"{key},{context.window().start},{sum(elements)}"
+
+    return WindowSum()
+
+
+def main() -> None:
+    kind, out, checkpoints, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    env = build(kind, out, checkpoints, n)
+    env.execute(f"crash-{kind}")  # restore_from comes from SLIPSTREAM_RESTORE_FROM
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Fault injection: SIGKILL a job in a child process at random moments, restart it from its
+checkpoint directory, repeat until it finishes; the committed output must equal the oracle.
+
+Across the three jobs at least 20 kills happen in every run of the suite (asserted).
+The child restores through the command-line route (``SLIPSTREAM_RESTORE_FROM=latest``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from crash_job import oracle  # noqa: E402
+
+JOB = os.path.join(HERE, "crash_job.py")
+
+
+def committed_output(directory: str) -> Counter:
+    """Lines of the visible part files: what a reader of the sink's directory sees."""
+    lines: Counter = Counter()
+    if not os.path.isdir(directory):
+        return lines
+    for name in os.listdir(directory):
+        if not name.startswith(".") and not name.startswith("_"):
+            with open(os.path.join(directory, name)) as handle:
+                lines.update(handle.read().splitlines())
+    return lines
+
+
+def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kills: int) -> int:
+    """Run the job, killing it after a random delay up to ``max_kills`` times; returns the kills."""
+    out, checkpoints = os.path.join(workdir, "out"), os.path.join(workdir, "chk")
+    env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest", PYTHONFAULTHANDLER="1")
+    kills = 0
+    while True:
+        process = subprocess.Popen([sys.executable, JOB, kind, out, checkpoints, str(n)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if kills < max_kills:
+            try:
+                process.wait(timeout=rng.uniform(0.3, 0.8))
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGKILL)
+                process.communicate()
+                kills += 1
+                continue
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr.decode()
+        # Nothing lost or duplicated, and nothing uncommitted left visible.
+        got, expected = committed_output(out), oracle(kind, n)
+        missing, extra = expected - got, got - expected
+        assert not missing and not extra, (
+            f"{kind}: {sum(missing.values())} line(s) lost (e.g. {list(missing)[:3]}), "
+            f"{sum(extra.values())} duplicated or unexpected (e.g. {list(extra)[:3]}) after {kills} kills")
+        return kills
+
+
+@pytest.mark.parametrize("kind,n,target", [("counts", 300_000, 8), ("union", 160_000, 7), ("windows", 40_000, 6)])
+def test_sigkill_and_restart_gives_exactly_once_output(tmp_path, kind, n, target, kill_counter):
+    rng = random.Random(f"kill-{kind}")
+    kills = rounds = 0
+    while kills < target:
+        kills += run_until_done(kind, n, str(tmp_path / f"round{rounds}"), rng, target - kills)
+        rounds += 1
+    kill_counter[kind] = kills
+    assert kills >= target
+
+
+_KILLS: dict[str, int] = {}
+
+
+@pytest.fixture
+def kill_counter() -> dict[str, int]:
+    return _KILLS
+
+
+def test_at_least_twenty_kills_across_the_jobs():
+    if len(_KILLS) < 3:
+        pytest.skip("runs after the three kill tests (run the whole module)")
+    assert sum(_KILLS.values()) >= 20, _KILLS
