@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 run: $(BIN)/.installed
-	$(BIN)/python examples/card_features.py
+	$(BIN)/python examples/bootstrap_then_stream.py
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
