@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 import polars as pl
 
 from slipstream.datastream import (
@@ -45,27 +44,30 @@ USERS = 100_000
 SEGMENTS = ["student", "retail", "business", "premium"]
 
 
-def write_history(directory: Path, rows: int, seed: int = 7) -> Path:
+def uniform(rows: int, seed: int) -> pl.Expr:
+    """Deterministic pseudo-random numbers in [0, 1), one per row, computed by polars."""
+    return pl.int_range(rows, dtype=pl.UInt64).hash(seed) / float(2 ** 64)
+
+
+def write_history(directory: Path, rows: int) -> Path:
     """Historical transactions as a Parquet file: user, merchant, amount, event time."""
-    rng = np.random.default_rng(seed)
-    frame = pl.DataFrame({
-        "user_id": rng.integers(0, USERS, rows),
-        "merchant_id": rng.integers(0, 5_000, rows),
-        "amount": np.round(rng.exponential(60.0, rows), 2),
-        "ts": np.sort(rng.integers(1_600_000_000_000, 1_700_000_000_000, rows)),
-    })
+    frame = pl.select(
+        user_id=(uniform(rows, 1) * USERS).cast(pl.Int64),
+        merchant_id=(uniform(rows, 2) * 5_000).cast(pl.Int64),
+        amount=(-(1 - uniform(rows, 3)).log() * 60.0).round(2),
+        ts=1_600_000_000_000 + pl.int_range(rows, dtype=pl.Int64) * 50,
+    )
     path = directory / "history.parquet"
     frame.write_parquet(path, row_group_size=262_144)
     return path
 
 
-def users_table(seed: int = 3) -> pl.DataFrame:
-    rng = np.random.default_rng(seed)
-    return pl.DataFrame({
-        "user_id": np.arange(USERS),
-        "segment": [SEGMENTS[i] for i in rng.integers(0, len(SEGMENTS), USERS)],
-        "credit_limit": np.round(rng.uniform(500, 20_000, USERS), -2),
-    })
+def users_table() -> pl.DataFrame:
+    return pl.select(
+        user_id=pl.int_range(USERS, dtype=pl.Int64),
+        segment=pl.lit(pl.Series(SEGMENTS)).gather((uniform(USERS, 4) * len(SEGMENTS)).cast(pl.Int64)),
+        credit_limit=((5 + uniform(USERS, 5) * 195).round(0) * 100),
+    )
 
 
 def live_transactions(count: int, rate: float, seed: int = 11) -> Iterator[dict[str, Any]]:
