@@ -74,6 +74,7 @@ class RuntimeOptions:
     backlog_sorting: bool = True
     sort_memory_budget: int = 1_000_000  # records a sorting operator holds in memory before spilling
     spill_dir: str | None = None  # where sorting operators spill (a private 0700 dir inside); None: temp dir
+    show_progress: bool = True  # on a terminal, show the backlog phase live (never when output is piped)
 
 
 class JobExecutionResult:
@@ -159,30 +160,27 @@ class StreamExecutionEnvironment:
     def configure(self, *, scheduler_seed: int | None = None, batch_size: int | None = None,
                   channel_capacity: int | None = None, quantum: int | None = None,
                   clock: Any = None, backlog_sorting: bool | None = None,
-                  sort_memory_budget: int | None = None,
-                  spill_dir: str | None = None) -> StreamExecutionEnvironment:
-        """Set the embedded runtime's knobs (see :class:`RuntimeOptions`)."""
+                  sort_memory_budget: int | None = None, spill_dir: str | None = None,
+                  show_progress: bool | None = None) -> StreamExecutionEnvironment:
+        """Set the embedded runtime's knobs (see :class:`RuntimeOptions`); None leaves one as it is."""
+        options = self.runtime_options
         if clock is not None:
-            self.runtime_options.clock = clock
-        if backlog_sorting is not None:
-            if not isinstance(backlog_sorting, bool):
-                raise InvalidProgramError(f"backlog_sorting must be True or False, got {backlog_sorting!r}")
-            self.runtime_options.backlog_sorting = backlog_sorting
-        if sort_memory_budget is not None:
-            if not isinstance(sort_memory_budget, int) or isinstance(sort_memory_budget, bool) \
-                    or sort_memory_budget < 1:
-                raise InvalidProgramError(f"sort_memory_budget must be a positive number of records, "
-                                          f"got {sort_memory_budget!r}")
-            self.runtime_options.sort_memory_budget = sort_memory_budget
+            options.clock = clock
         if spill_dir is not None:
-            self.runtime_options.spill_dir = str(spill_dir)
+            options.spill_dir = str(spill_dir)
+        for name, value in (("backlog_sorting", backlog_sorting), ("show_progress", show_progress)):
+            if value is not None:
+                if not isinstance(value, bool):
+                    raise InvalidProgramError(f"{name} must be True or False, got {value!r}")
+                setattr(options, name, value)
         for name, value in (("scheduler_seed", scheduler_seed), ("batch_size", batch_size),
-                            ("channel_capacity", channel_capacity), ("quantum", quantum)):
+                            ("channel_capacity", channel_capacity), ("quantum", quantum),
+                            ("sort_memory_budget", sort_memory_budget)):
             if value is None:
                 continue
-            if not isinstance(value, int) or (name != "scheduler_seed" and value < 1):
+            if not isinstance(value, int) or isinstance(value, bool) or (name != "scheduler_seed" and value < 1):
                 raise InvalidProgramError(f"{name} must be a positive integer, got {value!r}")
-            setattr(self.runtime_options, name, value)
+            setattr(options, name, value)
         return self
 
     # -- checkpoints and restarts ------------------------------------------------------------------

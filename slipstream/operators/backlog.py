@@ -160,6 +160,7 @@ class BacklogSortingOperator(StreamOperator):
             for _ in range(max(1, self.num_inputs))]
         self._buffering = True
         self._backlog_started = time.perf_counter()
+        ctx.metrics["backlog_phase"] = "buffering"
         ctx.metrics["batch_engine"] = getattr(engine, "name", type(engine).__name__)
 
     def _switch_to_streaming(self) -> None:
@@ -167,6 +168,7 @@ class BacklogSortingOperator(StreamOperator):
         buffers, self._backlog_buffers = self._backlog_buffers, []
         self._buffering = False
         started = time.perf_counter()
+        self.ctx.metrics["backlog_phase"] = "batch work"
         try:
             if any(len(buffer) for buffer in buffers):
                 self.run_backlog(buffers)
@@ -181,6 +183,7 @@ class BacklogSortingOperator(StreamOperator):
         metrics["switch_time"] = max(metrics.get("switch_time", 0.0), self._switch_seconds)
         metrics["backlog_seconds"] = max(metrics.get("backlog_seconds", 0.0), self._backlog_seconds)
         metrics["switched_at"] = ended
+        metrics["backlog_phase"] = "streaming"
 
     # -- life cycle --------------------------------------------------------------------------------
     def end_input(self, input_index: int = 0) -> None:

@@ -232,6 +232,7 @@ class CoGroupOperator(WindowOperator):
                                     name=ctx.name) for _ in range(2)]
         self._sorting = True
         self._backlog_started = time.perf_counter()
+        ctx.metrics["backlog_phase"] = "buffering"
         ctx.metrics["batch_engine"] = getattr(ctx.batch_engine, "name", type(ctx.batch_engine).__name__)
 
     def _buffer(self, batch: RecordBatch, input_index: int) -> None:
@@ -253,6 +254,7 @@ class CoGroupOperator(WindowOperator):
         buffers, self._buffers = self._buffers, []
         self._sorting = False
         started = time.perf_counter()
+        self.ctx.metrics["backlog_phase"] = "batch work"
         try:
             if any(len(buffer) for buffer in buffers):
                 held = self._held_watermark()
@@ -273,6 +275,7 @@ class CoGroupOperator(WindowOperator):
         metrics["switch_time"] = max(metrics.get("switch_time", 0.0), self._switch_seconds)
         metrics["backlog_seconds"] = max(metrics.get("backlog_seconds", 0.0), self._backlog_seconds)
         metrics["switched_at"] = ended
+        metrics["backlog_phase"] = "streaming"
 
     def _evaluate_directly(self, buffers: list[SortBuffer]) -> None:
         """EndOfStreamWindows after the final watermark: every key's window is complete, so the

@@ -23,6 +23,7 @@ from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEd
 from slipstream.runtime.loop_task import LoopHeadTask, attach_termination
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.planner import plan_job
+from slipstream.runtime.progress import BacklogProgress
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
 from slipstream.runtime.scheduler import Scheduler
 from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
@@ -50,6 +51,7 @@ class JobRun:
         self.tasks = self._build_tasks(options)
         self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
         self._closed = False
+        self._progress = BacklogProgress(self.metrics)
         self._started = 0.0
 
     # -- construction -----------------------------------------------------------------------------
@@ -131,14 +133,18 @@ class JobRun:
 
     # -- running ----------------------------------------------------------------------------------
     def open(self) -> None:
-        """Start the clock; each task deploys (opens its operators) on its first turn."""
+        """Start the clock (and, on a terminal, the backlog progress display); each task
+        deploys (opens its operators) on its first turn."""
         self._started = time.perf_counter()
+        if self.env.runtime_options.show_progress:
+            self._progress.start()
 
     def close(self) -> None:
         """Close every task; on failure paths, errors while closing must not hide the first one."""
         if self._closed:
             return
         self._closed = True
+        self._progress.stop()
         first_error: BaseException | None = None
         for task in self.tasks:
             try:

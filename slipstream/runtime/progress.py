@@ -1,0 +1,64 @@
+"""Progress of a long backlog phase, shown live on a terminal (and nowhere else).
+
+While sorting operators buffer their backlog, then run it as batch work, then
+switch to streaming, a small table shows per operator its phase, the records
+buffered, the bytes spilled and the engine. It is drawn by ``rich`` in its own
+refresh thread, so it keeps moving while a long batch step runs; it reads the
+operators' metrics and never touches the job.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+def backlog_table(metrics: dict[str, dict[str, Any]], elapsed: float) -> Table:
+    """The progress table for the operators that have a backlog phase."""
+    table = Table(title=f"backlog, {elapsed:.1f} s", title_justify="left", expand=False)
+    for column in ("operator", "phase", "records buffered", "spilled", "engine"):
+        table.add_column(column, justify="right" if column in ("records buffered", "spilled") else "left")
+    for name, values in metrics.items():
+        phase = values.get("backlog_phase")
+        if phase is None:
+            continue
+        table.add_row(name, phase, f"{values.get('backlog_records', 0):,}",
+                      f"{values.get('spilled_bytes', 0) / 1e6:,.1f} MB", str(values.get("batch_engine", "")))
+    return table
+
+
+class BacklogProgress:
+    """Live backlog progress on ``stream`` when it is a terminal; a no-op otherwise."""
+
+    def __init__(self, metrics: dict[str, dict[str, Any]], stream: IO[str] | None = None,
+                 refresh_per_second: float = 4) -> None:
+        self._metrics = metrics
+        self._stream = stream if stream is not None else sys.stderr
+        self._refresh = refresh_per_second
+        self._live: Live | None = None
+        self._started = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        isatty = getattr(self._stream, "isatty", None)
+        return bool(isatty and isatty())
+
+    def _render(self) -> Table:
+        return backlog_table(self._metrics, time.perf_counter() - self._started)
+
+    def start(self) -> None:
+        if self.enabled and self._live is None:
+            self._started = time.perf_counter()
+            self._live = Live(get_renderable=self._render, console=Console(file=self._stream),
+                              refresh_per_second=self._refresh, transient=True)
+            self._live.start()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

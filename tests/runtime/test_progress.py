@@ -1,0 +1,43 @@
+"""The backlog progress display: drawn only on a terminal, from the operators' metrics."""
+
+import io
+
+from rich.console import Console
+
+from slipstream.runtime.progress import BacklogProgress, backlog_table
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+METRICS = {
+    "user profiles": {"backlog_phase": "buffering", "backlog_records": 1_234_567, "spilled_bytes": 25_000_000,
+                      "batch_engine": "polars"},
+    "enrich": {"records_in": 10},
+}
+
+
+def test_table_lists_only_operators_with_a_backlog_phase() -> None:
+    console = Console(file=io.StringIO(), width=120, record=True)
+    console.print(backlog_table(METRICS, elapsed=2.0))
+    text = console.export_text()
+    assert "user profiles" in text and "buffering" in text and "1,234,567" in text and "25.0 MB" in text
+    assert "polars" in text and "enrich" not in text
+
+
+def test_nothing_is_drawn_when_output_is_not_a_terminal() -> None:
+    stream = io.StringIO()
+    progress = BacklogProgress(METRICS, stream=stream)
+    progress.start()
+    progress.stop()
+    assert not progress.enabled and stream.getvalue() == ""
+
+
+def test_a_terminal_gets_the_live_table() -> None:
+    stream = FakeTerminal()
+    progress = BacklogProgress(METRICS, stream=stream, refresh_per_second=50)
+    progress.start()
+    progress.stop()
+    assert progress.enabled and "user profiles" in stream.getvalue()
