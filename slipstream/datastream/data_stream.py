@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, TypeVar
 
-from slipstream.datastream.fields import get_field, replace_field
+from slipstream.datastream.fields import FieldKey, get_field, replace_field
 from slipstream.datastream.functions import (
     CoFlatMapFunction,
     CoMapFunction,
@@ -57,8 +57,7 @@ def _key_selector(key_selector: Any, what: str) -> Callable[[Any], Any]:
     if isinstance(key_selector, KeySelector):
         return key_selector.get_key
     if isinstance(key_selector, (int, str)) and not isinstance(key_selector, bool):
-        field = key_selector
-        return lambda value: get_field(value, field)
+        return FieldKey(key_selector)  # says its field, so columnar operators can read the column
     if callable(key_selector) and not isinstance(key_selector, type):
         return as_function(key_selector, KeySelector, "get_key", 1, what).get_key
     raise InvalidProgramError(f"{what} expects a KeySelector, a callable, a field position or a "
@@ -342,6 +341,17 @@ class DataStream(Generic[T]):
             return iterator
         with iterator:
             return [record for _, record in zip(range(limit), iterator)]
+
+    def to_spark(self, session: Any = None, job_name: str | None = None) -> Any:
+        """Run the job and return this stream's records as a Spark DataFrame.
+
+        Columnar results (Arrow batches) stay columnar; Python records become columns by the
+        stream's declared row or tuple type, else by field name (named Rows, dicts) or as
+        ``f0``, ``f1``, … (tuples). ``session``: the SparkSession to create the DataFrame in
+        (default: the Spark batch engine's, else the active one). Needs pyspark.
+        """
+        from slipstream.datastream.connectors.spark import stream_to_spark
+        return stream_to_spark(self, session, job_name)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.get_name()!r})"

@@ -75,6 +75,10 @@ class RuntimeOptions:
     sort_memory_budget: int = 1_000_000  # records a sorting operator holds in memory before spilling
     spill_dir: str | None = None  # where sorting operators spill (a private 0700 dir inside); None: temp dir
     show_progress: bool = True  # on a terminal, show the backlog phase live (never when output is piped)
+    # the engine of the sorted backlog work: "polars" (embedded), "spark", or a BatchEngine object;
+    # engine_options are the keyword arguments of the named engine (e.g. master for Spark)
+    batch_engine: Any = "polars"
+    engine_options: dict[str, Any] = field(default_factory=dict)
 
 
 class JobExecutionResult:
@@ -183,6 +187,38 @@ class StreamExecutionEnvironment:
             setattr(options, name, value)
         return self
 
+    def set_batch_engine(self, engine: Any = "polars", *, master: str | None = None,
+                         session: Any = None) -> StreamExecutionEnvironment:
+        """Choose the engine that runs backlog as sorted batch work (FLIP-327).
+
+        ``"polars"`` (the default) runs it in this process; ``"spark"`` runs it as Spark jobs
+        (``pip install 'slipstream[spark]'``, Java 17): on ``session`` if given, else on the
+        active SparkSession when slipstream runs inside a Spark application, else on a session
+        started on first use with ``master`` (``local[*]`` by default). A ``BatchEngine``
+        object is used as it is. Both engines give the same results.
+
+        Example:
+            >>> env = StreamExecutionEnvironment.get_execution_environment()
+            >>> env = env.set_batch_engine("spark", master="local[2]")
+        """
+        if isinstance(engine, str):
+            if engine not in ("polars", "spark"):
+                raise InvalidProgramError(f"set_batch_engine expects 'polars', 'spark' or a BatchEngine, "
+                                          f"got {engine!r}")
+            if engine == "polars" and (master is not None or session is not None):
+                raise InvalidProgramError("master and session apply to the 'spark' batch engine only")
+        elif not (hasattr(engine, "sort") and hasattr(engine, "group_aggregate")):
+            raise InvalidProgramError(f"set_batch_engine expects 'polars', 'spark' or a BatchEngine, got {engine!r}")
+        self.runtime_options.batch_engine = engine
+        self.runtime_options.engine_options = {name: value for name, value in
+                                               (("master", master), ("session", session)) if value is not None}
+        return self
+
+    def get_batch_engine(self) -> str:
+        """The name of the batch engine chosen with :meth:`set_batch_engine` ("polars" by default)."""
+        engine = self.runtime_options.batch_engine
+        return engine if isinstance(engine, str) else getattr(engine, "name", type(engine).__name__)
+
     # -- checkpoints and restarts ------------------------------------------------------------------
     def enable_checkpointing(self, interval: int,
                              mode: CheckpointingMode | None = None) -> StreamExecutionEnvironment:
@@ -220,6 +256,17 @@ class StreamExecutionEnvironment:
         if isinstance(collection, (str, bytes)) or not isinstance(collection, Iterable):
             raise InvalidProgramError(f"from_collection expects a collection, got {collection!r}")
         return self.from_source(CollectionSource(list(collection)), None, "Collection Source", type_info)
+
+    def from_spark(self, dataframe: Any, type_info: Any = None, source_name: str = "Spark Source") -> DataStream:
+        """A bounded (backlog) stream of a Spark DataFrame's rows (named ``Row`` records).
+
+        The rows come as Arrow batches (``DataFrame.toArrow()``); with the Spark batch engine, a
+        vectorised co_group with EndOfStreamWindows directly after it runs as one Spark query
+        (see :mod:`slipstream.datastream.connectors.spark`). For a Parquet dataset:
+        ``env.from_spark(spark.read.parquet(path))``.
+        """
+        from slipstream.datastream.connectors.spark import SparkSource
+        return self.from_source(SparkSource(dataframe), None, source_name, type_info)
 
     def from_source(self, source: Source, watermark_strategy: Any, source_name: str,
                     type_info: Any = None) -> DataStream:

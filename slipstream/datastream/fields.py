@@ -51,3 +51,22 @@ def _rebuild_tuple(record: tuple, items: list) -> Any:
     if hasattr(cls, "_make"):
         return cls._make(items)
     return cls(items)
+
+
+class FieldKey:
+    """A key selector that reads one ``field`` of a record (what ``key_by(0)``/``where('f0')`` build).
+
+    Unlike a lambda it says which field it reads, so a columnar operator can take the
+    key column of an Arrow batch instead of building rows to call it.
+    """
+
+    __slots__ = ("field",)
+
+    def __init__(self, field: int | str) -> None:
+        self.field = field
+
+    def __call__(self, record: Any) -> Any:
+        return get_field(record, self.field)
+
+    def __repr__(self) -> str:
+        return f"FieldKey({self.field!r})"

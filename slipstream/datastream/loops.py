@@ -31,7 +31,8 @@ Example — count down every number to zero, emitting each number once it reache
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.scope import StreamScope
@@ -46,7 +47,7 @@ from slipstream.errors import InvalidProgramError
 if TYPE_CHECKING:
     from slipstream.datastream.data_stream import ConnectedStreams, DataStream
 
-__all__ = ["LoopFunction", "CoLoopFunction", "iterate", "iterate_with_feedback"]
+__all__ = ["CoLoopFunction", "LoopFunction", "iterate", "iterate_with_feedback"]
 
 
 class LoopFunction(ABC):

@@ -39,6 +39,8 @@ backlog_sorting=False)``) backlog is processed record by record too. Metrics as
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -55,8 +57,19 @@ from slipstream.datastream.transformations import (
 )
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, TupleTypeInfo
 from slipstream.datastream.window import GlobalWindow, Window, is_end_of_stream_window
+from slipstream.datastream.columnar import rows_from_arrow
+from slipstream.datastream.fields import FieldKey
+from slipstream.datastream.output_tag import OutputTag
 from slipstream.errors import SlipstreamError
 from slipstream.operators.base import split_outputs
+from slipstream.operators.columnar_buffer import (
+    BYTES_PER_RECORD,
+    SPILL_PARTITIONS,
+    TS_COLUMN,
+    ColumnarBuffer,
+    canonical_keys,
+)
+from slipstream.operators.co_group_engine import evaluate_on_engine
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.sort_buffer import KeyDictionary, SortBuffer, co_grouped
 from slipstream.operators.window import WindowOperator
@@ -64,6 +77,24 @@ from slipstream.operators.window import WindowOperator
 BATCH_KEYS_METRIC = "backlog_keys_evaluated"
 FLUSH_EVERY = 4096
 """Outputs collected during batch work before they are sent on."""
+COLUMNAR_CHUNK = 65_536
+"""Records of a columnar backlog turned into rows at a time by the per-key path."""
+ARROW_OUTPUT_ROWS = 65_536
+"""Rows per Arrow batch a vectorised function's result is emitted in."""
+
+
+@contextlib.contextmanager
+def gc_paused() -> Any:
+    """Pause the cyclic garbage collector: batch work creates millions of short-lived rows, and
+    the collections they would trigger (each walking every live object) cost more than the work.
+    Reference counting still frees them; a cycle made meanwhile is collected afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _tagged_key(selectors: list[Callable[[Any], Any]]) -> Callable[[tuple[int, Any]], Any]:
@@ -99,6 +130,7 @@ class CoGroupOperator(WindowOperator):
         self._frame_columns: list[Any] = [None, None]  # last columns seen per input, for empty sides
         self._sorting = False
         self._buffers: list[SortBuffer] = []
+        self._columnar: list[ColumnarBuffer | None] = [None, None]  # per input, while it arrives as Arrow
         self._streamed = False  # whether any record went through the streaming path
         self._ended = [False, False]
         self._backlog_started = 0.0
@@ -230,12 +262,25 @@ class CoGroupOperator(WindowOperator):
         self._buffers = [SortBuffer(ctx.batch_engine, memory_budget=ctx.sort_memory_budget,
                                     spill_dir=ctx.spill_dir, key_dictionary=keys, metrics=ctx.metrics,
                                     name=ctx.name) for _ in range(2)]
+        # Inputs keyed by a field are buffered as Arrow while they arrive as Arrow (an in-process
+        # engine: the columnar path runs here); the first row batch moves them to their SortBuffer.
+        columnar = getattr(ctx.batch_engine, "in_process", True)
+        self._columnar = [ColumnarBuffer(selector.field, memory_budget=ctx.sort_memory_budget * BYTES_PER_RECORD,
+                                         spill_dir=ctx.spill_dir, metrics=ctx.metrics, name=ctx.name)
+                          if columnar and isinstance(selector, FieldKey) else None
+                          for selector in self._input_selectors]
         self._sorting = True
         self._backlog_started = time.perf_counter()
         ctx.metrics["backlog_phase"] = "buffering"
         ctx.metrics["batch_engine"] = getattr(ctx.batch_engine, "name", type(ctx.batch_engine).__name__)
 
     def _buffer(self, batch: RecordBatch, input_index: int) -> None:
+        columnar = self._columnar[input_index]
+        if columnar is not None:
+            if batch.arrow is not None and columnar.add(batch.arrow, batch.timestamps):
+                return
+            self._columnar[input_index] = None  # rows (or Arrow it cannot hold) from now on
+            self._move_to_rows(columnar, self._buffers[input_index], input_index)
         selector = self._input_selectors[input_index]
         keys: list[Any] = []
         append = keys.append
@@ -252,21 +297,31 @@ class CoGroupOperator(WindowOperator):
     def _switch_to_streaming(self) -> None:
         """The switch: run the buffered backlog as batch work, then apply the held watermark."""
         buffers, self._buffers = self._buffers, []
+        columnar, self._columnar = self._columnar, [None, None]
         self._sorting = False
         started = time.perf_counter()
         self.ctx.metrics["backlog_phase"] = "batch work"
         try:
-            if any(len(buffer) for buffer in buffers):
+            if any(len(buffer) for buffer in buffers) or any(c is not None and len(c) for c in columnar):
                 held = self._held_watermark()
                 direct = (self._end_of_stream and self.evictor is None and not self._streamed
                           and held is not None and held >= GlobalWindow.get().max_timestamp())
-                if direct:
-                    self._evaluate_directly(buffers)
+                if direct and self._columnar_ready(buffers, columnar):
+                    self._evaluate_columnar(columnar)  # type: ignore[arg-type]
                 else:
-                    self._replay(buffers)
+                    for index, column_buffer in enumerate(columnar):
+                        if column_buffer is not None:
+                            self._move_to_rows(column_buffer, buffers[index], index)
+                    if direct:
+                        self._evaluate_directly(buffers)
+                    else:
+                        self._replay(buffers)
         finally:
             for buffer in buffers:
                 buffer.close()
+            for column_buffer in columnar:
+                if column_buffer is not None:
+                    column_buffer.close()
         self._advance_combined_watermark()
         ended = time.perf_counter()
         self._switch_seconds += ended - started
@@ -282,6 +337,10 @@ class CoGroupOperator(WindowOperator):
         function runs over the key-grouped backlog with no window state, timers or triggers."""
         window = GlobalWindow.get()
         metrics = self.ctx.metrics
+        if not getattr(self.ctx.batch_engine, "in_process", True):  # Spark: the function runs in its workers
+            count = evaluate_on_engine(self, buffers, window)
+            metrics[BATCH_KEYS_METRIC] = metrics.get(BATCH_KEYS_METRIC, 0) + count
+            return
         if self.vectorized:
             first = [value for _, _, value in buffers[0].records()]
             second = [value for _, _, value in buffers[1].records()]
@@ -299,6 +358,171 @@ class CoGroupOperator(WindowOperator):
                     super()._flush()
             metrics[BATCH_KEYS_METRIC] = metrics.get(BATCH_KEYS_METRIC, 0) + count
         self._flush()
+
+    # -- columnar backlog (Arrow input keyed by a field) -------------------------------------------
+    @staticmethod
+    def _columnar_ready(buffers: list[SortBuffer], columnar: list[ColumnarBuffer | None]) -> bool:
+        """Whether the backlog can run on its columns: every input buffered as Arrow (or empty),
+        with keys of one family on both sides (integers never equal strings, so no fallback needed
+        for correctness, but the partitions must hash alike)."""
+        if any(buffer is None for buffer in columnar) or any(len(buffer) for buffer in buffers):
+            return False
+        kinds = {buffer.kind for buffer in columnar if buffer is not None and len(buffer)}
+        return len(kinds) <= 1
+
+    def _move_to_rows(self, columnar: ColumnarBuffer, rows: SortBuffer, input_index: int) -> None:
+        """Hand what a columnar buffer holds to the input's row buffer, as rows, and close it.
+
+        Each key's records keep their arrival order (all of a key is in one partition)."""
+        try:
+            if not len(columnar):
+                return
+            selector = self._input_selectors[input_index]
+            count = SPILL_PARTITIONS if columnar.spilled else 1
+            value: Any = None
+            for table in columnar.partition_tables(count):
+                for batch in table.to_batches(max_chunksize=COLUMNAR_CHUNK):
+                    stamps = batch.column(TS_COLUMN).to_pylist() if columnar.has_timestamps else None
+                    values = rows_from_arrow(batch.drop_columns([TS_COLUMN]))
+                    try:
+                        keys = [selector(value) for value in values]
+                    except Exception as exc:
+                        raise self.user_error(value, exc, what=f"record of input {input_index + 1}") from exc
+                    rows.add(keys, values, stamps)
+        finally:
+            columnar.close()
+
+    def _evaluate_columnar(self, columnar: list[ColumnarBuffer]) -> None:
+        """EndOfStreamWindows over a columnar backlog: partition by partition (one partition when
+        nothing spilled), each key's records sorted by timestamp (stable, so arrival order next);
+        the vectorised function gets each partition's columns as DataFrames and its result is
+        emitted as Arrow; a per-key function gets each key's rows, built a chunk at a time.
+
+        Keys come in ascending order within a partition (partitions in hash order), not in the
+        first-seen order of the row path; the batch path promises no key order."""
+        window = GlobalWindow.get()
+        count = SPILL_PARTITIONS if any(buffer.spilled for buffer in columnar) else 1
+        readers = [buffer.partition_tables(count) if buffer.schema is not None else None for buffer in columnar]
+        keys = 0
+        with gc_paused():
+            for number in range(count):
+                tables = [None if reader is None else next(reader) for reader in readers]
+                if self.vectorized:
+                    self._vectorized_partition(window, tables, number, count)
+                else:
+                    keys += self._per_key_partition(window, tables, columnar)
+                    super()._flush()
+        if not self.vectorized:
+            metrics = self.ctx.metrics
+            metrics[BATCH_KEYS_METRIC] = metrics.get(BATCH_KEYS_METRIC, 0) + keys
+
+    def _vectorized_partition(self, window: Window, tables: list, number: int, count: int) -> None:
+        import polars as pl
+        frames: list = []
+        try:
+            # one chunk per column: the buffered batches' chunks would slow the function's polars work
+            frames = [self._frame([], index) if table is None else
+                      pl.from_arrow(table.drop_columns([TS_COLUMN]).combine_chunks())
+                      for index, table in enumerate(tables)]
+            result = self.function.co_group(*frames)
+            if result is not None and not isinstance(result, pl.DataFrame):
+                raise TypeError(f"a vectorised co-group function must return a polars DataFrame (or None), "
+                                f"got {type(result).__name__}: {result!r}"[:300])
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            what = "the keys of the backlog, window" if count == 1 else \
+                f"the keys of backlog partition {number + 1} of {count}, window"
+            raise self.user_error(window, exc, what=what) from exc
+        if result is None or not result.height:
+            return
+        super()._flush()  # rows emitted before stay before
+        timestamp = window.max_timestamp()
+        for batch in result.to_arrow().to_batches(max_chunksize=ARROW_OUTPUT_ROWS):
+            self.output.collect_batch(RecordBatch(None, [timestamp] * batch.num_rows, arrow=batch))
+
+    def _per_key_partition(self, window: Window, tables: list, columnar: list[ColumnarBuffer]) -> int:
+        """Run the per-key function over every key of one partition; returns the number of keys."""
+        import numpy as np
+        import polars as pl
+        sides: list[Any] = []
+        runs: list[Any] = []
+        for table, buffer in zip(tables, columnar):
+            if table is None or not table.num_rows:
+                sides.append(None)
+                runs.append(None)
+                continue
+            keys = canonical_keys(table.column(buffer.key_name), buffer.kind)
+            if not buffer.has_timestamps and keys.is_sorted():
+                ordered = table.drop_columns([TS_COLUMN])  # arrived in key order (as backlogs often do)
+            else:
+                frame = pl.DataFrame({"k": keys, "t": pl.Series(table.column(TS_COLUMN))}) \
+                    if buffer.has_timestamps else pl.DataFrame({"k": keys})
+                order = frame.select(pl.arg_sort_by(frame.columns, nulls_last=False, maintain_order=True)) \
+                    .to_series()
+                ordered = table.take(order.to_arrow()).drop_columns([TS_COLUMN])
+                keys = keys.gather(order)
+            sides.append(ordered)
+            run = keys.rle().struct.unnest()  # value, len: the keys in order
+            runs.append(run)
+        present = [run for run in runs if run is not None]
+        if not present:
+            return 0
+        if len(present) == 2:
+            joined = runs[0].join(runs[1], on="value", how="full", coalesce=True, suffix="_2") \
+                .sort("value").fill_null(0)
+            counts = [joined.get_column("len").to_numpy(), joined.get_column("len_2").to_numpy()]
+        else:
+            joined = present[0]
+            zeros = np.zeros(joined.height, dtype=np.int64)
+            counts = [joined.get_column("len").to_numpy() if run is not None else zeros for run in runs]
+        key_series = joined.get_column("value")
+        key_count = key_series.len()
+        ends = [np.cumsum(c) for c in counts]
+        total = ends[0] + ends[1]
+        co_group = self.function.co_group
+        set_key = self.backend.set_current_key
+        timestamp = window.max_timestamp()
+        start = 0
+        while start < key_count:
+            base = int(total[start - 1]) if start else 0
+            stop = min(key_count, max(start + 1, int(np.searchsorted(total, base + COLUMNAR_CHUNK, "right"))))
+            rows = []
+            for side, end in zip(sides, ends):
+                low = int(end[start - 1]) if start else 0
+                high = int(end[stop - 1])
+                rows.append(rows_from_arrow(side.slice(low, high - low)) if side is not None and high > low else [])
+            first_rows, second_rows = rows
+            first_counts = counts[0][start:stop].tolist()
+            second_counts = counts[1][start:stop].tolist()
+            values, timestamps, side_outputs = self._values, self._timestamps, self._side
+            append, append_ts = values.append, timestamps.append
+            a = b = 0
+            for key, na, nb in zip(key_series.slice(start, stop - start).to_list(), first_counts, second_counts):
+                first = first_rows[a:a + na]
+                second = second_rows[b:b + nb]
+                a += na
+                b += nb
+                try:
+                    set_key(key)
+                    results = co_group(first, second)
+                    if results is not None:
+                        for out in results:
+                            if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
+                                split_outputs((out,), timestamp, values, timestamps, side_outputs)
+                            else:
+                                append(out)
+                                append_ts(timestamp)
+                except SlipstreamError:
+                    raise
+                except Exception as exc:
+                    if isinstance(exc, TypeError) and "not iterable" in str(exc):
+                        exc = TypeError(f"a co-group function must yield its outputs (or return an iterable "
+                                        f"or None): {exc}")
+                    raise self.user_error(window, exc, what=f"key {key!r}, window") from exc
+            super()._flush()
+            start = stop
+        return key_count
 
     def _replay(self, buffers: list[SortBuffer]) -> None:
         """Feed the backlog key by key (each input's records of a key in timestamp order) through
@@ -338,6 +562,10 @@ class CoGroupOperator(WindowOperator):
         for buffer in self._buffers:
             buffer.close()
         self._buffers = []
+        for column_buffer in self._columnar:
+            if column_buffer is not None:
+                column_buffer.close()
+        self._columnar = [None, None]
         super().close()
 
 

@@ -56,6 +56,24 @@ class RecordBatch:
     def __repr__(self) -> str:
         return f"RecordBatch({len(self)} records{', columnar' if self.arrow is not None else ''})"
 
+    def __getstate__(self) -> tuple:
+        """Pickled (spilling channels, checkpoints) with its Arrow part as IPC bytes: pickling an
+        Arrow slice directly would write the whole buffers it slices; rows built from it are dropped."""
+        if self.arrow is None:
+            return self._values, self.timestamps, None
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.arrow.schema) as writer:
+            writer.write(self.arrow)
+        return None, self.timestamps, (sink.getvalue(), isinstance(self.arrow, pa.Table))
+
+    def __setstate__(self, state: tuple) -> None:
+        self._values, self.timestamps, arrow = state
+        self.arrow = None
+        if arrow is not None:
+            data, is_table = arrow
+            reader = pa.ipc.open_stream(data)
+            self.arrow = reader.read_all() if is_table else reader.read_next_batch()
+
 
 @dataclass(frozen=True, slots=True)
 class WatermarkStatus:

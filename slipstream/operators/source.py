@@ -96,6 +96,10 @@ class SourceOperator(StreamOperator):
                 self.output.collect_batch(RecordBatch(None, result.timestamps, arrow=arrow))
         elif result.values:
             self.output.collect_batch(RecordBatch(result.values, result.timestamps))
+        side = getattr(result, "side_outputs", None)
+        if side:  # e.g. bad records: emitted in this poll, so before the next barrier, as the main ones
+            for tag, values in side.items():
+                self.output.collect_side(tag, RecordBatch(values))
         return InputStatus.MORE_AVAILABLE
 
     def snapshot_state(self) -> Any:
@@ -104,6 +108,15 @@ class SourceOperator(StreamOperator):
     def initialize_state(self, state: Any) -> None:
         if state:
             self._restored_position = state["position"]
+
+    def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
+        """The source redistributes what its old readers had left among the new ones
+        (:meth:`Source.redistribute_positions`): file splits, number and index ranges, phases."""
+        positions = [None if not state else state["position"] for state in states]
+        if all(position is None for position in positions):
+            return
+        shares = self.source.redistribute_positions(positions, self.ctx.parallelism)
+        self._restored_position = shares[self.ctx.subtask_index]
 
     def close(self) -> None:
         if self.reader is not None:

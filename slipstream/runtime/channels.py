@@ -16,6 +16,7 @@ from collections import deque
 from typing import Any
 
 from slipstream.errors import DiskFullError
+from slipstream.operators.elements import RecordBatch
 
 
 class Channel:
@@ -68,7 +69,7 @@ class SpillingChannel(Channel):
         return False
 
     def push(self, element: Any) -> None:
-        size = len(element.values) if hasattr(element, "values") else 0
+        size = len(element) if isinstance(element, RecordBatch) else 0  # len: no rows built for Arrow
         if self._spilled or (size and self._in_memory_records + size > self.memory_budget):
             self._spill(element)
             if not self.queue:
@@ -102,14 +103,14 @@ class SpillingChannel(Channel):
             self._writer.seek(0)
             self._writer.truncate()
             self._reader.seek(0)
-        if hasattr(element, "values"):
-            self._in_memory_records += len(element.values)
+        if isinstance(element, RecordBatch):
+            self._in_memory_records += len(element)
         self.queue.append(element)
 
     def pop(self) -> Any:
         element = self.queue.popleft()
-        if hasattr(element, "values"):
-            self._in_memory_records -= len(element.values)
+        if isinstance(element, RecordBatch):
+            self._in_memory_records -= len(element)
         if not self.queue and self._spilled:
             self._load_one()
         return element

@@ -16,7 +16,7 @@ from slipstream.datastream.data_stream import CloseableIterator
 from slipstream.datastream.environment import JobExecutionResult, RuntimeExecutionMode, RuntimeOptions
 from slipstream.datastream.transformations import LoopHeadTransformation, SourceTransformation, Transformation
 from slipstream.operators.base import OperatorContext, StreamOperator
-from slipstream.runtime.batch.polars_engine import PolarsBatchEngine
+from slipstream.runtime.batch import make_batch_engine
 from slipstream.runtime.channels import Channel, SpillingChannel
 from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
@@ -47,7 +47,8 @@ class JobRun:
         self.metrics: dict[str, dict[str, Any]] = {}
         self._task_metrics: dict[StreamTask, list[dict[str, Any]]] = {}
         # FLIP-327: sorting operators run their backlog on this engine (None: record by record)
-        self.batch_engine = PolarsBatchEngine() if options.backlog_sorting else None
+        self.batch_engine = make_batch_engine(options.batch_engine, options.engine_options) \
+            if options.backlog_sorting else None
         self.tasks = self._build_tasks(options)
         self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
         self._closed = False

@@ -102,6 +102,7 @@ class JobGraph:
     vertices: list[JobVertex]
     vertex_of: dict[StreamNode, JobVertex]
     mode: Any = None  # the RuntimeExecutionMode the plan was made for (BATCH or STREAMING)
+    batch_engine: str = "polars"  # the engine backlog batch work runs on (shown by explain)
 
     def explain(self) -> str:
         """The plan as text: each task (its chained operators and parallelism), what runs as
@@ -111,7 +112,7 @@ class JobGraph:
         for vertex in self.vertices:
             lines.append(f"[{vertex.id}] {vertex.name}  (parallelism {vertex.parallelism})")
             for node in vertex.nodes:
-                notes = node_notes(node)
+                notes = node_notes(node, self.batch_engine)
                 if notes:
                     lines.append(f"      {node.name}: {'; '.join(notes)}")
             for edge in vertex.in_edges:
@@ -120,17 +121,21 @@ class JobGraph:
         return "\n".join(lines)
 
 
-def node_notes(node: StreamNode) -> list[str]:
-    """What the planner knows about an operator beyond its name (FLIP-327 attributes)."""
+def node_notes(node: StreamNode, batch_engine: str = "polars") -> list[str]:
+    """What the planner knows about an operator beyond its name (FLIP-327 attributes, and the
+    engine its backlog batch work runs on)."""
     attributes = node.transformation.get_operator_attributes()
     notes = []
     scope = node.transformation.scope
     if scope.get_level():
         notes.append(f"in loop scope {scope} (level {scope.get_level()})")
     if attributes.has_internal_sorter():
-        notes.append("sorts its backlog and runs it as batch work, then switches to streaming")
+        notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}, then switches to streaming")
     if attributes.is_output_on_eof():
         notes.append("emits only at end of input (its output edges block)")
     if attributes.is_output_on_checkpoint():
         notes.append("emits when a checkpoint is taken")
+    spark_plan = getattr(getattr(node.transformation, "source", None), "spark_plan", None)
+    if spark_plan:
+        notes.append(f"runs on spark as one query: {spark_plan}")
     return notes

@@ -6,17 +6,29 @@ the head ends when the termination protocol says its scope is complete
 (:class:`slipstream.runtime.termination.HeadControl`): it then finishes its chain and
 sends end of input into the body — but keeps reading its feedback until that ends
 too, failing loudly on any record that still comes back.
+
+With checkpointing on, the head's task takes its snapshot as FLINK-3257 proposes
+(:class:`FeedbackLogBarrierHandler`): it logs what comes back round the loop between
+forwarding a barrier and receiving it back, and that log is part of its snapshot.
 """
 
 from __future__ import annotations
 
+import pickle
 import time
+from dataclasses import replace
 from typing import Any
 
-from slipstream.errors import SlipstreamError
+from slipstream.errors import CheckpointError, SlipstreamError
 from slipstream.operators.elements import RecordBatch, TerminationAttempt
+from slipstream.runtime.checkpoint.barriers import BarrierHandler, CheckpointBarrier
 from slipstream.runtime.task import SourceTask, StreamTask
-from slipstream.runtime.termination import Broadcast, HeadControl, TaskTermination, TerminationCoordinator
+from slipstream.runtime.termination import (
+    Broadcast,
+    HeadControl,
+    TaskTermination,
+    TerminationCoordinator,
+)
 
 FEEDBACK_INPUT = 1
 """The input index of a loop head's feedback edge."""
@@ -26,6 +38,7 @@ class LoopHeadTask(StreamTask):
     """A loop head's subtask: reads feedback first, and runs the head side of the protocol."""
 
     control: HeadControl
+    barrier_handler_class: type = BarrierHandler  # FeedbackLogBarrierHandler, set below
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -46,6 +59,8 @@ class LoopHeadTask(StreamTask):
     def _dispatch(self, source: Any, element: Any) -> None:
         if source.input_index == FEEDBACK_INPUT and type(element) is RecordBatch:
             self.control.on_feedback_records(len(element))
+            if self.barrier_handler is not None:
+                self.barrier_handler.log(element)
         super()._dispatch(source, element)
 
     def terminate_scope(self) -> None:
@@ -93,3 +108,103 @@ def _broadcaster(task: StreamTask) -> Broadcast:
             writer.broadcast_event(baton)
 
     return broadcast
+
+
+class FeedbackLogBarrierHandler(BarrierHandler):
+    """Checkpoints in a cycle, as FLINK-3257 proposes, at a loop head's task.
+
+    A barrier is aligned on the head's regular inputs only (waiting for the feedback
+    would wait for itself). Then the head snapshots its chain, forwards the barrier
+    into the body and starts logging: every record that comes back through the feedback
+    until the barrier has come back through every feedback channel is kept — these are
+    the records that were going round at the checkpoint's cut. They are processed as
+    usual too. When the barrier is back, the log becomes the head operator's state in
+    the snapshot, and the task acknowledges; on restore the head replays the log before
+    anything else (:meth:`LoopHeadOperator.open`). Feedback channels are never blocked.
+    """
+
+    def __init__(self, task: LoopHeadTask, listener: Any, exactly_once: bool) -> None:
+        super().__init__(task, listener, exactly_once)
+        self._feedback_ids = {id(c) for c in task.feedback_inputs}
+        self.logging_id: int | None = None
+        self._log: list[tuple[list, list | None]] = []
+        self._snapshots: list[Any] = []
+        self._returned: set[int] = set()
+
+    def on_barrier(self, channel: Any, barrier: CheckpointBarrier) -> None:
+        if id(channel) not in self._feedback_ids:
+            super().on_barrier(channel, barrier)
+        elif barrier.checkpoint_id == self.logging_id:
+            self._returned.add(id(channel))
+            self._check_returned()
+
+    def on_channel_ended(self, channel: Any) -> None:
+        if id(channel) not in self._feedback_ids:
+            super().on_channel_ended(channel)
+        elif self.logging_id is not None:
+            self._check_returned()
+
+    def log(self, batch: RecordBatch) -> None:
+        """A feedback record arrived: keep it while a checkpoint waits for its barrier to come back."""
+        if self.logging_id is not None and len(batch):
+            self._log.append((list(batch.values), None if batch.timestamps is None else list(batch.timestamps)))
+
+    def abort(self, checkpoint_id: int) -> None:
+        super().abort(checkpoint_id)
+        if self.logging_id == checkpoint_id:
+            self._stop_logging()
+
+    def _check_complete(self) -> None:
+        if self.pending_id is None:
+            return
+        for channel in self.task.regular_inputs:
+            if not channel.ended and id(channel) not in self._delivered:
+                return
+        self._complete()
+
+    def _complete(self) -> None:
+        """The barrier is aligned on the regular inputs: snapshot, forward it, start logging."""
+        from slipstream.runtime.checkpoint.snapshot import snapshot_task
+
+        checkpoint_id = self.pending_id
+        task = self.task
+        live = not task.finished and not task.scope_terminated
+        if live:
+            for operator in task.operators:
+                operator.prepare_snapshot_pre_barrier(checkpoint_id)
+        self._snapshots = snapshot_task(task)
+        if live:
+            barrier = CheckpointBarrier(checkpoint_id, self.pending_timestamp)
+            for writer in task.writers:
+                writer.broadcast_event(barrier)
+        self._release()
+        self.pending_id = None
+        self.last_done_id = checkpoint_id
+        self.logging_id = checkpoint_id
+        self._log = []
+        self._returned = set()
+        self._check_returned()
+
+    def _check_returned(self) -> None:
+        for channel in self.task.feedback_inputs:
+            if not channel.ended and id(channel) not in self._returned:
+                return
+        checkpoint_id, snapshots = self.logging_id, self._snapshots
+        head = snapshots[0]
+        try:
+            state = pickle.dumps({"feedback_log": self._log}, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise CheckpointError(f"loop head '{self.task.name}', subtask {self.task.subtask_index + 1}: "
+                                  f"the records going round its loop cannot be written to a checkpoint: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+        self._stop_logging()
+        self.listener.acknowledge(self.task, checkpoint_id, [replace(head, state=state)] + snapshots[1:])
+
+    def _stop_logging(self) -> None:
+        self.logging_id = None
+        self._log = []
+        self._snapshots = []
+        self._returned = set()
+
+
+LoopHeadTask.barrier_handler_class = FeedbackLogBarrierHandler

@@ -22,7 +22,7 @@ class ChainingOutput(Output):
         self._next_metrics = next_metrics
 
     def collect_batch(self, batch: RecordBatch) -> None:
-        count = len(batch.values)
+        count = len(batch)  # not len(batch.values): that would build the rows of an Arrow batch
         self._metrics["records_out"] += count
         self._next_metrics["records_in"] += count
         self._next.process_batch(batch, 0)
@@ -51,7 +51,7 @@ class NetworkOutput(Output):
         self._metrics = metrics
 
     def collect_batch(self, batch: RecordBatch) -> None:
-        self._metrics["records_out"] += len(batch.values)
+        self._metrics["records_out"] += len(batch)
         for writer in self._main:
             writer.emit(batch)
 

@@ -6,8 +6,10 @@
    A loop's feedback edge (tail -> head, kind FEEDBACK) closes a cycle: it is added after
    every node exists, so the other passes still see nodes in topological order.
 2. ``validate_loops``: feedback edges keep their head's parallelism; no operator that
-   emits only at end of input feeds a loop; checkpointing waits for FLINK-3257.
+   emits only at end of input feeds a loop.
 3. ``mark_blocking_edges`` (FLIP-327), never on a feedback edge nor inside a loop.
+   (Before them, ``plan_spark_queries`` folds a vectorisable from_spark backlog subgraph into
+   one Spark query when the batch engine is Spark: :mod:`slipstream.runtime.batch.spark_planning`.)
 4. ``chain``: forward edges between nodes of equal parallelism and scope become direct
    calls inside one task (a feedback edge never is one).
 """
@@ -33,6 +35,7 @@ from slipstream.datastream.transformations import (
     UnionTransformation,
 )
 from slipstream.errors import InvalidProgramError
+from slipstream.runtime.batch.spark_planning import plan_spark_queries
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge, StreamNode
 from slipstream.runtime.key_groups import DEFAULT_MAX_PARALLELISM
 
@@ -123,6 +126,7 @@ def build_stream_graph(env: StreamExecutionEnvironment, transformations: list[Tr
         source.out_edges.append(edge)
         target.in_edges.append(edge)
 
+    own_node: dict[Transformation, StreamNode] = {}  # a source's own node, before its lowered watermarks
     for transformation in transformations:
         if transformation.is_virtual:
             continue
@@ -130,7 +134,10 @@ def build_stream_graph(env: StreamExecutionEnvironment, transformations: list[Tr
         node_of[transformation] = node
         for input_index, upstream in enumerate(transformation.inputs):
             for route in _routes(upstream):
-                connect(node_of[route.source], node, input_index, route)
+                # A side output comes from the operator itself: a source's (bad records), not
+                # from the watermark operator planned after it.
+                upstream_node = own_node.get(route.source) if route.side_tag is not None else None
+                connect(upstream_node or node_of[route.source], node, input_index, route)
         if isinstance(transformation, SourceTransformation) and transformation.watermark_strategy is not None:
             lowered = TimestampsAndWatermarksTransformation(
                 id=transformation.id, name="Timestamps/Watermarks", inputs=[transformation],
@@ -139,6 +146,7 @@ def build_stream_graph(env: StreamExecutionEnvironment, transformations: list[Tr
             watermarks = add_node(lowered, node.parallelism)
             connect(node, watermarks, 0, None)
             node_of[transformation] = watermarks
+            own_node[transformation] = node
     # Each loop's feedback edge closes a cycle, so it comes last: from the tail to the head's input 1.
     for head in transformations:
         if isinstance(head, LoopHeadTransformation):
@@ -217,10 +225,6 @@ def validate_loops(graph: StreamGraph, env: StreamExecutionEnvironment) -> Strea
     feedback_edges = [edge for node in graph.nodes for edge in node.in_edges if edge.kind is EdgeKind.FEEDBACK]
     if not feedback_edges:
         return graph
-    if env.get_checkpoint_config().is_checkpointing_enabled():
-        raise InvalidProgramError(
-            "checkpointing a job with loops is not supported yet: the loop head's feedback log "
-            "(FLINK-3257) is not built; run loops without enable_checkpointing()")
     for edge in feedback_edges:
         if edge.source.parallelism != edge.target.parallelism:
             raise InvalidProgramError(
@@ -259,8 +263,9 @@ def _reachable_feedback_tail(start: StreamNode) -> StreamEdge | None:
 
 def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformation]) -> JobGraph:
     """Run every planning pass in order."""
-    graph = build_stream_graph(env, transformations)
+    graph = plan_spark_queries(build_stream_graph(env, transformations), env)
     mode = effective_mode(env, graph)
     job_graph = chain(mark_blocking_edges(validate_loops(graph, env), mode))
     job_graph.mode = mode
+    job_graph.batch_engine = env.get_batch_engine()
     return job_graph

@@ -197,7 +197,7 @@ class StreamTask:
     # -- elements ---------------------------------------------------------------------------------
     def _dispatch(self, source: InputChannel, element: Any) -> None:
         if type(element) is RecordBatch:
-            self.head.ctx.metrics["records_in"] += len(element.values)
+            self.head.ctx.metrics["records_in"] += len(element)  # no rows built for Arrow batches
             self.head.process_batch(element, source.input_index)
         elif type(element) is Watermark:
             source.watermark = element.timestamp

@@ -57,8 +57,9 @@ only entry from outside is its head, whose regular inputs had ended.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from slipstream.datastream.scope import StreamScope
 from slipstream.errors import SlipstreamError
@@ -216,8 +217,8 @@ class HeadControl:
             raise SlipstreamError(
                 f"loop head '{self.name}' (subtask {self.subtask_index + 1}, scope {self.scope}): {count} "
                 "record(s) came back through the feedback edge after the loop had ended. An operator "
-                "in the loop body emitted them at end of input or from a timer after the loop's last "
-                "record; such an operator cannot feed a loop")
+                "in the loop body emitted them at end of input, when event time ended, or from a timer "
+                "after the loop's last record; such an operator cannot feed its loop")
         in_flight = self._in_flight
         for key in in_flight:
             in_flight[key] += count

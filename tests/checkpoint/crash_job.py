@@ -13,6 +13,9 @@ KIND:
   union    two sources (numbers, and the lines of a text file) -> union -> key_by -> a
            KeyedProcessFunction with value state -> count per key (a task with several inputs: alignment)
   windows  numbers as event time -> tumbling event-time windows of 100 per key (timers in state)
+  bad      CSV files with bad lines -> good rows counted per key; bad rows routed by the source
+           (with_bad_record_output) to a side output and written by a second FileSink
+  hybrid   HybridSource: text files of 1..N/2, then numbers N/2+1..N -> count per key, as counts
 """
 
 from __future__ import annotations
@@ -24,14 +27,59 @@ from collections import Counter
 KEYS = 13
 
 
+def is_bad(i: int) -> int:
+    """0 for a good CSV line, else which kind of bad line id ``i`` is written as."""
+    return 1 if i % 17 == 0 else 2 if i % 29 == 0 else 0
+
+
+CSV_FILES = 4
+
+
+def csv_input(directory: str, n: int) -> str:
+    """Ids 1..n over CSV_FILES files with a header (id ``i`` in file ``i % CSV_FILES``), some lines bad."""
+    os.makedirs(directory, exist_ok=True)
+    for f in range(CSV_FILES):
+        path = os.path.join(directory, f"in{f}.csv")
+        if os.path.exists(path):
+            continue
+        lines = ["id,name"]
+        for i in range(1, n + 1):
+            if i % CSV_FILES == f:
+                lines.append((f"{i},n{i}", f"{i},n{i},extra", f"x{i},n{i}")[is_bad(i)])
+        with open(path + ".tmp", "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        os.replace(path + ".tmp", path)
+    return directory
+
+
+def text_numbers(directory: str, first: int, last: int, files: int = 3) -> str:
+    """The numbers first..last as lines of ``files`` text files."""
+    os.makedirs(directory, exist_ok=True)
+    numbers = list(range(first, last + 1))
+    for f in range(files):
+        path = os.path.join(directory, f"n{f}.txt")
+        if not os.path.exists(path):
+            with open(path + ".tmp", "w") as handle:
+                handle.write("".join(f"{x}\n" for x in numbers[f::files]))
+            os.replace(path + ".tmp", path)
+    return directory
+
+
 def oracle(kind: str, n: int) -> Counter:
-    if kind == "counts":
+    if kind in ("counts", "hybrid"):
         per_key = Counter(x % KEYS for x in range(1, n + 1))
         return Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
     if kind == "union":
         values = list(range(1, n + 1)) + list(range(1, n // 2 + 1))
         per_key = Counter(v % KEYS for v in values)
         return Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
+    if kind == "bad":
+        per_key = Counter(i % KEYS for i in range(1, n + 1) if not is_bad(i))
+        result = Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
+        for f in range(CSV_FILES):
+            ids = [i for i in range(1, n + 1) if i % CSV_FILES == f]
+            result.update(f"bad,in{f}.csv,{line}" for line, i in enumerate(ids, start=2) if is_bad(i))
+        return result
     if kind == "windows":
         sums = Counter()
         for x in range(1, n + 1):
@@ -106,6 +154,37 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
             StreamFormat.text_line_format(), text_input(os.path.dirname(out), n)).build(), None, "lines").uid("lines").set_parallelism(2)
         (numbers.union(lines.map(int).uid("parse")).map(hook).uid("hook").key_by(lambda v: v % KEYS)
          .process(Count()).uid("count").sink_to(sink).uid("sink"))
+    elif kind == "bad":
+        from slipstream.datastream.connectors.file_system import OutputFileConfig
+        from slipstream.datastream.formats.csv import CsvReaderFormat, CsvSchema
+        from slipstream.datastream.output_tag import OutputTag
+        from slipstream.datastream.typeinfo import Types
+
+        schema = (CsvSchema.builder().add_number_column("id", number_type=Types.INT()).add_string_column("name")
+                  .set_use_header().build())
+        bad = OutputTag("bad-records")
+        source = (FileSource.for_record_stream_format(CsvReaderFormat.for_schema(schema),
+                                                      csv_input(os.path.join(os.path.dirname(out), "csv"), n))
+                  .with_bad_record_output(bad).build())
+        rows = env.from_source(source, None, "rows").uid("rows").set_parallelism(2)
+        (rows.map(lambda row: row.id).uid("ids").map(hook).uid("hook").map(lambda x: (x % KEYS, 1)).uid("pairs")
+         .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")
+         .map(lambda p: f"{p[0]},{p[1]}").uid("format").sink_to(sink).uid("sink"))
+        bad_sink = (FileSink.for_row_format(out, Encoder.simple_string_encoder())
+                    .with_output_file_config(OutputFileConfig("bad")).build())
+        (rows.get_side_output(bad).map(lambda r: f"bad,{os.path.basename(r.path)},{r.line}").uid("bad-format")
+         .sink_to(bad_sink).uid("bad-sink"))
+    elif kind == "hybrid":
+        from slipstream.datastream.connectors.hybrid import HybridSource
+
+        history = FileSource.for_record_stream_format(
+            StreamFormat.text_line_format(), text_numbers(os.path.join(os.path.dirname(out), "history"), 1, n // 2)
+        ).build()
+        source = HybridSource.builder(history).add_source(NumberSequenceSource(n // 2 + 1, n)).build()
+        numbers = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(2)
+        (numbers.map(int).uid("int").map(hook).uid("hook").map(lambda x: (x % KEYS, 1)).uid("pairs")
+         .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")
+         .map(lambda p: f"{p[0]},{p[1]}").uid("format").sink_to(sink).uid("sink"))
     elif kind == "windows":
         from slipstream.datastream.time import Time
         from slipstream.datastream.watermark_strategy import TimestampAssigner, WatermarkStrategy

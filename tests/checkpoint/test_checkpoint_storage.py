@@ -80,7 +80,7 @@ def test_directories_are_private_and_the_manifest_is_json(job):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
     with open(os.path.join(job["latest"], MANIFEST_NAME)) as handle:
         body = json.load(handle)
-    assert body["format"] == "slipstream-checkpoint" and body["version"] == 1
+    assert body["format"] == "slipstream-checkpoint" and body["version"] == 2
     assert set(body["files"]) == set(state_files(job["latest"]))
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 from slipstream.attributes import Boundedness
 from slipstream.datastream.connectors.base import END_OF_INPUT, Source, SourceReader, SourceReaderContext, _Signal
 from slipstream.datastream.connectors.columnar import ArrowSourceBatch
-from slipstream.datastream.connectors.number_seq import slice_bounds
+from slipstream.datastream.connectors.number_seq import RangeCursor, redistribute_slices, slice_bounds
 from slipstream.errors import InvalidProgramError
 
 
@@ -59,13 +59,20 @@ class ArrowSource(Source):
         start, end = slice_bounds(self.table.num_rows, subtask_index, parallelism)
         return _ArrowReader(self.table, start, end, self.batch_size)
 
+    def redistribute_positions(self, positions: list[Any], parallelism: int) -> list[Any]:
+        """The rows the old subtasks had left, cut into ``parallelism`` contiguous shares."""
+        return redistribute_slices(positions, self.table.num_rows, parallelism)
+
 
 class _ArrowReader(SourceReader):
+    """Reads its row ranges of the table in slices; its position is the row ranges left."""
+
     def __init__(self, table: pa.Table, start: int, end: int, batch_size: int) -> None:
         self._table = table
-        self._position = start
+        self._start = start
         self._end = end
         self._batch_size = batch_size
+        self._cursor = RangeCursor(start, end)
 
     def open(self, context: SourceReaderContext) -> None:
         """Nothing to open: the table is in memory."""
@@ -73,16 +80,15 @@ class _ArrowReader(SourceReader):
     def poll(self, max_records: int) -> ArrowSourceBatch | _Signal:
         """The next slice of up to the source's ``batch_size`` rows: columnar batches are sized by
         the source, not by the runtime's row-batch size, since no Python loop runs over them here."""
-        if self._position >= self._end:
+        piece = self._cursor.take(self._batch_size)
+        if piece is None:
             return END_OF_INPUT
-        length = min(self._batch_size, self._end - self._position)
-        chunk = self._table.slice(self._position, length).combine_chunks()
-        self._position += length
+        chunk = self._table.slice(piece[0], piece[1] - piece[0]).combine_chunks()
         batches = chunk.to_batches()
         return ArrowSourceBatch(batches[0] if len(batches) == 1 else pa.Table.from_batches(batches))
 
-    def snapshot_position(self) -> int:
-        return self._position
+    def snapshot_position(self) -> list[list[int]]:
+        return self._cursor.snapshot()
 
     def restore_position(self, position: Any) -> None:
-        self._position = int(position)
+        self._cursor.restore(position, self._start, self._end, 0, self._table.num_rows, "ArrowSource")

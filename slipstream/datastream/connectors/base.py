@@ -16,14 +16,23 @@ import pyarrow as pa
 
 from slipstream.attributes import Boundedness
 from slipstream.datastream.columnar import rows_from_arrow
+from slipstream.datastream.connectors.errors import SourceRestoreError
 
 
 @dataclass(slots=True)
 class SourceBatch:
-    """Records read by one poll, with their event timestamps if the source knows them."""
+    """Records read by one poll, with their event timestamps if the source knows them.
+
+    ``side_outputs`` carries records for side outputs of the source's stream (such as
+    :class:`~slipstream.datastream.connectors.errors.BadRecord` s routed by
+    ``with_bad_record_output``), by ``OutputTag``; they are emitted with the main records,
+    before any checkpoint barrier that follows this poll, so they are part of the same
+    exactly-once commit.
+    """
 
     values: list
     timestamps: list | None = None
+    side_outputs: dict | None = None
 
 
 class _Signal:
@@ -41,6 +50,10 @@ END_OF_INPUT = _Signal("END_OF_INPUT")
 
 NOTHING_AVAILABLE = _Signal("NOTHING_AVAILABLE")
 """Returned by :meth:`SourceReader.poll` when nothing is ready now; the reader will notify."""
+
+SHARE_FINISHED = _Signal("SHARE_FINISHED")
+"""In :meth:`Source.redistribute_positions`: that old reader had read its whole share (a
+``HybridSource`` passes it for the sources a reader had already moved past)."""
 
 
 @dataclass(slots=True)
@@ -93,6 +106,19 @@ class Source(ABC):
     def max_parallelism(self) -> int | None:
         """The most subtasks this source can use, or None when unlimited."""
         return None
+
+    def redistribute_positions(self, positions: list[Any], parallelism: int) -> list[Any]:
+        """Reader positions for ``parallelism`` subtasks, restoring a checkpoint taken at another one.
+
+        ``positions[i]`` is what old reader ``i`` returned from ``snapshot_position``, None if
+        it had not started (its whole share is left) or :data:`SHARE_FINISHED` (none is left).
+        The result must hand every record not yet read to exactly one new reader. By default
+        a source cannot be rescaled.
+        """
+        raise SourceRestoreError(
+            f"{self.default_name()} cannot resume at another parallelism: the checkpoint has "
+            f"{len(positions)} reader(s), the job now {parallelism}; give the source its old "
+            "parallelism with set_parallelism()")
 
 
 class RecordWriteError(Exception):

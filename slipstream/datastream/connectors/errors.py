@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from slipstream.errors import JobExecutionError
 
 
@@ -45,3 +47,40 @@ class SourceRestoreError(JobExecutionError):
 
 class SinkFormatError(JobExecutionError, ValueError):
     """A record handed to a sink cannot be written in the sink's format; names the record and what was expected."""
+
+
+@dataclass(frozen=True, slots=True)
+class BadRecord:
+    """A record of a source's input that did not parse, routed to a side output instead of failing.
+
+    ``raw`` is the record's input as read (its text, or the undecodable bytes), ``error``
+    the message the source would have failed with (what was expected, where, what was
+    found), ``path``, ``line`` (1-based) and ``offset`` (bytes) where it starts, and
+    ``field`` the field that did not fit, if one did.
+
+    Example:
+        >>> BadRecord("x,1", "expected 2 fields", "/data/a.csv", 3, 17).as_dict()["line"]
+        3
+    """
+
+    raw: str | bytes
+    error: str
+    path: str | None
+    line: int | None
+    offset: int | None
+    field: str | None = None
+
+    @staticmethod
+    def from_error(error: SourceFormatError, raw: str | bytes | None = None) -> BadRecord:
+        """The bad record for ``error``; ``raw`` is the whole record's text when the error
+        names only part of it (a field)."""
+        got = raw if raw is not None else error.got
+        if not isinstance(got, (str, bytes)):
+            got = repr(got)
+        return BadRecord(got, str(error), error.path, error.line_number, error.offset, error.field)
+
+    def as_dict(self) -> dict:
+        """The fields as a dict (for ``JsonLinesEncoder``; bytes are shown as text with escapes)."""
+        raw = self.raw.decode("utf-8", "backslashreplace") if isinstance(self.raw, bytes) else self.raw
+        return {"raw": raw, "error": self.error, "path": self.path, "line": self.line,
+                "offset": self.offset, "field": self.field}

@@ -35,6 +35,7 @@ from slipstream.attributes import Boundedness
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
     NOTHING_AVAILABLE,
+    SHARE_FINISHED,
     Sink,
     SinkWriter,
     Source,
@@ -52,6 +53,7 @@ from slipstream.datastream.formats.base import (
     ReaderFormat,
     StreamFormat,
 )
+from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.time import Duration, to_millis
 from slipstream.errors import InvalidProgramError
 
@@ -98,11 +100,17 @@ class FileSource(Source):
         <Boundedness.BOUNDED: 'BOUNDED'>
     """
 
-    def __init__(self, reader_format: ReaderFormat, paths: list[str], discovery_interval_ms: int | None) -> None:
+    def __init__(self, reader_format: ReaderFormat, paths: list[str], discovery_interval_ms: int | None,
+                 bad_record_output: OutputTag | None = None) -> None:
         """Use :meth:`for_record_stream_format` or :meth:`for_bulk_file_format`, then ``build()``."""
         self._format = reader_format
         self._paths = [os.path.abspath(os.fspath(p)) for p in paths]
         self._discovery_interval_ms = discovery_interval_ms
+        self._bad_record_output = bad_record_output
+
+    def get_bad_record_output(self) -> OutputTag | None:
+        """The side output that records which do not parse go to, or None when they fail the job."""
+        return self._bad_record_output
 
     @staticmethod
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> FileSourceBuilder:
@@ -124,9 +132,38 @@ class FileSource(Source):
             return Boundedness.BOUNDED
         return Boundedness.CONTINUOUS_UNBOUNDED
 
+    def redistribute_positions(self, positions: list[Any], parallelism: int) -> list[Any]:
+        """Every new reader learns every split finished anywhere, and resumes the splits begun
+        but not finished that it now owns (``crc32(split) % parallelism``) where they stopped;
+        splits nobody began are found again by listing the paths."""
+        old_parallelism = len(positions)
+        finished: set[Split] = set()
+        partial: dict[Split, Any] = {}
+        for index, position in enumerate(positions):
+            if position is None:
+                continue
+            if position is SHARE_FINISHED:  # that reader had read every split it owned
+                for path in list_files(self._paths):
+                    finished.update(split for split in ((path, part) for part in self._format.split_file(path))
+                                    if split_owner(split, old_parallelism) == index)
+                continue
+            try:
+                finished.update((path, part) for path, part in position["finished"])
+                begun = list(position.get("partial", ()))
+                if position["current"] is not None:
+                    begun.append(position["current"])
+                partial.update(((split[0], split[1]), at) for split, at in begun)
+            except (KeyError, TypeError, ValueError, IndexError) as error:
+                raise SourceRestoreError(f"FileSource cannot resume at position {position!r}: {error!r}") from None
+        finished_list = sorted([list(split) for split in finished], key=repr)
+        return [{"finished": finished_list, "current": None,
+                 "partial": [[list(split), at] for split, at in sorted(partial.items(), key=repr)
+                             if split_owner(split, parallelism) == subtask]}
+                for subtask in range(parallelism)]
+
     def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader:
         return _FileSourceReader(self._format, self._paths, subtask_index, parallelism,
-                                 self._discovery_interval_ms)
+                                 self._discovery_interval_ms, self._bad_record_output)
 
     def default_name(self) -> str:
         return f"FileSource({', '.join(self._paths)})"
@@ -141,6 +178,7 @@ class FileSourceBuilder:
         self._format = reader_format
         self._paths = list(paths)
         self._discovery_interval_ms: int | None = None
+        self._bad_record_output: OutputTag | None = None
 
     def monitor_continuously(self, discovery_interval: Duration) -> FileSourceBuilder:
         """Make the source unbounded: keep listing the paths every ``discovery_interval`` and read new files."""
@@ -155,16 +193,43 @@ class FileSourceBuilder:
         self._discovery_interval_ms = None
         return self
 
+    def with_bad_record_output(self, output_tag: OutputTag) -> FileSourceBuilder:
+        """Route records that do not parse to the side output ``output_tag`` instead of failing the job.
+
+        Each such record becomes a :class:`~slipstream.datastream.connectors.errors.BadRecord`
+        (its raw text, the error, the file, line and byte offset); read them with
+        ``env.from_source(...).get_side_output(output_tag)``. They travel with the good
+        records and before the same checkpoint barriers, so a ``FileSink`` on that side
+        output is exactly-once too. Only for record formats (text, CSV, JSON lines).
+
+        Example:
+            >>> from slipstream.datastream.output_tag import OutputTag
+            >>> bad = OutputTag("bad-lines")
+            >>> source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), "/tmp")
+            ...           .with_bad_record_output(bad).build())
+            >>> source.get_bad_record_output()
+            OutputTag('bad-lines')
+        """
+        if not isinstance(output_tag, OutputTag):
+            raise InvalidProgramError(f"with_bad_record_output needs an OutputTag, got {output_tag!r}")
+        if not isinstance(self._format, StreamFormat):
+            raise InvalidProgramError(
+                f"with_bad_record_output applies to record formats (text, CSV, JSON lines); "
+                f"{type(self._format).__name__} reads whole batches and has no bad records to route")
+        self._bad_record_output = output_tag
+        return self
+
     def build(self) -> FileSource:
-        return FileSource(self._format, self._paths, self._discovery_interval_ms)
+        return FileSource(self._format, self._paths, self._discovery_interval_ms, self._bad_record_output)
 
 
 class _FileSourceReader(SourceReader):
     """Reads this subtask's splits one after another; discovers new ones in a thread when monitoring."""
 
     def __init__(self, reader_format: ReaderFormat, paths: list[str], subtask_index: int, parallelism: int,
-                 discovery_interval_ms: int | None) -> None:
+                 discovery_interval_ms: int | None, bad_record_output: OutputTag | None = None) -> None:
         self._format = reader_format
+        self._bad_record_output = bad_record_output
         self._paths = paths
         self._subtask_index = subtask_index
         self._parallelism = parallelism
@@ -176,7 +241,9 @@ class _FileSourceReader(SourceReader):
         self._backlog: set[Split] = set()
         self._current: Split | None = None
         self._current_reader: FileRecordReader | None = None
-        self._restored_current: tuple[Split, Any] | None = None
+        # Splits begun before a restore, with where to resume each: the reader's own current
+        # split, or after a restore at another parallelism every such split it now owns.
+        self._restored_partial: dict[Split, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._discovery_failure: BaseException | None = None
@@ -185,8 +252,7 @@ class _FileSourceReader(SourceReader):
         initial = self._discover()
         self._backlog = set(initial)
         self._pending.extend(initial)
-        if self._restored_current is not None:
-            split, _ = self._restored_current
+        for split in sorted(self._restored_partial, key=repr, reverse=True):
             if split in self._pending:
                 self._pending.remove(split)
             self._pending.appendleft(split)
@@ -231,8 +297,12 @@ class _FileSourceReader(SourceReader):
         while True:
             if self._current_reader is None and not self._open_next_split():
                 return END_OF_INPUT if self._interval_ms is None else NOTHING_AVAILABLE
-            batch = self._current_reader.read_batch(max_records)
+            reader = self._current_reader
+            batch = reader.read_batch(max_records)
             if batch is not None:
+                if reader.bad_records:
+                    batch.side_outputs = {self._bad_record_output: reader.bad_records}
+                    reader.bad_records = []
                 return batch
             self._finish_current_split()
 
@@ -241,12 +311,11 @@ class _FileSourceReader(SourceReader):
             if not self._pending:
                 return False
             split = self._pending.popleft()
-        position = None
-        if self._restored_current is not None and self._restored_current[0] == split:
-            position = self._restored_current[1]
-            self._restored_current = None
+        position = self._restored_partial.pop(split, None)
         self._current = split
         self._current_reader = self._format.create_reader(split[0], split[1], position)
+        if self._bad_record_output is not None:
+            self._current_reader.bad_records = []
         return True
 
     def _finish_current_split(self) -> None:
@@ -266,7 +335,11 @@ class _FileSourceReader(SourceReader):
         current = None
         if self._current_reader is not None:
             current = [list(self._current), self._current_reader.position()]
-        return {"finished": sorted([list(split) for split in self._finished], key=repr), "current": current}
+        position = {"finished": sorted([list(split) for split in self._finished], key=repr), "current": current}
+        if self._restored_partial:
+            position["partial"] = [[list(split), at] for split, at in sorted(self._restored_partial.items(),
+                                                                              key=repr)]
+        return position
 
     def restore_position(self, position: Any) -> None:
         if self._thread is not None or self._current_reader is not None:
@@ -274,7 +347,8 @@ class _FileSourceReader(SourceReader):
         try:
             self._finished = {(path, part) for path, part in position["finished"]}
             current = position["current"]
-            self._restored_current = None if current is None else ((current[0][0], current[0][1]), current[1])
+            partial = list(position.get("partial", ())) + ([] if current is None else [current])
+            self._restored_partial = {(split[0], split[1]): at for split, at in partial}
         except (KeyError, TypeError, ValueError, IndexError) as error:
             raise SourceRestoreError(f"FileSource cannot resume at position {position!r}: {error!r}") from None
 

@@ -19,6 +19,7 @@ from typing import Any
 from slipstream.attributes import Boundedness
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
+    SHARE_FINISHED,
     Source,
     SourceBatch,
     SourceReader,
@@ -59,6 +60,40 @@ class HybridSource(Source):
     def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader:
         return HybridSourceReader(self.sources, subtask_index, parallelism)
 
+    def redistribute_positions(self, positions: list[Any], parallelism: int) -> list[Any]:
+        """Each subtask switches sources on its own, so old readers may be in different phases.
+
+        Every new reader starts in the earliest phase any old reader was in. For that source
+        and each later one an old reader had reached, the source itself redistributes the old
+        positions: a reader already past a source counts as having finished its share, one not
+        yet at it as not having started (unless it carries a position for it from an earlier
+        rescale). The later sources' shares travel in the position until their phase comes.
+        """
+        phases: list[int] = []
+        for position in positions:
+            if position is None or position is SHARE_FINISHED:
+                phases.append(0 if position is None else len(self.sources))
+            else:
+                phases.append(int(position["source"]))
+        first = min(min(phases), len(self.sources) - 1)
+        last = max([min(phase, len(self.sources) - 1) for phase in phases] +
+                   [int(k) for p in positions if isinstance(p, dict) for k, _ in p.get("later", ())])
+        per_source: dict[int, list[Any]] = {}
+        for k in range(first, last + 1):
+            old = []
+            for position, phase in zip(positions, phases):
+                if phase > k:
+                    old.append(SHARE_FINISHED)
+                elif phase == k:
+                    old.append(position["position"])
+                else:
+                    later = dict(position.get("later", ())) if isinstance(position, dict) else {}
+                    old.append(later.get(k))
+            per_source[k] = self.sources[k].redistribute_positions(old, parallelism)
+        return [{"source": first, "position": per_source[first][subtask],
+                 "later": [[k, per_source[k][subtask]] for k in range(first + 1, last + 1)]}
+                for subtask in range(parallelism)]
+
 
 class HybridSourceBuilder:
     """``HybridSource.builder(first).add_source(second)...build()``, as in Flink."""
@@ -85,6 +120,7 @@ class HybridSourceReader(SourceReader):
         self._reader: SourceReader | None = None
         self._context: SourceReaderContext | None = None
         self._restored_position: Any = None
+        self._later: dict[int, Any] = {}  # positions in sources not reached yet (after a rescale)
 
     def open(self, context: SourceReaderContext) -> None:
         self._context = context
@@ -92,10 +128,14 @@ class HybridSourceReader(SourceReader):
 
     def _open_current(self) -> None:
         self._reader = self._sources[self._index].create_reader(self._subtask_index, self._parallelism)
+        position = self._restored_position
+        if position is None:
+            position = self._later.pop(self._index, None)
+        self._restored_position = None
+        if position is not None:
+            # Before open, as the source operator does: a file reader lists only unfinished splits.
+            self._reader.restore_position(position)
         self._reader.open(self._context)
-        if self._restored_position is not None:
-            self._reader.restore_position(self._restored_position)
-            self._restored_position = None
 
     def poll(self, max_records: int) -> SourceBatch | _Signal:
         result = self._reader.poll(max_records)
@@ -116,14 +156,23 @@ class HybridSourceReader(SourceReader):
         return self._index
 
     def snapshot_position(self) -> Any:
-        return {"source": self._index, "position": self._reader.snapshot_position()}
+        """The phase (which source) and the position in it; shares of later sources, if any."""
+        position = {"source": self._index, "position": self._reader.snapshot_position()
+                    if self._reader is not None else self._restored_position}
+        if self._later:
+            position["later"] = [[k, at] for k, at in sorted(self._later.items())]
+        return position
 
     def restore_position(self, position: Any) -> None:
+        """Before ``open``: resume in source ``position["source"]`` at its position."""
         if self._reader is not None:
             self._reader.close()
-        self._index = position["source"]
+            self._reader = None
+        self._index = int(position["source"])
         self._restored_position = position["position"]
-        self._open_current()
+        self._later = {int(k): at for k, at in position.get("later", ())}
+        if self._context is not None:
+            self._open_current()
 
     def close(self) -> None:
         if self._reader is not None:

@@ -24,7 +24,7 @@ from slipstream.datastream.connectors.base import (
     SourceReaderContext,
 )
 from slipstream.datastream.connectors.errors import SourceRestoreError
-from slipstream.datastream.connectors.number_seq import slice_bounds
+from slipstream.datastream.connectors.number_seq import RangeCursor, redistribute_slices, slice_bounds
 from slipstream.errors import InvalidProgramError, JobExecutionError
 
 _QUEUE_CAPACITY = 1024
@@ -239,33 +239,32 @@ class CollectionSource(Source):
         begin, end = slice_bounds(len(self._elements), subtask_index, parallelism)
         return _CollectionReader(self._elements, begin, end)
 
+    def redistribute_positions(self, positions: list[Any], parallelism: int) -> list[Any]:
+        """The elements the old subtasks had left, cut into ``parallelism`` contiguous shares."""
+        return redistribute_slices(positions, len(self._elements), parallelism)
+
 
 class _CollectionReader(SourceReader):
-    """Reads ``elements[begin:end]``; its position is the next index."""
+    """Reads ``elements[begin:end]`` (or, after a rescaled restore, the ranges it was given);
+    its position is the index ranges left."""
 
     def __init__(self, elements: list, begin: int, end: int) -> None:
         self._elements = elements
         self._begin = begin
-        self._next = begin
         self._end = end
+        self._cursor = RangeCursor(begin, end)
 
     def poll(self, max_records: int) -> SourceBatch | object:
-        if self._next >= self._end:
+        piece = self._cursor.take(max_records)
+        if piece is None:
             return END_OF_INPUT
-        upto = min(self._end, self._next + max_records)
-        batch = SourceBatch(self._elements[self._next:upto])
-        self._next = upto
-        return batch
+        return SourceBatch(self._elements[piece[0]:piece[1]])
 
-    def snapshot_position(self) -> int:
-        return self._next
+    def snapshot_position(self) -> list[list[int]]:
+        return self._cursor.snapshot()
 
     def restore_position(self, position: Any) -> None:
-        if not isinstance(position, int) or not self._begin <= position <= self._end:
-            raise SourceRestoreError(
-                f"CollectionSource reader of elements [{self._begin}, {self._end}) cannot resume at "
-                f"position {position!r}: expected an index in [{self._begin}, {self._end}]")
-        self._next = position
+        self._cursor.restore(position, self._begin, self._end, 0, len(self._elements), "CollectionSource")
 
 
 def _checked_count(position: Any) -> int:

@@ -18,13 +18,20 @@ from abc import ABC, abstractmethod
 from typing import Any, BinaryIO
 
 from slipstream.datastream.connectors.base import SourceBatch
-from slipstream.datastream.connectors.errors import SourceFormatError
+from slipstream.datastream.connectors.errors import BadRecord, SourceFormatError
 from slipstream.datastream.columnar import named_row  # noqa: F401  (re-exported for the formats)
 from slipstream.errors import InvalidProgramError
 
 
 class FileRecordReader(ABC):
-    """Reads the records of one part of one file, in order."""
+    """Reads the records of one part of one file, in order.
+
+    ``bad_records``: None (the default) makes a record that does not parse fail the read
+    with a :class:`SourceFormatError`; a list makes readers that can skip a bad record
+    (the line formats) append a :class:`BadRecord` to it instead and go on.
+    """
+
+    bad_records: list[BadRecord] | None = None
 
     @abstractmethod
     def read_batch(self, max_records: int) -> SourceBatch | None:
@@ -131,6 +138,9 @@ class LineRecordReader(FileRecordReader):
         """The record in ``text``, or :data:`SKIP`; raises :class:`SourceFormatError` if it does not parse."""
 
     def read_batch(self, max_records: int) -> SourceBatch | None:
+        bad = self.bad_records
+        if bad is not None:
+            return self._read_batch_routing_errors(max_records, bad)
         values = []
         while len(values) < max_records:
             record = self.read_record()
@@ -140,6 +150,30 @@ class LineRecordReader(FileRecordReader):
             if value is not SKIP:
                 values.append(value)
         return SourceBatch(values) if values else None
+
+    def _read_batch_routing_errors(self, max_records: int, bad: list[BadRecord]) -> SourceBatch | None:
+        """As :meth:`read_batch`, but a record that does not parse goes to ``bad`` (with its whole
+        text) and reading goes on; a batch of only bad records is an empty batch, not the end."""
+        values = []
+        found_bad = 0
+        while len(values) + found_bad < max_records:
+            try:
+                record = self.read_record()
+            except SourceFormatError as error:  # undecodable bytes, an unclosed quote at the end
+                bad.append(BadRecord.from_error(error))
+                found_bad += 1
+                continue
+            if record is None:
+                break
+            try:
+                value = self.parse(*record)
+            except SourceFormatError as error:
+                bad.append(BadRecord.from_error(error, record[0]))
+                found_bad += 1
+                continue
+            if value is not SKIP:
+                values.append(value)
+        return SourceBatch(values) if values or found_bad else None
 
     def position(self) -> dict[str, int]:
         return {"offset": self._offset, "line": self._line}

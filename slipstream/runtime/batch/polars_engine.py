@@ -13,7 +13,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from slipstream.operators.batch_engine import Aggregation, check_aggregations
+from slipstream.operators.batch_engine import (
+    KEY_COLUMN,
+    Aggregation,
+    check_aggregations,
+    run_co_group,
+    run_co_group_vectorized,
+)
 
 
 def _polars() -> Any:
@@ -25,6 +31,7 @@ class PolarsBatchEngine:
     """Sorts and aggregates Arrow tables with polars, in this process."""
 
     name = "polars"
+    in_process = True
 
     def __repr__(self) -> str:
         return "PolarsBatchEngine()"
@@ -55,11 +62,26 @@ class PolarsBatchEngine:
                 expression = column.first() if aggregation.op == "first" else column.last()
             elif aggregation.op == "count":
                 expression = column.count().cast(pl.Int64)
+            elif aggregation.op == "sum":  # null for a group of only nulls, as the protocol says
+                expression = pl.when(column.count() > 0).then(column.sum())
             else:
                 expression = getattr(column, aggregation.op)()
             expressions.append(expression.alias(aggregation.name))
         result = frame.group_by(list(keys)).agg(expressions).sort(list(keys), nulls_last=False)
         return result.to_arrow()
+
+    def co_group(self, first: pa.Table, second: pa.Table, function: Any) -> pa.Table:
+        result, error = run_co_group(first, second, function)
+        if error is not None:
+            raise error
+        return result
+
+    def co_group_vectorized(self, first: pa.Table, second: pa.Table, function: Any, *,
+                            key: str = KEY_COLUMN) -> pa.Table | None:
+        result, error = run_co_group_vectorized(first, second, function, key)
+        if error is not None:
+            raise error
+        return result
 
 
 def _to_arrow(frame: Any, like: pa.Table) -> pa.Table:

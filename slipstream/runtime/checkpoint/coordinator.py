@@ -61,7 +61,9 @@ class CheckpointCoordinator:
         self.consecutive_failures = 0
         self.sources = [task for task in tasks if isinstance(task, SourceTask)]
         for task in tasks:
-            task.barrier_handler = BarrierHandler(task, self, self.exactly_once)
+            # a task may bring its own handler: a loop head logs its feedback (FLINK-3257)
+            task.barrier_handler = getattr(task, "barrier_handler_class", BarrierHandler)(
+                task, self, self.exactly_once)
             for operator in task.operators:
                 operator.ctx.checkpointing = True
         now = clock.now_ms()
@@ -88,6 +90,7 @@ class CheckpointCoordinator:
                     f"{self.config.get_checkpoint_timeout()} ms"))
             return
         if self._is_due(now):
+            self._deploy_ready_tasks()
             reason = self._blocked_reason()
             if reason is not None:
                 self._skip(reason, now)
@@ -111,6 +114,19 @@ class CheckpointCoordinator:
             return True
         return self._interval_records is not None and \
             self._source_records() - self._records_at_trigger >= self._interval_records
+
+    def _deploy_ready_tasks(self) -> None:
+        """Open every task that could run but has not had its first turn yet.
+
+        Its state is its restored state (or none), which only exists as operator state once it
+        is open; deploying it now, as its first turn would, lets the checkpoint go ahead instead
+        of being skipped until the scheduler happens to pick it. Tasks waiting behind a BLOCKING
+        edge stay undeployed, and block the checkpoint (FLIP-327).
+        """
+        for task in self.tasks:
+            if not task.finished and not getattr(task, "deployed", True) and task.is_deployable():
+                task.deploy()
+                task.flush()
 
     def _blocked_reason(self) -> str | None:
         """Why FLIP-327 forbids a checkpoint now, or None."""

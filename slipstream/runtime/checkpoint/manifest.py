@@ -19,8 +19,10 @@ from slipstream.errors import CorruptCheckpointError
 MANIFEST_NAME = "_manifest.json"
 MANIFEST_TEMP_NAME = "_manifest.json.tmp"
 FORMAT_NAME = "slipstream-checkpoint"
-FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+FORMAT_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
+"""Version 2 lists keyed state per state (``keyed_states``: Arrow or pickle files); version 1
+had one pickled keyed file per subtask (``keyed``), still read."""
 
 
 def sha256_hex(data: bytes) -> str:
@@ -31,9 +33,10 @@ def sha256_hex(data: bytes) -> str:
 class SubtaskFiles:
     """The state files of one operator subtask (file names inside the checkpoint directory)."""
 
-    keyed: str | None = None
+    keyed: str | None = None  # version 1: every keyed state in one pickle file
     operator: str | None = None
-    key_groups: tuple[int, int] | None = None  # [start, end) of the keyed file's key groups
+    key_groups: tuple[int, int] | None = None  # [start, end) of the keyed files' key groups
+    keyed_states: list[dict[str, str]] = field(default_factory=list)  # {"state", "file", "format"}
 
 
 @dataclass
@@ -70,7 +73,8 @@ class Manifest:
                 uid: {"kind": entry.kind, "parallelism": entry.parallelism,
                       "max_parallelism": entry.max_parallelism,
                       "subtasks": [{"keyed": s.keyed, "operator": s.operator,
-                                    "key_groups": list(s.key_groups) if s.key_groups else None}
+                                    "key_groups": list(s.key_groups) if s.key_groups else None,
+                                    "keyed_states": [dict(f) for f in s.keyed_states]}
                                    for s in entry.subtasks]}
                 for uid, entry in sorted(self.operators.items())},
         }
@@ -109,7 +113,9 @@ class Manifest:
             operators = {}
             for uid, entry in body["operators"].items():
                 subtasks = [SubtaskFiles(s["keyed"], s["operator"],
-                                         tuple(s["key_groups"]) if s["key_groups"] else None)
+                                         tuple(s["key_groups"]) if s["key_groups"] else None,
+                                         [{"state": str(f["state"]), "file": str(f["file"]),
+                                           "format": str(f["format"])} for f in s.get("keyed_states", ())])
                             for s in entry["subtasks"]]
                 operators[uid] = OperatorEntry(uid, entry["kind"], int(entry["parallelism"]),
                                                int(entry["max_parallelism"]), subtasks)

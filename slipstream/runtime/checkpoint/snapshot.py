@@ -1,16 +1,20 @@
 """What a task's state becomes in a checkpoint, and how it is put back, also at another parallelism.
 
-Each operator subtask contributes up to two files: its keyed state (the backend's
-entries grouped by key group, so they can be redistributed) and its operator state
-(``snapshot_state()``: source positions, timers, a sink's pending files). Both are
-pickled when the snapshot is taken, in the task's own turn, so the checkpoint holds
-the state exactly as it was at the barrier even though processing goes on.
+Each operator subtask contributes its keyed state (the backend's entries grouped by key
+group, so they can be redistributed), one file per state, and its operator state
+(``snapshot_state()``: source positions, timers, a sink's pending files) in one file.
+They are serialised when the snapshot is taken, in the task's own turn, so the
+checkpoint holds the state exactly as it was at the barrier even though processing
+goes on.
 
-Why pickle: keyed state values are arbitrary Python objects (whatever a user function
-stores), and pickle is the one format that round-trips them. Unpickling runs code, so
-a checkpoint directory must be trusted like the job's code; slipstream verifies every
-file's SHA-256 against the manifest before unpickling anything, which catches damage
-and mix-ups but is no defence against someone who can write the manifest too.
+Formats: keyed state whose keys and values are primitives (ints, floats, strings,
+bools, bytes, None) is written as Arrow IPC (columnar, and reading it runs no code);
+other keyed state and operator state as pickle, the one format that round-trips
+arbitrary Python objects (see :mod:`slipstream.runtime.checkpoint.state_files`).
+Unpickling runs code, so a checkpoint directory must be trusted like the job's code;
+slipstream verifies every file's SHA-256 against the manifest before reading anything,
+which catches damage and mix-ups but is no defence against someone who can write the
+manifest too.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 from slipstream.errors import CheckpointError, CorruptCheckpointError
 from slipstream.runtime.checkpoint.manifest import Manifest, OperatorEntry, SubtaskFiles
+from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_file, encode_keyed_state
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 
 
@@ -35,7 +40,7 @@ class OperatorSnapshot:
     subtask_index: int
     parallelism: int
     max_parallelism: int
-    keyed: bytes | None
+    keyed: list[tuple[str, str, bytes]] | None  # (state name, format, file bytes) per keyed state
     key_groups: tuple[int, int] | None
     state: bytes | None
 
@@ -50,6 +55,16 @@ def _dumps(value: Any, operator: Any, what: str) -> bytes:
                               ) from exc
 
 
+def _encode_keyed(snapshot: Any, operator: Any) -> list[tuple[str, str, bytes]]:
+    try:
+        return encode_keyed_state(snapshot)
+    except Exception as exc:  # noqa: BLE001 - any serialisation failure names the operator
+        ctx = operator.ctx
+        raise CheckpointError(f"operator '{ctx.name}' (uid '{ctx.uid}'), subtask {ctx.subtask_index + 1}: "
+                              f"its keyed state cannot be written to a checkpoint: {type(exc).__name__}: {exc}"
+                              ) from exc
+
+
 def snapshot_task(task: Any) -> list[OperatorSnapshot]:
     """Serialise the state of every operator of ``task``'s chain."""
     result = []
@@ -57,7 +72,7 @@ def snapshot_task(task: Any) -> list[OperatorSnapshot]:
         ctx = operator.ctx
         keyed = key_groups = None
         if ctx.keyed_backend is not None:
-            keyed = _dumps(ctx.keyed_backend.snapshot(), operator, "keyed state")
+            keyed = _encode_keyed(ctx.keyed_backend.snapshot(), operator)
             groups = key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
             key_groups = (groups.start, groups.stop)
         state = operator.snapshot_state()
@@ -88,9 +103,11 @@ def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapsho
         files_of = entry.subtasks[snap.subtask_index]
         base = f"op{numbers[snap.uid]}-{snap.subtask_index}"
         if snap.keyed is not None:
-            files_of.keyed = f"{base}.keyed.pkl"
             files_of.key_groups = snap.key_groups
-            files[files_of.keyed] = snap.keyed
+            for number, (state, kind, data) in enumerate(snap.keyed):
+                name = f"{base}.keyed-{number}.{EXTENSIONS[kind]}"
+                files_of.keyed_states.append({"state": state, "file": name, "format": kind})
+                files[name] = data
         if snap.state is not None:
             files_of.operator = f"{base}.state.pkl"
             files[files_of.operator] = snap.state
@@ -108,6 +125,14 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
     def load(name: str) -> Any:
         return pickle.loads(files[name])
 
+    def load_keyed(subtask: SubtaskFiles) -> dict[str, Any]:
+        if subtask.keyed is not None:  # format version 1
+            return load(subtask.keyed)
+        return {f["state"]: decode_state_file(f["format"], files[f["file"]]) for f in subtask.keyed_states}
+
+    def has_keyed(subtask: SubtaskFiles) -> bool:
+        return subtask.keyed is not None or bool(subtask.keyed_states)
+
     for task in tasks:
         for operator in task.operators:
             ctx = operator.ctx
@@ -124,17 +149,17 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
                     "keyed state can only be restored with the same max parallelism")
             if entry.parallelism == ctx.parallelism:
                 own = entry.subtasks[ctx.subtask_index]
-                if own.keyed is not None and backend is not None:
-                    backend.restore(load(own.keyed))
+                if has_keyed(own) and backend is not None:
+                    backend.restore(load_keyed(own))
                 if own.operator is not None:
                     operator.initialize_state(load(own.operator))
                 continue
             groups = key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
             if backend is not None:
                 for old in entry.subtasks:
-                    if old.keyed is not None and old.key_groups is not None \
+                    if has_keyed(old) and old.key_groups is not None \
                             and old.key_groups[0] < groups.stop and groups.start < old.key_groups[1]:
-                        backend.restore(load(old.keyed), key_groups=groups)
+                        backend.restore(load_keyed(old), key_groups=groups)
             max_parallelism = ctx.max_parallelism
 
             def owns_key(key: Any, _groups: range = groups, _max: int = max_parallelism) -> bool:

@@ -4,7 +4,8 @@ Layout::
 
     <storage dir>/            (0700)
         chk-000007/           (0700)
-            op0-0.keyed.pkl   state files, each written then fsynced
+            op0-0.keyed-0.arrow  state files, each written then fsynced: keyed state per state
+            op0-0.keyed-1.pkl    (Arrow when columnar, pickle otherwise), operator state
             op1-0.state.pkl
             _manifest.json    written as _manifest.json.tmp, fsynced, renamed, directory fsynced
 

@@ -1,0 +1,238 @@
+"""Spark DataFrames in and out: ``env.from_spark(dataframe)`` and ``stream.to_spark()``.
+
+``SparkSource`` is a bounded (backlog) source over a Spark DataFrame. Its rows reach the
+job as Arrow record batches (``DataFrame.toArrow()``), never as Spark ``Row`` objects, and
+Python rows are built only if an operator runs a per-record function. When the batch
+engine is Spark and the DataFrame feeds a vectorised ``co_group`` with EndOfStreamWindows
+directly (keys given as field names), the planner runs source and co-group as one Spark
+query (:mod:`slipstream.runtime.batch.spark_planning`): the data stays in Spark and only
+the co-group's result comes back.
+
+Parquet datasets: read them with Spark (``env.from_spark(spark.read.parquet(path))``); a
+``FileSink.for_bulk_format(path, ParquetBulkWriters.for_schema(...))`` writes a directory
+of part files that ``spark.read.parquet(path)`` reads (in-progress parts are hidden files,
+which Spark skips).
+
+``to_spark`` runs the job and hands its result back as a Spark DataFrame — the terminal a
+Spark ETL user expects, like ``execute_and_collect`` for Python lists::
+
+    result = (env.from_spark(orders)
+                 .co_group(env.from_spark(customers)).where("id").equal_to("id")
+                 .window(EndOfStreamWindows.get()).apply(totals, vectorized=True)
+                 .to_spark())
+    result.write.parquet("s3://…/totals")
+
+pyspark is imported only when these are used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from slipstream.attributes import Boundedness
+from slipstream.datastream.connectors.base import (
+    END_OF_INPUT,
+    Sink,
+    SinkWriter,
+    Source,
+    SourceReader,
+    SourceReaderContext,
+    _Signal,
+)
+from slipstream.datastream.connectors.columnar import ArrowSourceBatch
+from slipstream.datastream.connectors.number_seq import slice_bounds
+from slipstream.datastream.typeinfo import Row, RowTypeInfo, TupleTypeInfo
+from slipstream.errors import InvalidProgramError
+
+if TYPE_CHECKING:
+    from slipstream.datastream.data_stream import DataStream
+
+
+def is_spark_dataframe(value: Any) -> bool:
+    """Whether ``value`` is a pyspark DataFrame (classic or Connect), without importing pyspark."""
+    return any(cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.")
+               for cls in type(value).__mro__)
+
+
+class TableSource(Source):
+    """A bounded source whose Arrow table is made on first read (by :meth:`load`), shared by its
+    subtasks, each reading a contiguous slice in batches of ``batch_size`` rows."""
+
+    timestamp: int | None = None
+    """A timestamp given to every record (None: records have none)."""
+
+    def __init__(self, batch_size: int = 65_536) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidProgramError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.batch_size = batch_size
+        self._table: pa.Table | None = None
+
+    def load(self) -> pa.Table:
+        raise NotImplementedError
+
+    def table(self) -> pa.Table:
+        if self._table is None:
+            self._table = self.load()
+        return self._table
+
+    def get_boundedness(self) -> Boundedness:
+        return Boundedness.BOUNDED
+
+    def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader:
+        return _TableReader(self, subtask_index, parallelism)
+
+    def __getstate__(self) -> dict[str, Any]:  # a source is never pickled with its data
+        state = dict(self.__dict__)
+        state["_table"] = None
+        return state
+
+
+class SparkSource(TableSource):
+    """The rows of a Spark DataFrame, as a bounded backlog source (see the module docstring)."""
+
+    def __init__(self, dataframe: Any, batch_size: int = 65_536) -> None:
+        if not is_spark_dataframe(dataframe):
+            raise InvalidProgramError(f"from_spark expects a pyspark DataFrame, got {type(dataframe).__name__}")
+        super().__init__(batch_size)
+        self.dataframe = dataframe
+
+    def default_name(self) -> str:
+        return "Spark Source"
+
+    def load(self) -> pa.Table:
+        return self.dataframe.toArrow()
+
+
+class _TableReader(SourceReader):
+    def __init__(self, source: TableSource, subtask_index: int, parallelism: int) -> None:
+        self._source = source
+        self._subtask = subtask_index
+        self._parallelism = parallelism
+        self._position: int | None = None
+        self._end = 0
+
+    def open(self, context: SourceReaderContext) -> None:
+        """Nothing yet: the table is made on the first poll."""
+
+    def poll(self, max_records: int) -> ArrowSourceBatch | _Signal:
+        table = self._source.table()
+        start, self._end = slice_bounds(table.num_rows, self._subtask, self._parallelism)
+        if self._position is None:
+            self._position = start
+        if self._position >= self._end:
+            return END_OF_INPUT
+        length = min(self._source.batch_size, self._end - self._position)
+        chunk = table.slice(self._position, length).combine_chunks()
+        self._position += length
+        batches = chunk.to_batches()
+        data = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches)
+        stamp = self._source.timestamp
+        return ArrowSourceBatch(data, None if stamp is None else [stamp] * length)
+
+    def snapshot_position(self) -> int | None:
+        return self._position
+
+    def restore_position(self, position: Any) -> None:
+        self._position = None if position is None else int(position)
+
+
+# -- out -----------------------------------------------------------------------------------------
+class ArrowCollectSink(Sink):
+    """Keeps everything written to it, columnar where it arrives columnar (for ``to_spark``)."""
+
+    def __init__(self) -> None:
+        self.parts: list[pa.Table | list] = []
+
+    def default_name(self) -> str:
+        return "Collect (Arrow)"
+
+    def create_writer(self) -> SinkWriter:
+        return _ArrowCollectWriter(self.parts)
+
+    def table(self, type_info: Any = None) -> pa.Table:
+        """Everything collected as one Arrow table (rows converted by ``type_info`` when given)."""
+        tables = [part if isinstance(part, pa.Table) else records_to_arrow(part, type_info)
+                  for part in self.parts if len(part)]
+        if not tables:
+            return records_to_arrow([], type_info)
+        return pa.concat_tables(tables, promote_options="permissive")
+
+
+class _ArrowCollectWriter(SinkWriter):
+    def __init__(self, parts: list) -> None:
+        self._parts = parts
+
+    def write(self, values: list, timestamps: list | None) -> None:
+        if self._parts and isinstance(self._parts[-1], list):
+            self._parts[-1].extend(values)
+        else:
+            self._parts.append(list(values))
+
+    def write_arrow(self, batch: pa.RecordBatch | pa.Table, timestamps: list | None) -> None:
+        self._parts.append(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
+
+
+def records_to_arrow(records: list, type_info: Any = None) -> pa.Table:
+    """Records as an Arrow table: by ``type_info`` (a row or tuple type) when given; else named
+    Rows and dicts by field name, tuples and unnamed Rows as ``f0``, ``f1``, …, scalars as ``f0``."""
+    if isinstance(type_info, (RowTypeInfo, TupleTypeInfo)):
+        return pa.Table.from_struct_array(type_info.to_arrow_array(records))
+    if not records:
+        return pa.table({})
+    sample = records[0]
+    if isinstance(sample, dict):
+        return pa.Table.from_pylist(records)
+    if isinstance(sample, Row) and sample._fields is not None:
+        return pa.Table.from_pylist([record.as_dict() for record in records])
+    if isinstance(sample, (tuple, list, Row)):
+        width = len(sample)
+        if any(len(record) != width for record in records):
+            raise TypeError(f"records must have the same number of fields to become a table: {sample!r}")
+        return pa.table({f"f{i}": list(column) for i, column in enumerate(zip(*records))})
+    return pa.table({"f0": records})
+
+
+def stream_to_spark(stream: DataStream, session: Any = None, job_name: str | None = None) -> Any:
+    """Run the job of ``stream`` and return what it produced as a Spark DataFrame (see
+    :meth:`DataStream.to_spark`)."""
+    sink = ArrowCollectSink()
+    env = stream.get_execution_environment()
+    stream.sink_to(sink).name("To Spark")
+    env.execute(job_name or "slipstream job")
+    table = sink.table(stream.get_type())
+    if session is None:
+        session = env.runtime_options.engine_options.get("session")
+    if session is None:
+        from pyspark.sql import SparkSession
+        session = SparkSession.getActiveSession()
+    if session is None:
+        raise InvalidProgramError("to_spark needs a SparkSession: pass session=..., start one, or "
+                                  "env.set_batch_engine('spark', session=...)")
+    from slipstream.datastream.connectors.arrow import as_arrow_table
+    return session.createDataFrame(spark_compatible(as_arrow_table(table)))
+
+
+_UNSIGNED = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64(), pa.uint64(): pa.int64()}
+
+
+def spark_compatible(table: pa.Table) -> pa.Table:
+    """``table`` with types Spark reads: large strings/binaries as strings/binaries, unsigned
+    integers as the next wider signed ones (Spark has none; a uint64 above 2**63 fails to cast)."""
+    fields = []
+    for field in table.schema:
+        kind = field.type
+        if pa.types.is_large_string(kind):
+            kind = pa.string()
+        elif pa.types.is_large_binary(kind):
+            kind = pa.binary()
+        else:
+            kind = _UNSIGNED.get(kind, kind)
+        fields.append(field.with_type(kind))
+    schema = pa.schema(fields)
+    return table if schema.equals(table.schema) else table.cast(schema)
+
+
+__all__ = ["ArrowCollectSink", "SparkSource", "TableSource", "is_spark_dataframe", "records_to_arrow",
+           "spark_compatible", "stream_to_spark"]

@@ -1,0 +1,287 @@
+"""``ColumnarBuffer``: one operator input's backlog kept as Arrow batches, never as Python rows.
+
+The columnar counterpart of :class:`~slipstream.operators.sort_buffer.SortBuffer`, for
+inputs that arrive as Arrow record batches (``RecordBatch(arrow=...)``, e.g. from an
+``ArrowSource``) and are keyed by a field (``where('f0')``, ``key_by(0)``): the key is
+read from its column, so buffering costs nothing per record.
+
+How records are held:
+
+* the batches as they arrived, plus a timestamp column (:data:`TS_COLUMN`, int64, null
+  for records without one), in arrival order;
+* past ``memory_budget`` bytes the in-memory batches are *spilled*: split by a hash of
+  the key into :data:`SPILL_PARTITIONS` partitions, each appended to its partition's
+  Arrow IPC file (in a private directory, mode 0700, that :meth:`ColumnarBuffer.close`
+  removes). Records keep their arrival order within a partition, and all records of a
+  key are in one partition — the same one in every buffer, since the hash depends only
+  on the key's value (integers hash as int64, strings as strings) — so two buffers can
+  be read back partition by partition and joined by key with one partition in memory.
+
+What a buffer accepts (:meth:`ColumnarBuffer.add` returns False otherwise, and the
+operator goes on with rows): batches of one schema whose key column is a signed integer
+(or uint8/16/32), a string or a boolean column without nulls.
+
+>>> import pyarrow as pa
+>>> buffer = ColumnarBuffer("k", memory_budget=1)
+>>> buffer.add(pa.record_batch({"k": [3, 1, 3], "v": ["a", "b", "c"]}), None)
+True
+>>> buffer.add(pa.record_batch({"k": [1], "v": ["d"]}), [7])
+True
+>>> buffer.spilled_bytes > 0, len(buffer)
+(True, 4)
+>>> sorted(row for part in buffer.partition_tables(SPILL_PARTITIONS)
+...        for row in zip(*[c.to_pylist() for c in part.drop_columns([TS_COLUMN]).columns]))
+[(1, 'b'), (1, 'd'), (3, 'a'), (3, 'c')]
+>>> buffer.close()
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from slipstream.errors import SlipstreamError
+
+TS_COLUMN = "__slipstream_ts"
+"""The timestamp column a buffer adds to every batch it holds (int64, null: no timestamp)."""
+
+SPILL_PARTITIONS = 32
+"""Hash partitions of a spilled buffer: reading back holds one partition of each buffer in memory."""
+
+BYTES_PER_RECORD = 256
+"""What a buffered Python record costs, roughly: a record budget (``sort_memory_budget``)
+becomes ``budget * BYTES_PER_RECORD`` bytes of Arrow data, the same memory as that many rows."""
+
+_HASH_SEED = 0x51_1957
+
+
+def key_kind(data_type: pa.DataType) -> str | None:
+    """The family a key column hashes and compares in ("int", "str", "bool"), None: not columnar."""
+    if pa.types.is_signed_integer(data_type) or data_type in (pa.uint8(), pa.uint16(), pa.uint32()):
+        return "int"
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type) or \
+            getattr(pa.types, "is_string_view", lambda _: False)(data_type):
+        return "str"
+    if pa.types.is_boolean(data_type):
+        return "bool"
+    return None
+
+
+def canonical_keys(column: Any, kind: str) -> Any:
+    """A key column as a polars Series of one type per family (Int64, String, Boolean)."""
+    import polars as pl
+    series = pl.Series(column) if not isinstance(column, pl.Series) else column
+    target = {"int": pl.Int64, "str": pl.String, "bool": pl.Boolean}[kind]
+    return series.cast(target) if series.dtype != target else series
+
+
+def partition_ids(column: Any, kind: str, count: int) -> Any:
+    """The partition (0 ≤ id < count) of each key: a numpy array; equal keys, equal ids."""
+    keys = canonical_keys(column, kind)
+    return (keys.hash(seed=_HASH_SEED) % count).to_numpy()
+
+
+def split_by_partition(table: pa.Table, key_name: str, kind: str, count: int) -> list[pa.Table]:
+    """``table`` split into ``count`` tables by the partition of its key, arrival order kept in each."""
+    import numpy as np
+    if count == 1 or table.num_rows == 0:
+        return [table] + [table.slice(0, 0)] * (count - 1)
+    ids = partition_ids(table.column(key_name), kind, count)
+    order = np.argsort(ids, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(ids, minlength=count))])
+    ordered = table.take(pa.array(order))
+    return [ordered.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])) for p in range(count)]
+
+
+class ColumnarBuffer:
+    """The backlog of one operator input as Arrow batches (see the module docstring).
+
+    Args:
+        key_field: the key's field: a column name, or a position in the schema.
+        memory_budget: bytes of Arrow data held in memory before spilling.
+        spill_dir: where the private spill directory is made (None: the system temp dir).
+        metrics: an operator's metrics dict (``backlog_records``, ``spilled_bytes`` kept up to date).
+        name: the operator's name, for error messages.
+    """
+
+    def __init__(self, key_field: int | str, *, memory_budget: int = 256_000_000, spill_dir: str | None = None,
+                 metrics: dict[str, Any] | None = None, name: str = "operator") -> None:
+        self.key_field = key_field
+        self.memory_budget = max(0, int(memory_budget))
+        self.spill_root = spill_dir
+        self.metrics = metrics if metrics is not None else {}
+        self.metrics.setdefault("backlog_records", 0)
+        self.metrics.setdefault("spilled_bytes", 0)
+        self.name = name
+        self.schema: pa.Schema | None = None  # of the batches as they arrive (without TS_COLUMN)
+        self.key_name: str | None = None
+        self.kind: str | None = None
+        self.has_timestamps = False
+        self.spilled_bytes = 0
+        self._batches: list[pa.RecordBatch] = []
+        self._bytes = 0
+        self._count = 0
+        self._dir: str | None = None
+        self._writers: list[Any] = []
+        self._sinks: list[Any] = []
+        self._paths: list[str] = []
+        self._closed = False
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def spilled(self) -> bool:
+        return bool(self._paths)
+
+    # -- filling ------------------------------------------------------------------------------------
+    def _resolve(self, schema: pa.Schema) -> bool:
+        field = self.key_field
+        if isinstance(field, int):
+            if not 0 <= field < len(schema.names):
+                return False
+            name = schema.names[field]
+        else:
+            if schema.get_field_index(field) < 0:
+                return False
+            name = field
+        kind = key_kind(schema.field(name).type)
+        if kind is None or TS_COLUMN in schema.names:
+            return False
+        self.schema, self.key_name, self.kind = schema, name, kind
+        return True
+
+    def add(self, batch: pa.RecordBatch | pa.Table, timestamps: list | None) -> bool:
+        """Buffer ``batch`` (its records' ``timestamps`` parallel, or None); False when it cannot be
+        held columnar (another schema, a key column that is missing, of another type, or has nulls)."""
+        if self._closed:
+            raise SlipstreamError(f"operator '{self.name}': the columnar buffer is closed")
+        if self.schema is None:
+            if not self._resolve(batch.schema):
+                return False
+        elif not batch.schema.equals(self.schema):
+            return False
+        if batch.column(self.key_name).null_count:
+            return False
+        rows = batch.num_rows
+        if not rows:
+            return True
+        if timestamps is None:
+            stamps = pa.nulls(rows, pa.int64())
+        else:
+            self.has_timestamps = True
+            stamps = pa.array(timestamps, pa.int64())
+        if isinstance(batch, pa.Table):
+            pieces = batch.combine_chunks().to_batches() or []
+        else:
+            pieces = [batch]
+        offset = 0
+        for piece in pieces:
+            length = piece.num_rows
+            self._batches.append(pa.RecordBatch.from_arrays(
+                list(piece.columns) + [stamps.slice(offset, length)], names=self.schema.names + [TS_COLUMN]))
+            offset += length
+            self._bytes += piece.nbytes
+        self._count += rows
+        self.metrics["backlog_records"] += rows
+        if self._bytes > self.memory_budget:
+            self._spill()
+        return True
+
+    def _memory_table(self) -> pa.Table:
+        schema = self.schema.append(pa.field(TS_COLUMN, pa.int64())) if self.schema is not None else None
+        if schema is None:
+            return pa.table({})
+        return pa.Table.from_batches(self._batches, schema=schema)
+
+    # -- spilling -----------------------------------------------------------------------------------
+    def _spill(self) -> None:
+        """Split the in-memory batches by key partition and append each part to its partition's file."""
+        if not self._batches:
+            return
+        table = self._memory_table()
+        if not self._writers:
+            if self.spill_root is not None:
+                os.makedirs(self.spill_root, exist_ok=True)
+            self._dir = tempfile.mkdtemp(prefix="slipstream-columnar-", dir=self.spill_root)  # mode 0700
+            for number in range(SPILL_PARTITIONS):
+                path = os.path.join(self._dir, f"part-{number:03d}.arrow")
+                sink = pa.OSFile(path, "wb")
+                self._paths.append(path)
+                self._sinks.append(sink)
+                self._writers.append(pa.ipc.new_stream(sink, table.schema))
+        try:
+            for writer, part in zip(self._writers, split_by_partition(table, self.key_name, self.kind,
+                                                                       SPILL_PARTITIONS)):
+                if part.num_rows:
+                    writer.write_table(part)
+        except OSError as exc:
+            raise SlipstreamError(f"operator '{self.name}' cannot spill its backlog to {self._dir}: {exc}") from exc
+        size = sum(os.path.getsize(path) for path in self._paths)
+        self.metrics["spilled_bytes"] += size - self.spilled_bytes
+        self.spilled_bytes = size
+        self._batches, self._bytes = [], 0
+
+    # -- reading back -------------------------------------------------------------------------------
+    def table(self) -> pa.Table:
+        """Everything buffered, in arrival order (only for a buffer that never spilled)."""
+        if self.spilled:
+            raise SlipstreamError("a spilled columnar buffer is read partition by partition")
+        return self._memory_table()
+
+    def partition_tables(self, count: int) -> Iterator[pa.Table]:
+        """``count`` tables (1, or :data:`SPILL_PARTITIONS`): the records of each key partition,
+        in arrival order, with the :data:`TS_COLUMN` column. Spilled partitions are read one at a time."""
+        if count == 1:
+            yield self.table()
+            return
+        if count != SPILL_PARTITIONS:
+            raise ValueError(f"a columnar buffer has 1 or {SPILL_PARTITIONS} partitions, not {count}")
+        memory = self._memory_table()
+        parts = split_by_partition(memory, self.key_name, self.kind, count) if memory.num_rows else None
+        self._close_files()
+        for number in range(count):
+            pieces = []
+            if self._paths:
+                with pa.memory_map(self._paths[number]) as source:
+                    spilled = pa.ipc.open_stream(source).read_all()
+                if spilled.num_rows:
+                    pieces.append(spilled)
+            if parts is not None and parts[number].num_rows:
+                pieces.append(parts[number])
+            if not pieces:
+                yield memory.slice(0, 0)
+            elif len(pieces) == 1:
+                yield pieces[0]
+            else:
+                yield pa.concat_tables(pieces)
+
+    def _close_files(self) -> None:
+        writers, sinks, self._writers, self._sinks = self._writers, self._sinks, [], []
+        for writer in writers:
+            writer.close()
+        for sink in sinks:
+            sink.close()
+
+    # -- clean-up ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Drop the records and delete the spill files; the buffer cannot be filled again."""
+        self._closed = True
+        self._batches = []
+        try:
+            self._close_files()
+        except Exception:  # noqa: BLE001 - closing, maybe on a failure path
+            pass
+        self._paths = []
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+__all__ = ["ColumnarBuffer", "SPILL_PARTITIONS", "TS_COLUMN", "BYTES_PER_RECORD", "key_kind",
+           "canonical_keys", "partition_ids", "split_by_partition"]
