@@ -68,6 +68,7 @@ from slipstream.operators.columnar_buffer import (
     TS_COLUMN,
     ColumnarBuffer,
     canonical_keys,
+    without_stamps,
 )
 from slipstream.operators.co_group_engine import evaluate_on_engine
 from slipstream.operators.elements import RecordBatch
@@ -383,7 +384,7 @@ class CoGroupOperator(WindowOperator):
             for table in columnar.partition_tables(count):
                 for batch in table.to_batches(max_chunksize=COLUMNAR_CHUNK):
                     stamps = batch.column(TS_COLUMN).to_pylist() if columnar.has_timestamps else None
-                    values = rows_from_arrow(batch.drop_columns([TS_COLUMN]))
+                    values = rows_from_arrow(batch.drop_columns([TS_COLUMN]) if columnar.has_timestamps else batch)
                     try:
                         keys = [selector(value) for value in values]
                     except Exception as exc:
@@ -422,8 +423,9 @@ class CoGroupOperator(WindowOperator):
         try:
             # one chunk per column: the buffered batches' chunks would slow the function's polars work
             frames = [self._frame([], index) if table is None else
-                      pl.from_arrow(table.drop_columns([TS_COLUMN]).combine_chunks())
+                      pl.from_arrow(without_stamps(table), rechunk=False).rechunk()
                       for index, table in enumerate(tables)]
+            tables[:] = [None] * len(tables)  # the frames are copies: let the buffered batches go
             result = self.function.co_group(*frames)
             if result is not None and not isinstance(result, pl.DataFrame):
                 raise TypeError(f"a vectorised co-group function must return a polars DataFrame (or None), "
@@ -438,6 +440,12 @@ class CoGroupOperator(WindowOperator):
             return
         super()._flush()  # rows emitted before stay before
         timestamp = window.max_timestamp()
+        # Unsigned counts (polars' len() is UInt32) become Int64, the type the same values get as
+        # Python ints on the row path: sinks that have no unsigned types (Spark) see what they would.
+        unsigned = [pl.col(name).cast(pl.Int64) for name, dtype in result.schema.items()
+                    if dtype in (pl.UInt8, pl.UInt16, pl.UInt32)]
+        if unsigned:
+            result = result.with_columns(unsigned)
         for batch in result.to_arrow().to_batches(max_chunksize=ARROW_OUTPUT_ROWS):
             self.output.collect_batch(RecordBatch(None, [timestamp] * batch.num_rows, arrow=batch))
 
@@ -454,13 +462,13 @@ class CoGroupOperator(WindowOperator):
                 continue
             keys = canonical_keys(table.column(buffer.key_name), buffer.kind)
             if not buffer.has_timestamps and keys.is_sorted():
-                ordered = table.drop_columns([TS_COLUMN])  # arrived in key order (as backlogs often do)
+                ordered = table  # arrived in key order (as backlogs often do)
             else:
                 frame = pl.DataFrame({"k": keys, "t": pl.Series(table.column(TS_COLUMN))}) \
                     if buffer.has_timestamps else pl.DataFrame({"k": keys})
                 order = frame.select(pl.arg_sort_by(frame.columns, nulls_last=False, maintain_order=True)) \
                     .to_series()
-                ordered = table.take(order.to_arrow()).drop_columns([TS_COLUMN])
+                ordered = without_stamps(table.take(order.to_arrow()))
                 keys = keys.gather(order)
             sides.append(ordered)
             run = keys.rle().struct.unnest()  # value, len: the keys in order

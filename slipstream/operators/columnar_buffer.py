@@ -7,8 +7,8 @@ read from its column, so buffering costs nothing per record.
 
 How records are held:
 
-* the batches as they arrived, plus a timestamp column (:data:`TS_COLUMN`, int64, null
-  for records without one), in arrival order;
+* the batches as they arrived, in arrival order, plus — once any record came with a
+  timestamp — a timestamp column (:data:`TS_COLUMN`, int64, null for records without one);
 * past ``memory_budget`` bytes the in-memory batches are *spilled*: split by a hash of
   the key into :data:`SPILL_PARTITIONS` partitions, each appended to its partition's
   Arrow IPC file (in a private directory, mode 0700, that :meth:`ColumnarBuffer.close`
@@ -19,18 +19,19 @@ How records are held:
 
 What a buffer accepts (:meth:`ColumnarBuffer.add` returns False otherwise, and the
 operator goes on with rows): batches of one schema whose key column is a signed integer
-(or uint8/16/32), a string or a boolean column without nulls.
+(or uint8/16/32), a string or a boolean column without nulls; and, once it spilled
+without timestamps, no batch with timestamps.
 
 >>> import pyarrow as pa
 >>> buffer = ColumnarBuffer("k", memory_budget=1)
->>> buffer.add(pa.record_batch({"k": [3, 1, 3], "v": ["a", "b", "c"]}), None)
+>>> buffer.add(pa.record_batch({"k": [3, 1, 3], "v": ["a", "b", "c"]}), [5, 6, 7])
 True
->>> buffer.add(pa.record_batch({"k": [1], "v": ["d"]}), [7])
+>>> buffer.add(pa.record_batch({"k": [1], "v": ["d"]}), None)
 True
 >>> buffer.spilled_bytes > 0, len(buffer)
 (True, 4)
 >>> sorted(row for part in buffer.partition_tables(SPILL_PARTITIONS)
-...        for row in zip(*[c.to_pylist() for c in part.drop_columns([TS_COLUMN]).columns]))
+...        for row in zip(*[c.to_pylist() for c in without_stamps(part).columns]))
 [(1, 'b'), (1, 'd'), (3, 'a'), (3, 'c')]
 >>> buffer.close()
 """
@@ -96,6 +97,24 @@ def split_by_partition(table: pa.Table, key_name: str, kind: str, count: int) ->
     bounds = np.concatenate([[0], np.cumsum(np.bincount(ids, minlength=count))])
     ordered = table.take(pa.array(order))
     return [ordered.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])) for p in range(count)]
+
+
+def _with_stamps(batch: pa.RecordBatch, stamps: pa.Array | None) -> pa.RecordBatch:
+    """``batch`` with a :data:`TS_COLUMN` (all null when ``stamps`` is None)."""
+    column = pa.nulls(batch.num_rows, pa.int64()) if stamps is None else stamps
+    return pa.RecordBatch.from_arrays(list(batch.columns) + [column], names=batch.schema.names + [TS_COLUMN])
+
+
+def without_stamps(table: pa.Table) -> pa.Table:
+    """A buffered table without its :data:`TS_COLUMN` (if it has one): the records as they arrived."""
+    return table.drop_columns([TS_COLUMN]) if TS_COLUMN in table.schema.names else table
+
+
+def _drain(pieces: list[pa.Table], like: pa.Table) -> pa.Table:
+    """The concatenation of ``pieces`` (empty: an empty table like ``like``), emptying the list."""
+    table = like.slice(0, 0) if not pieces else pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+    pieces.clear()
+    return table
 
 
 class ColumnarBuffer:
@@ -171,22 +190,21 @@ class ColumnarBuffer:
         rows = batch.num_rows
         if not rows:
             return True
-        if timestamps is None:
-            stamps = pa.nulls(rows, pa.int64())
-        else:
+        if timestamps is not None and not self.has_timestamps:
+            if self._writers:
+                return False  # spilled without timestamps: the rows take it from here
             self.has_timestamps = True
-            stamps = pa.array(timestamps, pa.int64())
-        if isinstance(batch, pa.Table):
-            pieces = batch.combine_chunks().to_batches() or []
-        else:
-            pieces = [batch]
+            self._batches = [_with_stamps(piece, None) for piece in self._batches]
+        stamps = None if timestamps is None else pa.array(timestamps, pa.int64())
+        pieces = batch.combine_chunks().to_batches() if isinstance(batch, pa.Table) else [batch]
         offset = 0
         for piece in pieces:
             length = piece.num_rows
-            self._batches.append(pa.RecordBatch.from_arrays(
-                list(piece.columns) + [stamps.slice(offset, length)], names=self.schema.names + [TS_COLUMN]))
-            offset += length
             self._bytes += piece.nbytes
+            if self.has_timestamps:
+                piece = _with_stamps(piece, None if stamps is None else stamps.slice(offset, length))
+            self._batches.append(piece)
+            offset += length
         self._count += rows
         self.metrics["backlog_records"] += rows
         if self._bytes > self.memory_budget:
@@ -194,9 +212,9 @@ class ColumnarBuffer:
         return True
 
     def _memory_table(self) -> pa.Table:
-        schema = self.schema.append(pa.field(TS_COLUMN, pa.int64())) if self.schema is not None else None
-        if schema is None:
+        if self.schema is None:
             return pa.table({})
+        schema = self.schema.append(pa.field(TS_COLUMN, pa.int64())) if self.has_timestamps else self.schema
         return pa.Table.from_batches(self._batches, schema=schema)
 
     # -- spilling -----------------------------------------------------------------------------------
@@ -234,11 +252,16 @@ class ColumnarBuffer:
             raise SlipstreamError("a spilled columnar buffer is read partition by partition")
         return self._memory_table()
 
+    def _take_table(self) -> pa.Table:
+        table = self.table()
+        self._batches, self._bytes = [], 0
+        return table
+
     def partition_tables(self, count: int) -> Iterator[pa.Table]:
         """``count`` tables (1, or :data:`SPILL_PARTITIONS`): the records of each key partition,
-        in arrival order, with the :data:`TS_COLUMN` column. Spilled partitions are read one at a time."""
+        in arrival order, with a :data:`TS_COLUMN` column when :attr:`has_timestamps`. Spilled partitions are read one at a time."""
         if count == 1:
-            yield self.table()
+            yield self._take_table()  # handed over: the buffer keeps no reference (memory)
             return
         if count != SPILL_PARTITIONS:
             raise ValueError(f"a columnar buffer has 1 or {SPILL_PARTITIONS} partitions, not {count}")
@@ -254,12 +277,8 @@ class ColumnarBuffer:
                     pieces.append(spilled)
             if parts is not None and parts[number].num_rows:
                 pieces.append(parts[number])
-            if not pieces:
-                yield memory.slice(0, 0)
-            elif len(pieces) == 1:
-                yield pieces[0]
-            else:
-                yield pa.concat_tables(pieces)
+            spilled = None
+            yield _drain(pieces, memory)  # the generator keeps no reference to what it handed over
 
     def _close_files(self) -> None:
         writers, sinks, self._writers, self._sinks = self._writers, self._sinks, [], []
@@ -283,5 +302,5 @@ class ColumnarBuffer:
             self._dir = None
 
 
-__all__ = ["ColumnarBuffer", "SPILL_PARTITIONS", "TS_COLUMN", "BYTES_PER_RECORD", "key_kind",
+__all__ = ["ColumnarBuffer", "SPILL_PARTITIONS", "TS_COLUMN", "BYTES_PER_RECORD", "key_kind", "without_stamps",
            "canonical_keys", "partition_ids", "split_by_partition"]

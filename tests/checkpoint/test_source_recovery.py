@@ -69,7 +69,7 @@ def test_hybrid_source_resumes_in_its_phase_when_killed_before_and_after_the_swi
     """Kill once while every reader is in the history (files), once after a reader switched to
     the live source, once when all have; each restart resumes there (no history read again,
     nothing of the live source lost), and the output equals the oracle."""
-    n = 250_000
+    n = 150_000
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "chk")
     env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest")
     wanted = [("all in the history", lambda phases: all(p == 0 for p in phases)),

@@ -240,6 +240,6 @@ def test_integer_keys_of_different_widths_land_in_the_same_partition() -> None:
     assert narrow.spilled and wide.spilled
     for left, right in zip(narrow.partition_tables(SPILL_PARTITIONS), wide.partition_tables(SPILL_PARTITIONS)):
         assert left.column("k").to_pylist() == right.column("k").to_pylist()
-        assert left.column(TS_COLUMN).null_count == left.num_rows
+        assert TS_COLUMN not in left.schema.names  # no record had a timestamp
     narrow.close()
     wide.close()

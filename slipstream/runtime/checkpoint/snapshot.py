@@ -120,7 +120,8 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
     An operator at the parallelism it was checkpointed at gets its own subtask's files. At
     another parallelism, each new subtask loads the keyed state of the key groups it now owns
     from every old subtask whose range overlaps, and its operator state through
-    ``initialize_rescaled_state`` (timers are split by key; sources and sinks refuse).
+    ``initialize_rescaled_state`` (timers are split by key, sources redistribute what their old
+    readers had left, a file sink commits the old subtasks' pending files).
     """
     def load(name: str) -> Any:
         return pickle.loads(files[name])
