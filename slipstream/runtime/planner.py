@@ -149,7 +149,7 @@ def build_stream_graph(env: StreamExecutionEnvironment, transformations: list[Tr
             own_node[transformation] = node
     # Each loop's feedback edge closes a cycle, so it comes last: from the tail to the head's input 1.
     for head in transformations:
-        if isinstance(head, LoopHeadTransformation) and head.expects_feedback:
+        if isinstance(head, LoopHeadTransformation):
             if head.feedback is None or head.feedback not in node_of:
                 raise InvalidProgramError(f"loop '{head.name}' was never closed: its loop function did not "
                                           "return (feedback_stream, output_stream)")
@@ -232,7 +232,7 @@ def validate_loops(graph: StreamGraph, env: StreamExecutionEnvironment) -> Strea
                 f"head {edge.target.parallelism}: a loop's feedback keeps its head's parallelism")
     for node in graph.nodes:
         scope = node.transformation.scope
-        if scope == ROOT_SCOPE or node.transformation.per_round or not node.transformation.get_is_output_on_eof():
+        if scope == ROOT_SCOPE or not node.transformation.get_is_output_on_eof():
             continue
         tail = _reachable_feedback_tail(node)
         if tail is not None:
