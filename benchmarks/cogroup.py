@@ -38,9 +38,11 @@ import json
 import os
 import platform
 import resource
+import runpy
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -199,7 +201,17 @@ def main() -> None:
                         help="records per source for the streaming path (default N/50, at most 10^6)")
     parser.add_argument("--only", default=None, help="comma-separated subset of: per-key,vectorised,streaming,raw polars")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--engine", choices=["polars", "spark"], default="polars",
+                        help="spark: the same co_group on the Spark engine against raw Spark "
+                             "(benchmarks/cogroup_spark.py, which takes its own options)")
+    args, spark_args = parser.parse_known_args()
+    if args.engine == "spark":
+        sys.argv = [str(Path(__file__).with_name("cogroup_spark.py"))] + spark_args + \
+            (["--n", str(args.n)] if "--n" in sys.argv[1:] else [])
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        return
+    if spark_args:
+        parser.error(f"unrecognised arguments: {' '.join(spark_args)}")
     if args.child:
         child(json.loads(args.child))
         return

@@ -138,3 +138,15 @@ def test_hybrid_source_switches_from_backlog_to_live() -> None:
 def test_hybrid_source_refuses_an_unbounded_part_before_the_last() -> None:
     with pytest.raises(InvalidProgramError, match="only the last source"):
         HybridSource.builder(IteratorSource([1], bounded=False)).add_source(CollectionSource([2])).build()
+
+
+def test_a_source_can_be_told_explicitly_whether_it_is_backlog() -> None:
+    from slipstream.datastream.connectors.backlog import BacklogSource
+    env = StreamExecutionEnvironment.get_execution_environment()
+    live_replay = BacklogSource(IteratorSource([1, 2], bounded=False), is_backlog=True)
+    lookup = BacklogSource(CollectionSource([3]), is_backlog=False)
+    replayed, looked_up = [], []
+    env.from_source(live_replay, None, "replay").process(BacklogFlags()).add_sink(replayed.append)
+    env.from_source(lookup, None, "lookup").process(BacklogFlags()).add_sink(looked_up.append)
+    env.execute("explicit backlog")
+    assert replayed == [(1, True), (2, True)] and looked_up == [(3, False)]
