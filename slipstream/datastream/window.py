@@ -573,32 +573,15 @@ def _check_offset(name: str, size: int, offset: int, against: str) -> None:
                                   f"got {against} {size} and offset {offset}")
 
 
-class _TumblingWindows(WindowAssigner[Any, TimeWindow]):
-    def __init__(self, size: Size, offset: Size | None = 0) -> None:
-        self.size = to_millis(size, "window size")
-        self.offset = to_millis(offset or 0, "window offset")
-        _check_offset(type(self).__name__, self.size, self.offset, "size")
-
-    def _window_at(self, time: int) -> list[TimeWindow]:
-        start = TimeWindow.get_window_start_with_offset(time, self.offset, self.size)
-        return [TimeWindow(start, start + self.size)]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.size}" + (f", {self.offset})" if self.offset else ")")
-
-
-class TumblingEventTimeWindows(_TumblingWindows):
-    """Non-overlapping windows of ``size`` by event time, aligned to the epoch plus ``offset``."""
-
-    @staticmethod
-    def of(size: Size, offset: Size | None = 0) -> TumblingEventTimeWindows:
-        return TumblingEventTimeWindows(size, offset)
+class _EventTimeAssigner(WindowAssigner[Any, TimeWindow]):
+    """The event-time clock of an assigner whose other base gives ``_windows_for(element, time)``:
+    the record's timestamp; an :class:`EventTimeTrigger` fires by default."""
 
     def assign_windows(self, element: Any, timestamp: int | None,
                        context: WindowAssigner.WindowAssignerContext) -> list[TimeWindow]:
         if timestamp is None:
             raise _no_timestamp(self)
-        return self._window_at(timestamp)
+        return self._windows_for(element, timestamp)
 
     def get_default_trigger(self, env: Any = None) -> Trigger:
         return EventTimeTrigger()
@@ -607,22 +590,49 @@ class TumblingEventTimeWindows(_TumblingWindows):
         return True
 
 
-class TumblingProcessingTimeWindows(_TumblingWindows):
-    """Non-overlapping windows of ``size`` by the processing-time clock when the record arrives."""
-
-    @staticmethod
-    def of(size: Size, offset: Size | None = 0) -> TumblingProcessingTimeWindows:
-        return TumblingProcessingTimeWindows(size, offset)
+class _ProcessingTimeAssigner(WindowAssigner[Any, TimeWindow]):
+    """The processing-time clock of an assigner whose other base gives ``_windows_for(element,
+    time)``: the clock when the record arrives; a :class:`ProcessingTimeTrigger` fires by default."""
 
     def assign_windows(self, element: Any, timestamp: int | None,
                        context: WindowAssigner.WindowAssignerContext) -> list[TimeWindow]:
-        return self._window_at(context.get_current_processing_time())
+        return self._windows_for(element, context.get_current_processing_time())
 
     def get_default_trigger(self, env: Any = None) -> Trigger:
         return ProcessingTimeTrigger()
 
     def is_event_time(self) -> bool:
         return False
+
+
+class _TumblingWindows(WindowAssigner[Any, TimeWindow]):
+    def __init__(self, size: Size, offset: Size | None = 0) -> None:
+        self.size = to_millis(size, "window size")
+        self.offset = to_millis(offset or 0, "window offset")
+        _check_offset(type(self).__name__, self.size, self.offset, "size")
+
+    def _windows_for(self, element: Any, time: int) -> list[TimeWindow]:
+        start = TimeWindow.get_window_start_with_offset(time, self.offset, self.size)
+        return [TimeWindow(start, start + self.size)]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.size}" + (f", {self.offset})" if self.offset else ")")
+
+
+class TumblingEventTimeWindows(_EventTimeAssigner, _TumblingWindows):
+    """Non-overlapping windows of ``size`` by event time, aligned to the epoch plus ``offset``."""
+
+    @staticmethod
+    def of(size: Size, offset: Size | None = 0) -> TumblingEventTimeWindows:
+        return TumblingEventTimeWindows(size, offset)
+
+
+class TumblingProcessingTimeWindows(_ProcessingTimeAssigner, _TumblingWindows):
+    """Non-overlapping windows of ``size`` by the processing-time clock when the record arrives."""
+
+    @staticmethod
+    def of(size: Size, offset: Size | None = 0) -> TumblingProcessingTimeWindows:
+        return TumblingProcessingTimeWindows(size, offset)
 
 
 class _SlidingWindows(WindowAssigner[Any, TimeWindow]):
@@ -634,7 +644,7 @@ class _SlidingWindows(WindowAssigner[Any, TimeWindow]):
             raise InvalidProgramError(f"{type(self).__name__} needs a positive size, got {self.size}")
         _check_offset(type(self).__name__, self.slide, self.offset, "slide")
 
-    def _windows_at(self, time: int) -> list[TimeWindow]:
+    def _windows_for(self, element: Any, time: int) -> list[TimeWindow]:
         last_start = TimeWindow.get_window_start_with_offset(time, self.offset, self.slide)
         return [TimeWindow(start, start + self.size)
                 for start in range(last_start, time - self.size, -self.slide)]
@@ -644,42 +654,20 @@ class _SlidingWindows(WindowAssigner[Any, TimeWindow]):
                 + (f", {self.offset})" if self.offset else ")"))
 
 
-class SlidingEventTimeWindows(_SlidingWindows):
+class SlidingEventTimeWindows(_EventTimeAssigner, _SlidingWindows):
     """Windows of ``size`` starting every ``slide`` by event time; a record is in about size/slide of them."""
 
     @staticmethod
     def of(size: Size, slide: Size, offset: Size | None = 0) -> SlidingEventTimeWindows:
         return SlidingEventTimeWindows(size, slide, offset)
 
-    def assign_windows(self, element: Any, timestamp: int | None,
-                       context: WindowAssigner.WindowAssignerContext) -> list[TimeWindow]:
-        if timestamp is None:
-            raise _no_timestamp(self)
-        return self._windows_at(timestamp)
 
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return EventTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return True
-
-
-class SlidingProcessingTimeWindows(_SlidingWindows):
+class SlidingProcessingTimeWindows(_ProcessingTimeAssigner, _SlidingWindows):
     """Windows of ``size`` starting every ``slide`` by the processing-time clock."""
 
     @staticmethod
     def of(size: Size, slide: Size, offset: Size | None = 0) -> SlidingProcessingTimeWindows:
         return SlidingProcessingTimeWindows(size, slide, offset)
-
-    def assign_windows(self, element: Any, timestamp: int | None,
-                       context: WindowAssigner.WindowAssignerContext) -> list[TimeWindow]:
-        return self._windows_at(context.get_current_processing_time())
-
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return False
 
 
 class SessionWindowTimeGapExtractor(ABC, Generic[T]):
@@ -719,7 +707,7 @@ class _SessionWindows(MergingWindowAssigner[Any, TimeWindow]):
         if self.gap is not None and self.gap <= 0:
             raise InvalidProgramError(f"{type(self).__name__} needs a positive gap, got {self.gap}")
 
-    def _session(self, element: Any, start: int) -> list[TimeWindow]:
+    def _windows_for(self, element: Any, start: int) -> list[TimeWindow]:
         gap = self.gap if self.extractor is None else self.extractor.extract(element)
         if isinstance(gap, (Duration, Time)):
             gap = gap.millis
@@ -735,7 +723,7 @@ class _SessionWindows(MergingWindowAssigner[Any, TimeWindow]):
         return f"{type(self).__name__}({self.gap if self.extractor is None else self.extractor!r})"
 
 
-class EventTimeSessionWindows(_SessionWindows):
+class EventTimeSessionWindows(_EventTimeAssigner, _SessionWindows):
     """Sessions by event time: a gap of more than ``gap`` between elements of a key ends a session."""
 
     @staticmethod
@@ -747,18 +735,6 @@ class EventTimeSessionWindows(_SessionWindows):
                          ) -> DynamicEventTimeSessionWindows:
         return DynamicEventTimeSessionWindows.with_dynamic_gap(extractor)
 
-    def assign_windows(self, element: Any, timestamp: int | None,
-                       context: WindowAssigner.WindowAssignerContext) -> list[TimeWindow]:
-        if timestamp is None:
-            raise _no_timestamp(self)
-        return self._session(element, timestamp)
-
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return EventTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return True
-
 
 class DynamicEventTimeSessionWindows(EventTimeSessionWindows):
     """Event-time sessions whose gap after each element is ``extractor.extract(element)``."""
@@ -769,7 +745,7 @@ class DynamicEventTimeSessionWindows(EventTimeSessionWindows):
         return DynamicEventTimeSessionWindows(extractor=_gap_extractor(extractor))
 
 
-class ProcessingTimeSessionWindows(_SessionWindows):
+class ProcessingTimeSessionWindows(_ProcessingTimeAssigner, _SessionWindows):
     """Sessions by the processing-time clock: ``gap`` without elements of a key ends a session."""
 
     @staticmethod
@@ -780,16 +756,6 @@ class ProcessingTimeSessionWindows(_SessionWindows):
     def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor | Callable[[Any], int]
                          ) -> DynamicProcessingTimeSessionWindows:
         return DynamicProcessingTimeSessionWindows.with_dynamic_gap(extractor)
-
-    def assign_windows(self, element: Any, timestamp: int | None,
-                       context: WindowAssigner.WindowAssignerContext) -> list[TimeWindow]:
-        return self._session(element, context.get_current_processing_time())
-
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return False
 
 
 class DynamicProcessingTimeSessionWindows(ProcessingTimeSessionWindows):

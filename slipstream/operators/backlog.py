@@ -1,4 +1,4 @@
-"""``BacklogSortingOperator``: the FLIP-327 switch, shared by every keyed one-input sorting operator.
+"""``BacklogSortingOperator``: the FLIP-327 switch, shared by every keyed sorting operator (co-group too).
 
 An operator that derives from this class declares ``has_internal_sorter`` and, when the
 runtime gave it a batch engine (``OperatorContext.batch_engine``; ``env.configure(
@@ -58,20 +58,24 @@ class BacklogSortingOperator(StreamOperator):
 
     A subclass calls :meth:`buffer_backlog` at the top of its ``process_batch`` while
     :attr:`is_buffering_backlog`; may override :meth:`backlog_field` and
-    :meth:`process_backlog`; and must call ``super()`` from ``setup`` and ``close``
-    when it overrides them.
+    :meth:`process_backlog`; and must call ``super()`` from ``setup``, ``end_input`` and
+    ``close`` when it overrides them.
 
     Operators of several inputs (co-group, join) get one buffer per input, all sharing
     one :class:`~slipstream.operators.sort_buffer.KeyDictionary` so that
     :func:`~slipstream.operators.sort_buffer.co_grouped` can walk them key by key; they
     override :meth:`backlog_key_selector` when their keys are not
-    ``transformation.key_selectors[input_index]``, and :meth:`run_backlog`.
+    ``transformation.key_selectors[input_index]``, and :meth:`run_backlog`. One that keeps
+    buffers of its own besides (the co-group's columnar ones) opens them in
+    :meth:`begin_backlog`, fills them from its :meth:`buffer_backlog` and closes them in
+    its :meth:`run_backlog` and ``close``: the switch, the held watermark and the metrics
+    stay here.
     """
 
     backlog_batch_size: ClassVar[int] = 1024
     """Records per batch when the backlog is replayed through ``process_batch``."""
 
-    _buffering: bool = False  # (a class default, so a subclass's own switch logic can ignore it)
+    _buffering: bool = False
 
     @classmethod
     def attributes_for(cls, transformation: Transformation) -> OperatorAttributes:
@@ -101,8 +105,11 @@ class BacklogSortingOperator(StreamOperator):
         """The key of a record of input ``input_index``, as the buffers group by it."""
         return self.transformation.key_selectors[input_index]
 
+    def begin_backlog(self) -> None:
+        """Called when buffering begins, once the sort buffers exist; nothing by default."""
+
     def run_backlog(self, buffers: list[SortBuffer]) -> None:
-        """Run the buffered backlog, one buffer per input (some may be empty), at the switch.
+        """Run the buffered backlog, one buffer per input (any may be empty), at every switch.
 
         One-input operators override :meth:`process_backlog` instead.
         """
@@ -158,6 +165,7 @@ class BacklogSortingOperator(StreamOperator):
             SortBuffer(engine, memory_budget=ctx.sort_memory_budget, spill_dir=ctx.spill_dir, key_dictionary=keys,
                        metrics=ctx.metrics, field=self.backlog_field(), name=ctx.name)
             for _ in range(max(1, self.num_inputs))]
+        self.begin_backlog()
         self._buffering = True
         self._backlog_started = time.perf_counter()
         ctx.metrics["backlog_phase"] = "buffering"
@@ -170,8 +178,7 @@ class BacklogSortingOperator(StreamOperator):
         started = time.perf_counter()
         self.ctx.metrics["backlog_phase"] = "batch work"
         try:
-            if any(len(buffer) for buffer in buffers):
-                self.run_backlog(buffers)
+            self.run_backlog(buffers)
         finally:
             for buffer in buffers:
                 buffer.close()

@@ -213,12 +213,14 @@ class StreamOperator(ABC):
             self.output.emit_watermark_status(WatermarkStatus(now_idle))
         self._advance_combined_watermark()
 
-    def _advance_combined_watermark(self) -> None:
+    def _combined_input_watermark(self) -> int | None:
+        """The watermark every active input has reached; None while all inputs are idle."""
         active = [w for w, idle in zip(self._input_watermarks, self._input_idle) if not idle]
-        if not active:
-            return
-        combined = min(active)
-        if combined > self.current_watermark:
+        return min(active) if active else None
+
+    def _advance_combined_watermark(self) -> None:
+        combined = self._combined_input_watermark()
+        if combined is not None and combined > self.current_watermark:
             self.current_watermark = combined
             self.on_watermark(Watermark(combined))
 

@@ -41,15 +41,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import time
 from collections.abc import Callable
 from typing import Any
 
-from slipstream.attributes import (
-    OperatorAttributes,
-    OperatorAttributesBuilder,
-    RecordAttributes,
-)
+from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.co_group import VectorizedCoGroupFunction
 from slipstream.datastream.transformations import (
     CoGroupTransformation,
@@ -72,7 +67,7 @@ from slipstream.operators.columnar_buffer import (
 )
 from slipstream.operators.co_group_engine import evaluate_on_engine
 from slipstream.operators.elements import RecordBatch
-from slipstream.operators.sort_buffer import KeyDictionary, SortBuffer, co_grouped
+from slipstream.operators.sort_buffer import SortBuffer, co_grouped
 from slipstream.operators.window import WindowOperator
 
 BATCH_KEYS_METRIC = "backlog_keys_evaluated"
@@ -107,6 +102,14 @@ def _tagged_key(selectors: list[Callable[[Any], Any]]) -> Callable[[tuple[int, A
     return key_of
 
 
+def _co_group_cause(exc: Exception) -> Exception:
+    """What a co-group function's failure is reported as: ``exc``, or for a result it cannot
+    iterate, a TypeError that says what the function must return."""
+    if isinstance(exc, TypeError) and "not iterable" in str(exc):
+        return TypeError(f"a co-group function must yield its outputs (or return an iterable or None): {exc}")
+    return exc
+
+
 class CoGroupOperator(WindowOperator):
     """Keyed two-input windows evaluated by a co-group function (joins included)."""
 
@@ -129,14 +132,8 @@ class CoGroupOperator(WindowOperator):
         self._end_of_stream = is_end_of_stream_window(self.assigner, self.trigger)
         self._pending: list[tuple[Window, Any, list, list]] = []  # vectorised evaluations of this step
         self._frame_columns: list[Any] = [None, None]  # last columns seen per input, for empty sides
-        self._sorting = False
-        self._buffers: list[SortBuffer] = []
         self._columnar: list[ColumnarBuffer | None] = [None, None]  # per input, while it arrives as Arrow
         self._streamed = False  # whether any record went through the streaming path
-        self._ended = [False, False]
-        self._backlog_started = 0.0
-        self._backlog_seconds = 0.0
-        self._switch_seconds = 0.0
 
     @classmethod
     def attributes_for(cls, transformation: CoGroupTransformation) -> OperatorAttributes:
@@ -149,8 +146,8 @@ class CoGroupOperator(WindowOperator):
     # -- elements -------------------------------------------------------------------------------
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         timestamps = batch.timestamps
-        if self._sorting:
-            self._buffer(batch, input_index)
+        if self._buffering:
+            self.buffer_backlog(batch, input_index)
             return
         self._streamed = True
         for i, value in enumerate(batch.values):
@@ -181,10 +178,8 @@ class CoGroupOperator(WindowOperator):
         except SlipstreamError:
             raise
         except Exception as exc:
-            if isinstance(exc, TypeError) and "not iterable" in str(exc):
-                exc = TypeError(f"a co-group function must yield its outputs (or return an iterable "
-                                f"or None): {exc}")
-            raise self.user_error(window, exc, what=f"key {key!r}, window") from exc
+            cause = _co_group_cause(exc)
+            raise self.user_error(window, cause, what=f"key {key!r}, window") from cause
 
     def _flush(self) -> None:
         if self._pending:
@@ -228,83 +223,34 @@ class CoGroupOperator(WindowOperator):
             self._frame_columns[input_index] = frame.clear()
         return frame
 
-    # -- backlog ----------------------------------------------------------------------------------
-    @property
-    def is_buffering_backlog(self) -> bool:
-        """Whether records are being buffered (backlog) rather than processed."""
-        return self._sorting
-
-    def process_record_attributes(self, attributes: RecordAttributes, input_index: int = 0) -> None:
-        """Buffer while any input is backlog (given a batch engine); run the buffer as batch
-        work when the backlog ends on both; forward the change after that work's output."""
-        self._input_backlog[input_index] = attributes.is_backlog()
-        backlog = any(self._input_backlog)
-        if backlog and not self._sorting and self.ctx.batch_engine is not None:
-            self._start_backlog()
-        elif not backlog and self._sorting:
-            self._switch_to_streaming()
-        if backlog != self._output_backlog:
-            self._output_backlog = backlog
-            self.output.emit_record_attributes(RecordAttributes(backlog))
-
-    def _advance_combined_watermark(self) -> None:
-        if self._sorting:
-            return  # held: the backlog's records are not in windows yet; applied at the switch
-        super()._advance_combined_watermark()
-
-    def _held_watermark(self) -> int | None:
-        """The combined watermark the inputs have reached (what the switch will apply)."""
-        active = [w for w, idle in zip(self._input_watermarks, self._input_idle) if not idle]
-        return min(active) if active else None
-
-    def _start_backlog(self) -> None:
+    # -- backlog (the switch, the held watermark and the metrics: BacklogSortingOperator) ----------
+    def begin_backlog(self) -> None:
+        """Inputs keyed by a field are buffered as Arrow while they arrive as Arrow (given an
+        in-process engine: the columnar path runs here); the first row batch moves them to
+        their SortBuffer."""
         ctx = self.ctx
-        keys = KeyDictionary()  # shared, so both inputs' records of a key meet in co_grouped()
-        self._buffers = [SortBuffer(ctx.batch_engine, memory_budget=ctx.sort_memory_budget,
-                                    spill_dir=ctx.spill_dir, key_dictionary=keys, metrics=ctx.metrics,
-                                    name=ctx.name) for _ in range(2)]
-        # Inputs keyed by a field are buffered as Arrow while they arrive as Arrow (an in-process
-        # engine: the columnar path runs here); the first row batch moves them to their SortBuffer.
         columnar = getattr(ctx.batch_engine, "in_process", True)
         self._columnar = [ColumnarBuffer(selector.field, memory_budget=ctx.sort_memory_budget * BYTES_PER_RECORD,
                                          spill_dir=ctx.spill_dir, metrics=ctx.metrics, name=ctx.name)
                           if columnar and isinstance(selector, FieldKey) else None
                           for selector in self._input_selectors]
-        self._sorting = True
-        self._backlog_started = time.perf_counter()
-        ctx.metrics["backlog_phase"] = "buffering"
-        ctx.metrics["batch_engine"] = getattr(ctx.batch_engine, "name", type(ctx.batch_engine).__name__)
 
-    def _buffer(self, batch: RecordBatch, input_index: int) -> None:
+    def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:
         columnar = self._columnar[input_index]
         if columnar is not None:
             if batch.arrow is not None and columnar.add(batch.arrow, batch.timestamps):
                 return
             self._columnar[input_index] = None  # rows (or Arrow it cannot hold) from now on
-            self._move_to_rows(columnar, self._buffers[input_index], input_index)
-        selector = self._input_selectors[input_index]
-        keys: list[Any] = []
-        append = keys.append
-        value: Any = None
-        try:
-            for value in batch.values:
-                append(selector(value))
-            self._buffers[input_index].add(keys, batch.values, batch.timestamps)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(value, exc, what=f"record of input {input_index + 1}") from exc
+            self._move_to_rows(columnar, self._backlog_buffers[input_index], input_index)
+        super().buffer_backlog(batch, input_index)
 
-    def _switch_to_streaming(self) -> None:
-        """The switch: run the buffered backlog as batch work, then apply the held watermark."""
-        buffers, self._buffers = self._buffers, []
+    def run_backlog(self, buffers: list[SortBuffer]) -> None:
+        """At the switch: evaluate EndOfStreamWindows directly (on the columns when every input
+        was buffered as Arrow), else replay the backlog through the streaming path."""
         columnar, self._columnar = self._columnar, [None, None]
-        self._sorting = False
-        started = time.perf_counter()
-        self.ctx.metrics["backlog_phase"] = "batch work"
         try:
             if any(len(buffer) for buffer in buffers) or any(c is not None and len(c) for c in columnar):
-                held = self._held_watermark()
+                held = self._combined_input_watermark()
                 direct = (self._end_of_stream and self.evictor is None and not self._streamed
                           and held is not None and held >= GlobalWindow.get().max_timestamp())
                 if direct and self._columnar_ready(buffers, columnar):
@@ -318,20 +264,9 @@ class CoGroupOperator(WindowOperator):
                     else:
                         self._replay(buffers)
         finally:
-            for buffer in buffers:
-                buffer.close()
             for column_buffer in columnar:
                 if column_buffer is not None:
                     column_buffer.close()
-        self._advance_combined_watermark()
-        ended = time.perf_counter()
-        self._switch_seconds += ended - started
-        self._backlog_seconds += ended - self._backlog_started
-        metrics = self.ctx.metrics
-        metrics["switch_time"] = max(metrics.get("switch_time", 0.0), self._switch_seconds)
-        metrics["backlog_seconds"] = max(metrics.get("backlog_seconds", 0.0), self._backlog_seconds)
-        metrics["switched_at"] = ended
-        metrics["backlog_phase"] = "streaming"
 
     def _evaluate_directly(self, buffers: list[SortBuffer]) -> None:
         """EndOfStreamWindows after the final watermark: every key's window is complete, so the
@@ -524,10 +459,8 @@ class CoGroupOperator(WindowOperator):
                 except SlipstreamError:
                     raise
                 except Exception as exc:
-                    if isinstance(exc, TypeError) and "not iterable" in str(exc):
-                        exc = TypeError(f"a co-group function must yield its outputs (or return an iterable "
-                                        f"or None): {exc}")
-                    raise self.user_error(window, exc, what=f"key {key!r}, window") from exc
+                    cause = _co_group_cause(exc)
+                    raise self.user_error(window, cause, what=f"key {key!r}, window") from cause
             super()._flush()
             start = stop
         return key_count
@@ -550,26 +483,7 @@ class CoGroupOperator(WindowOperator):
         self._flush()
 
     # -- life cycle -------------------------------------------------------------------------------
-    def end_input(self, input_index: int = 0) -> None:
-        self._ended[input_index] = True
-        if self._sorting and all(self._ended):
-            self._switch_to_streaming()  # the runtime ends backlog first; this guards against losing records
-        super().end_input(input_index)
-
-    def finish(self) -> None:
-        if self._sorting:
-            self._switch_to_streaming()
-        super().finish()
-
-    def is_checkpoint_blocked(self) -> str | None:
-        if self._sorting:
-            return f"operator '{self.ctx.name}' is sorting backlog input"
-        return None
-
     def close(self) -> None:
-        for buffer in self._buffers:
-            buffer.close()
-        self._buffers = []
         for column_buffer in self._columnar:
             if column_buffer is not None:
                 column_buffer.close()

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from slipstream.datastream.functions import Function, TimeDomain
+from slipstream.datastream.functions import Function
 from slipstream.datastream.transformations import CoProcessTransformation
-from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.operators.base import OperatorContext
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.process import (
+    OnTimerOperator,
     ProcessContext,
     UnkeyedTimerService,
-    fire_timer,
     run_process_function,
 )
-from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService, merge_timer_snapshots
+from slipstream.operators.timers import InternalTimerService, KeyedTimerService
 
 
 def _as_process(kind: str, method: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
@@ -32,7 +32,7 @@ def _as_process(kind: str, method: Callable[[Any], Any]) -> Callable[[Any, Any],
     return method
 
 
-class CoProcessOperator(StreamOperator):
+class CoProcessOperator(OnTimerOperator):
     transformation_type = CoProcessTransformation
     num_inputs = 2
 
@@ -63,25 +63,3 @@ class CoProcessOperator(StreamOperator):
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         run_process_function(self, self.methods[input_index], batch, self.context,
                              self.key_selectors[input_index])
-
-    def on_watermark(self, watermark: Any) -> None:
-        if self.timers is not None:
-            self.timers.advance_watermark(watermark.timestamp)
-        self.output.emit_watermark(watermark)
-
-    def _on_event_time(self, timer: InternalTimer) -> None:
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME)
-
-    def _on_processing_time(self, timer: InternalTimer) -> None:
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.PROCESSING_TIME)
-
-    def snapshot_state(self) -> Any:
-        return None if self.timers is None else {"timers": self.timers.snapshot()}
-
-    def initialize_state(self, state: Any) -> None:
-        if state and self.timers is not None:
-            self.timers.restore(state["timers"])
-
-    def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
-        timers = [state["timers"] for state in states if state]
-        self.initialize_state({"timers": merge_timer_snapshots(timers, owns_key)} if timers else None)

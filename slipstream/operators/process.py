@@ -168,6 +168,41 @@ def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], ti
     emit(operator, values, timestamps, ctx)
 
 
+class OnTimerOperator(StreamOperator):
+    """Base of operators whose function has ``on_timer`` (keyed process, keyed co-process).
+
+    A subclass sets ``function``, ``context`` and ``timers`` (None when it has no keyed
+    timers) in ``setup``; here the watermark advances the timers, due timers call
+    ``function.on_timer`` through :func:`fire_timer`, and the timers are the operator's state.
+    """
+
+    function: Any
+    context: ProcessContext
+    timers: InternalTimerService | None
+
+    def on_watermark(self, watermark: Any) -> None:
+        if self.timers is not None:
+            self.timers.advance_watermark(watermark.timestamp)
+        self.output.emit_watermark(watermark)
+
+    def _on_event_time(self, timer: InternalTimer) -> None:
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME)
+
+    def _on_processing_time(self, timer: InternalTimer) -> None:
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.PROCESSING_TIME)
+
+    def snapshot_state(self) -> Any:
+        return None if self.timers is None else {"timers": self.timers.snapshot()}
+
+    def initialize_state(self, state: Any) -> None:
+        if state and self.timers is not None:
+            self.timers.restore(state["timers"])
+
+    def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
+        timers = [state["timers"] for state in states if state]
+        self.initialize_state({"timers": merge_timer_snapshots(timers, owns_key)} if timers else None)
+
+
 class ProcessOperator(StreamOperator):
     """Runs a ``ProcessFunction`` on an unkeyed stream (or a keyed one, with state but no timers)."""
 
@@ -189,7 +224,7 @@ class ProcessOperator(StreamOperator):
         run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
 
 
-class KeyedProcessOperator(BacklogSortingOperator):
+class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
     """Runs a ``KeyedProcessFunction``: keyed state, event- and processing-time timers.
 
     During backlog: buffered, then replayed sorted by (key, timestamp) at the switch.
@@ -216,24 +251,3 @@ class KeyedProcessOperator(BacklogSortingOperator):
             self.buffer_backlog(batch)
             return
         run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
-
-    def on_watermark(self, watermark: Any) -> None:
-        self.timers.advance_watermark(watermark.timestamp)
-        self.output.emit_watermark(watermark)
-
-    def _on_event_time(self, timer: InternalTimer) -> None:
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME)
-
-    def _on_processing_time(self, timer: InternalTimer) -> None:
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.PROCESSING_TIME)
-
-    def snapshot_state(self) -> Any:
-        return {"timers": self.timers.snapshot()}
-
-    def initialize_state(self, state: Any) -> None:
-        if state:
-            self.timers.restore(state["timers"])
-
-    def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
-        timers = [state["timers"] for state in states if state]
-        self.initialize_state({"timers": merge_timer_snapshots(timers, owns_key)} if timers else None)

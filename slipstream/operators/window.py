@@ -343,6 +343,7 @@ class WindowOperator(BacklogSortingOperator):
 
     def end_input(self, input_index: int = 0) -> None:
         """Evaluate and clear every processing-time window still waiting for its timer."""
+        super().end_input(input_index)  # runs a backlog still buffered once every input ended
         if not self._event_time:
             seen: set[tuple[Any, Window]] = set()
             pending = sorted(self.timers.snapshot()["processing"], key=lambda timer: timer[0])
