@@ -64,6 +64,7 @@ class Transformation:
     chaining: str = "always"  # "always", "never" (disable_chaining) or "head" (start_new_chain)
     parallelism_fixed: bool = False  # set_parallelism was called, or the source forces it
     scope: StreamScope = ROOT_SCOPE
+    per_round: bool = False  # inside an iteration body: a fresh operator each round (FLIP-176 PER_ROUND)
 
     @property
     def is_virtual(self) -> bool:
@@ -207,6 +208,11 @@ class LoopHeadTransformation(Transformation):
     feedback: Transformation | None = None
     feedback_tag: Any = None
 
+    @property
+    def expects_feedback(self) -> bool:
+        """Whether a feedback tail must close this head (the planner refuses an unclosed one)."""
+        return True
+
 
 @dataclass(eq=False, repr=False)
 class FeedbackTailTransformation(Transformation):
@@ -218,6 +224,25 @@ class FeedbackTailTransformation(Transformation):
 @dataclass(eq=False, repr=False)
 class LoopExitTransformation(Transformation):
     """Records leaving a loop: its input is in the loop's scope, it is in the enclosing one."""
+
+
+@dataclass(eq=False, repr=False)
+class IterationHeadTransformation(LoopHeadTransformation):
+    """Where one input of a FLIP-176 iteration enters the iteration's scope.
+
+    ``role`` is "variable" (an initial variable stream, closed by the feedback of the same
+    index), "data" (a data stream: no feedback; ``replay`` sends it again every round,
+    ``bounded`` False gives its records the maximum epoch) or "criteria" (no input: it
+    counts the records of the termination-criteria stream, which reach it as feedback).
+    """
+
+    role: str = "variable"
+    replay: bool = False
+    bounded: bool = True
+
+    @property
+    def expects_feedback(self) -> bool:
+        return self.role != "data"
 
 
 @dataclass(eq=False, repr=False)

@@ -14,13 +14,19 @@ import slipstream.operators  # noqa: F401  (registers every operator kind)
 from slipstream.datastream.connectors.sinks import CollectSink
 from slipstream.datastream.data_stream import CloseableIterator
 from slipstream.datastream.environment import JobExecutionResult, RuntimeExecutionMode, RuntimeOptions
-from slipstream.datastream.transformations import LoopHeadTransformation, SourceTransformation, Transformation
+from slipstream.datastream.transformations import (
+    IterationHeadTransformation,
+    LoopHeadTransformation,
+    SourceTransformation,
+    Transformation,
+)
 from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.operators.iteration import create_operator
 from slipstream.runtime.batch import make_batch_engine
 from slipstream.runtime.channels import Channel, SpillingChannel
 from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
-from slipstream.runtime.loop_task import LoopHeadTask, attach_termination
+from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach_termination
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.planner import plan_job
 from slipstream.runtime.progress import BacklogProgress
@@ -89,7 +95,7 @@ class JobRun:
             writers_by_edge[edge] = RecordWriter(edge, subtask, [channels[(edge, subtask, j)] for j in targets],
                                                  batch_size, seed)
         timers = TaskProcessingTimeService(self.clock)
-        operators = [StreamOperator.for_transformation(node.transformation) for node in vertex.nodes]
+        operators = [create_operator(node.transformation) for node in vertex.nodes]
         node_metrics = [self._metrics_for(node.name, node.uid) for node in vertex.nodes]
         for position, (node, operator) in enumerate(zip(vertex.nodes, operators)):
             if position + 1 < len(operators):
@@ -130,6 +136,8 @@ class JobRun:
                   for i in range(edge.source.parallelism)
                   if (edge, i, subtask) in channels]
         task_cls = LoopHeadTask if isinstance(vertex.head.transformation, LoopHeadTransformation) else StreamTask
+        if isinstance(vertex.head.transformation, IterationHeadTransformation):
+            task_cls = IterationHeadTask
         return task_cls(name, subtask, operators, inputs, writers, timers, self.clock, quantum)
 
     # -- running ----------------------------------------------------------------------------------

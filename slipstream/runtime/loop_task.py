@@ -26,8 +26,10 @@ from slipstream.runtime.task import SourceTask, StreamTask
 from slipstream.runtime.termination import (
     Broadcast,
     HeadControl,
+    IterationHeadControl,
     TaskTermination,
     TerminationCoordinator,
+    lies_within,
 )
 
 FEEDBACK_INPUT = 1
@@ -78,9 +80,74 @@ class LoopHeadTask(StreamTask):
         self.finished_at = time.perf_counter()
 
 
+class IterationHeadTask(LoopHeadTask):
+    """An iteration head's subtask (FLIP-176): a loop head whose end is decided by epoch rounds.
+
+    A data head has no feedback input and waits, once its input ended, for the iteration to
+    end; a criteria head has no regular input. After the iteration ended, records still
+    coming back round are dropped (their round never runs).
+    """
+
+    control: IterationHeadControl
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for index, channels in enumerate(self._by_input):
+            if not channels:
+                self._input_ended[index] = True  # a criteria head's missing regular input
+
+    def deploy(self) -> None:
+        super().deploy()
+        self.control.start()
+
+    def _dispatch(self, source: Any, element: Any) -> None:
+        if type(element) is RecordBatch:
+            if source.input_index == FEEDBACK_INPUT:
+                if self.scope_terminated:
+                    return
+            elif self.control.role == "data":
+                self.control.count(len(element))
+        super()._dispatch(source, element)
+
+    def terminate_scope(self) -> None:
+        super().terminate_scope()
+        if not self.feedback_inputs:
+            self.finished = True
+            self.finished_at = time.perf_counter()
+
+    def _finish(self) -> None:
+        if self.scope_terminated:
+            super()._finish()
+        # else: a data head's input ended; it stays open until the iteration ends
+
+
+class EpochHook:
+    """A task's part in an iteration: epoch watermarks and the iteration's end reach its operators."""
+
+    def __init__(self, task: StreamTask) -> None:
+        self.task = task
+
+    def on_epoch(self, epoch: int) -> None:
+        from slipstream.operators.iteration import notify_epoch_watermark
+        for operator in self.task.operators:
+            notify_epoch_watermark(operator, epoch)
+
+    def on_terminated(self, operator: Any) -> None:
+        from slipstream.operators.iteration import notify_iteration_terminated
+        notify_iteration_terminated(operator)
+
+
 def attach_termination(tasks: list[StreamTask]) -> TerminationCoordinator:
     """Give every task reading channels its part of the termination protocol; one coordinator."""
     coordinator = TerminationCoordinator()
+    iterations: dict[Any, bool] = {}  # iteration scope -> whether it has a termination-criteria stream
+    for task in tasks:
+        if isinstance(task, IterationHeadTask):
+            transformation = task.head.transformation
+            iterations[transformation.scope] = iterations.get(transformation.scope, False) or \
+                transformation.role == "criteria"
+    for scope, has_criteria in iterations.items():
+        coordinator.add_iteration(scope, has_criteria)
     for task in tasks:
         if isinstance(task, SourceTask):
             continue
@@ -90,13 +157,27 @@ def attach_termination(tasks: list[StreamTask]) -> TerminationCoordinator:
         def busy(task: StreamTask = task) -> bool:
             return task.timers.next_deadline() is not None
 
-        if isinstance(task, LoopHeadTask):
+        in_iteration = any(lies_within(scope, s) for s in iterations)
+        if in_iteration:
+            task.iteration = EpochHook(task)
+        if isinstance(task, IterationHeadTask):
+            transformation = task.head.transformation
+            task.control = task.termination = IterationHeadControl(
+                task.name, task.subtask_index, scope, task.regular_inputs, task.feedback_inputs,
+                coordinator, broadcast, busy, task.terminate_scope, transformation.role,
+                transformation.bounded, task.iteration.on_epoch)
+        elif isinstance(task, LoopHeadTask):
             task.control = task.termination = HeadControl(
                 task.name, task.subtask_index, scope, task.regular_inputs, task.feedback_inputs,
                 coordinator, broadcast, busy, task.terminate_scope)
         else:
+            on_aligned = None
+            if in_iteration:
+                def on_aligned(baton: TerminationAttempt, hook: EpochHook = task.iteration) -> None:
+                    if baton.scope in iterations:
+                        hook.on_epoch(baton.attempt_id)
             task.termination = TaskTermination(scope, task.inputs, broadcast, busy,
-                                               lambda task=task: task.finished)
+                                               lambda task=task: task.finished, on_aligned)
     return coordinator
 
 

@@ -25,6 +25,7 @@ from slipstream.attributes import Boundedness
 from slipstream.datastream.environment import RuntimeExecutionMode
 from slipstream.datastream.scope import ROOT_SCOPE
 from slipstream.datastream.transformations import (
+    IterationHeadTransformation,
     LoopHeadTransformation,
     PartitionTransformation,
     Partitioning,
@@ -149,7 +150,7 @@ def build_stream_graph(env: StreamExecutionEnvironment, transformations: list[Tr
             own_node[transformation] = node
     # Each loop's feedback edge closes a cycle, so it comes last: from the tail to the head's input 1.
     for head in transformations:
-        if isinstance(head, LoopHeadTransformation):
+        if isinstance(head, LoopHeadTransformation) and head.expects_feedback:
             if head.feedback is None or head.feedback not in node_of:
                 raise InvalidProgramError(f"loop '{head.name}' was never closed: its loop function did not "
                                           "return (feedback_stream, output_stream)")
@@ -177,8 +178,12 @@ def chain(graph: StreamGraph) -> JobGraph:
     vertices: list[JobVertex] = []
     vertex_of: dict[StreamNode, JobVertex] = {}
     for node in graph.nodes:
-        if len(node.in_edges) == 1 and _chainable(node.in_edges[0]):
-            vertex = vertex_of[node.in_edges[0].source]
+        upstream = vertex_of.get(node.in_edges[0].source) if len(node.in_edges) == 1 else None
+        # a feedback tail whose whole loop would chain into one task keeps a task of its own: the
+        # feedback edge must stay a channel between tasks
+        if upstream is not None and _chainable(node.in_edges[0]) and \
+                not any(edge.target in upstream.nodes for edge in node.out_edges):
+            vertex = upstream
             vertex.nodes.append(node)
         else:
             vertex = JobVertex(len(vertices) + 1, [node])
@@ -222,6 +227,11 @@ def mark_blocking_edges(graph: StreamGraph, mode: RuntimeExecutionMode) -> Strea
 
 def validate_loops(graph: StreamGraph, env: StreamExecutionEnvironment) -> StreamGraph:
     """Pass: what a loop needs of the graph around it (FLIP-15), checked before anything runs."""
+    iterations = [node.name for node in graph.nodes if isinstance(node.transformation, IterationHeadTransformation)]
+    if iterations and env.get_checkpoint_config().is_checkpointing_enabled():
+        raise InvalidProgramError(
+            f"checkpointing a job with a FLIP-176 iteration ('{iterations[0]}') is not supported yet: its epoch "
+            "progress is not part of a snapshot, so a restore could repeat listener calls; disable checkpointing")
     feedback_edges = [edge for node in graph.nodes for edge in node.in_edges if edge.kind is EdgeKind.FEEDBACK]
     if not feedback_edges:
         return graph
@@ -232,7 +242,7 @@ def validate_loops(graph: StreamGraph, env: StreamExecutionEnvironment) -> Strea
                 f"head {edge.target.parallelism}: a loop's feedback keeps its head's parallelism")
     for node in graph.nodes:
         scope = node.transformation.scope
-        if scope == ROOT_SCOPE or not node.transformation.get_is_output_on_eof():
+        if scope == ROOT_SCOPE or node.transformation.per_round or not node.transformation.get_is_output_on_eof():
             continue
         tail = _reachable_feedback_tail(node)
         if tail is not None:

@@ -94,6 +94,7 @@ class StreamTask:
         self.finished = False
         self.barrier_handler: Any = None  # set by the checkpoint coordinator when checkpointing is on
         self.termination: Any = None  # loop termination batons (runtime.termination); set for every task
+        self.iteration: Any = None  # inside an iteration: tells operators its epochs and its end (loop_task)
         self.deployed = False
         self.deployed_at: float | None = None
         self.finished_at: float | None = None
@@ -258,6 +259,8 @@ class StreamTask:
         for position, operator in enumerate(self.operators):
             if position > 0:
                 operator.end_input(0)
+            if self.iteration is not None:
+                self.iteration.on_terminated(operator)
             operator.finish()
         for writer in self.writers:
             writer.finish()

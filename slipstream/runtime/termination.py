@@ -127,16 +127,23 @@ class BatonAligner:
 
 
 class TaskTermination:
-    """The protocol at a task without a feedback input: align, add the status, forward."""
+    """The protocol at a task without a feedback input: align, add the status, forward.
+
+    ``on_aligned`` (for tasks inside an iteration) is called with every baton of an
+    iteration scope once it is aligned, before it is forwarded: that is the task's epoch
+    watermark increment (see "Epochs" below).
+    """
 
     def __init__(self, scope: StreamScope, channels: Iterable[Any], broadcast: Broadcast,
-                 busy: Callable[[], bool], finished: Callable[[], bool]) -> None:
+                 busy: Callable[[], bool], finished: Callable[[], bool],
+                 on_aligned: Callable[[TerminationAttempt], None] | None = None) -> None:
         self.scope = scope
         self.level = scope.get_level()
         self._aligner = BatonAligner(channels)
         self._broadcast = broadcast
         self._busy = busy
         self._finished = finished
+        self._on_aligned = on_aligned
 
     def on_attempt(self, channel: Any, baton: TerminationAttempt) -> None:
         if not lies_within(self.scope, baton.scope):
@@ -151,6 +158,8 @@ class TaskTermination:
 
     def _forward(self, baton: TerminationAttempt) -> None:
         if not self._finished():
+            if self._on_aligned is not None and not baton.is_completion:
+                self._on_aligned(baton)
             self._broadcast(baton.visited(self.level, self._busy()))
 
 
@@ -291,6 +300,8 @@ class TerminationCoordinator:
         self._reports: dict[tuple[StreamScope, int], dict[int, tuple[bool, int]]] = {}
         self.history: list[AttemptRecord] = []
         self.completed: list[StreamScope] = []
+        self.iterations: dict[StreamScope, EpochProgress] = {}  # FLIP-176 scopes: rounds, not attempts
+        self._round_reports: dict[tuple[StreamScope, int], dict[int, tuple[IterationHeadControl, int]]] = {}
 
     def register(self, head: HeadControl) -> None:
         self._heads.setdefault(head.scope, []).append(head)
@@ -331,3 +342,174 @@ class TerminationCoordinator:
 
     def attempts(self, scope: StreamScope) -> int:
         return sum(1 for record in self.history if record.scope == scope)
+
+    # -- FLIP-176 iterations: epoch rounds ----------------------------------------------------------
+    def add_iteration(self, scope: StreamScope, has_criteria: bool) -> EpochProgress:
+        """Declare ``scope`` an iteration: its batons are epoch watermarks, decided by rounds."""
+        progress = self.iterations.get(scope)
+        if progress is None:
+            progress = self.iterations[scope] = EpochProgress(scope, has_criteria)
+        return progress
+
+    def report_round(self, scope: StreamScope, epoch: int, head: IterationHeadControl, records: int) -> None:
+        """A head subtask's part of round ``epoch``: the records it counted in the round."""
+        reports = self._round_reports.setdefault((scope, epoch), {})
+        reports[id(head)] = (head, records)
+        heads = self._heads[scope]
+        if len(reports) < len(heads):
+            return
+        del self._round_reports[(scope, epoch)]
+        progress = self.iterations[scope]
+        counts = {"variable": 0, "criteria": 0, "data": 0}
+        for reporter, count in reports.values():
+            counts[reporter.role] += count
+        inputs_ended = all(h.inputs_ended for h in heads)  # type: ignore[attr-defined]
+        pending = sum(h.pending_records() for h in heads)  # type: ignore[attr-defined]
+        decision = progress.decide(epoch, counts, inputs_ended, pending)
+        if decision == "terminate":
+            self.completed.append(scope)
+            for own in heads:
+                own.command_terminate(epoch)
+        elif decision == "next":
+            self._start(scope, epoch + 1)
+
+    def wake(self, scope: StreamScope) -> None:
+        """Something happened in a parked iteration (a record, an input's end): run the next round."""
+        progress = self.iterations.get(scope)
+        if progress is not None and progress.parked:
+            progress.parked = False
+            self._start(scope, progress.epoch_watermark + 1)
+
+
+@dataclass
+class RoundRecord:
+    """One decided round of an iteration, for metrics and tests."""
+
+    epoch: int
+    feedback_records: int
+    criteria_records: int
+    data_records: int
+    decision: str
+
+
+class EpochProgress:
+    """Epochs of one FLIP-176 iteration scope: the globally aligned epoch watermark and the rule
+    that ends the iteration.
+
+    Epochs (the seed's numbering: initial variables and data have epoch 1; Flink ML starts at
+    0): each round N starts when every head subtask of the scope sends the baton
+    ``(scope, N)`` into the body after every record of epoch N it emits. Every task aligns
+    it on all its inputs — that is its epoch watermark reaching N — calls its operators'
+    listeners and forwards it; it comes back through the feedback edges (and the
+    termination-criteria edge) after every record of epoch N + 1, and each head reports
+    the records it counted since the previous round. Records carry their epoch by
+    position: a record between the batons N - 1 and N of a channel has epoch N at most,
+    and none ever comes after the baton of its epoch, which is all the epoch watermark
+    promises. Unbounded data heads take no part in the counts: their records have the
+    maximum epoch.
+
+    Decision, once every head reported round N: the iteration terminates when all its
+    inputs ended and the round saw no termination-criteria record (with a criteria
+    stream) or no feedback record (without one). Otherwise round N + 1 starts — unless
+    nothing at all happened in round N while some input is still open (an unbounded
+    iteration waiting for live data): then the scope parks and the next record, or an
+    input's end, starts round N + 1. Epoch watermarks so never spin while a job is idle.
+    """
+
+    def __init__(self, scope: StreamScope, has_criteria: bool) -> None:
+        self.scope = scope
+        self.has_criteria = has_criteria
+        self.epoch_watermark = 0
+        self.parked = False
+        self.terminated = False
+        self.rounds: list[RoundRecord] = []
+
+    def decide(self, epoch: int, counts: dict[str, int], inputs_ended: bool, pending: int) -> str:
+        self.epoch_watermark = epoch
+        counted = counts["criteria"] if self.has_criteria else counts["variable"]
+        if inputs_ended and counted == 0:
+            decision = "terminate"
+            self.terminated = True
+        elif counts["variable"] or counts["criteria"] or counts["data"] or pending or inputs_ended:
+            decision = "next"
+        else:
+            decision = "park"
+            self.parked = True
+        self.rounds.append(RoundRecord(epoch, counts["variable"], counts["criteria"], counts["data"], decision))
+        return decision
+
+
+class IterationHeadControl(HeadControl):
+    """The protocol at one subtask of an iteration head (FLIP-176), on the FLIP-15 baton machinery.
+
+    Differences from a loop head: its batons are epoch watermarks, one round after the
+    other, and it counts records per round (not per attempt) — what came back through its
+    feedback edge (a variable head), what reached it from the termination-criteria stream
+    (a criteria head), or what it let in (a data head, which has no feedback and reports
+    each round as it starts it). After termination, records still coming back are dropped:
+    they belong to a round that will never run. ``on_epoch(epoch)`` runs before the head
+    sends an epoch's baton: a replaying data head re-sends its data there, and operators
+    chained to the head get their epoch watermark.
+    """
+
+    def __init__(self, name: str, subtask_index: int, scope: StreamScope, regular: Iterable[Any],
+                 feedback: Iterable[Any], coordinator: TerminationCoordinator, broadcast: Broadcast,
+                 busy: Callable[[], bool], terminate: Callable[[], None], role: str, bounded: bool,
+                 on_epoch: Callable[[int], None]) -> None:
+        super().__init__(name, subtask_index, scope, regular, feedback, coordinator, broadcast, busy, terminate)
+        self.role = role
+        self.bounded = bounded
+        self._on_epoch = on_epoch
+        self._counted = 0  # records counted since the last report
+        self.inputs_ended = not self._regular.channels
+
+    def start(self) -> None:
+        """Deployed: a head with no input (criteria), or whose records have the maximum epoch
+        (unbounded data), is ready for round 1 at once."""
+        if not self.ready and (not self._regular.channels or (self.role == "data" and not self.bounded)):
+            self.ready = True
+            self.coordinator.ready(self)
+
+    def pending_records(self) -> int:
+        return self._counted
+
+    def count(self, records: int) -> None:
+        """Records came in (feedback, criteria or data): they belong to the current round."""
+        if records and not self.terminated:
+            self._counted += records
+            self.coordinator.wake(self.scope)
+
+    def on_feedback_records(self, count: int) -> None:
+        self.count(count)
+
+    def on_channel_ended(self, channel: Any) -> None:
+        super().on_channel_ended(channel)
+        if not self.inputs_ended and all(c.ended for c in self._regular.channels):
+            self.inputs_ended = True
+            self.coordinator.wake(self.scope)
+
+    def run_commands(self) -> None:
+        while self._commands and not self.terminated:
+            command, epoch = self._commands.popleft()
+            if command == "inject":
+                self._on_epoch(epoch)
+                self._broadcast(TerminationAttempt(self.scope, epoch, self.level, self.level - 1))
+                if not self._feedback.channels:  # nothing comes back to a data head: report at once
+                    self._report(epoch)
+            else:
+                self._broadcast(TerminationAttempt(self.scope, epoch, self.level, self.level))
+                self.terminated = True
+                self._terminate()
+
+    def _on_regular_baton(self, baton: TerminationAttempt) -> None:
+        raise SlipstreamError(f"iteration head '{self.name}': a baton of scope {baton.scope} reached its "
+                              "input; iterations nested in loops or iterations are not supported")
+
+    def _on_feedback_baton(self, baton: TerminationAttempt) -> None:
+        if baton.is_completion or self.terminated:
+            return
+        self._report(baton.attempt_id)
+
+    def _report(self, epoch: int) -> None:
+        counted, self._counted = self._counted, 0
+        self.coordinator.report_round(self.scope, epoch, self, counted)

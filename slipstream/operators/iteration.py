@@ -1,0 +1,207 @@
+"""Iteration operators (FLIP-176): the heads of an iteration, per-round operators, and the calls
+that tell body operators about epoch watermarks and the end of the iteration.
+
+An iteration compiles onto the loop mechanism of :mod:`slipstream.operators.loops`: a
+nested scope, heads and feedback tails joined by FEEDBACK edges, exits into the enclosing
+scope. What is particular to iterations:
+
+* :class:`IterationHeadOperator` — one per variable stream (its records and, through the
+  feedback edge, the next round's), per data stream (no feedback; a replayed one keeps its
+  records and sends them again at the start of every round after the first), and one that
+  swallows the termination-criteria stream (its task only counts those records).
+* :class:`PerRoundOperator` — wraps an operator of a ``PER_ROUND`` body (or of
+  ``IterationBody.for_each_round``): a fresh instance each round, whose input ends with
+  the round, so operators that emit at end of input (windows over ``EndOfStreamWindows``,
+  ``is_output_on_eof`` functions) emit once per round.
+* :func:`notify_epoch_watermark` / :func:`notify_iteration_terminated` — called by the
+  runtime in chain order when a task's epoch watermark increments or its iteration ended:
+  they call the ``IterationListener`` methods of the operator's user functions and emit
+  what those collect (main output, or side outputs through ``context.output``).
+
+During backlog these operators run record by record: an iteration body is never backlog
+(its heads drop record attributes, as loop heads do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from slipstream.attributes import RecordAttributes
+from slipstream.datastream.iteration import IterationListener
+from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.time import Watermark
+from slipstream.datastream.transformations import IterationHeadTransformation, Transformation
+from slipstream.errors import SlipstreamError
+from slipstream.operators.base import StreamOperator
+from slipstream.operators.elements import RecordBatch
+from slipstream.operators.loops import FEEDBACK, LoopHeadOperator
+
+__all__ = ["IterationHeadOperator", "PerRoundOperator", "create_operator", "notify_epoch_watermark",
+           "notify_iteration_terminated"]
+
+
+class IterationHeadOperator(LoopHeadOperator):
+    """Lets one input of an iteration into its scope (see the module docstring)."""
+
+    transformation_type = IterationHeadTransformation
+
+    def __init__(self, transformation: IterationHeadTransformation) -> None:
+        super().__init__(transformation)
+        self.role = transformation.role
+        self.replay = transformation.replay
+        self._cache: list[RecordBatch] = []
+
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        if self.role == "criteria":
+            return  # counted by the task; the criteria stream ends here
+        if self.replay and input_index != FEEDBACK:
+            self._cache.append(batch)
+        self.output.collect_batch(batch)
+
+    def on_epoch(self, epoch: int) -> None:
+        """Round ``epoch`` starts: a replayed data stream is sent again, with that epoch."""
+        if self.replay and epoch > 1:
+            for batch in self._cache:
+                self.output.collect_batch(batch)
+
+
+class PerRoundOperator(StreamOperator):
+    """A fresh instance of the wrapped operator for every round of an iteration (PER_ROUND).
+
+    At the round's epoch watermark the instance's inputs end, it finishes (emitting what
+    it keeps for the end of input), its functions' listeners are called, and it closes;
+    the next round gets a new instance with empty keyed state.
+    """
+
+    def __init__(self, transformation: Transformation) -> None:
+        self.num_inputs = max(1, len(transformation.inputs))  # type: ignore[misc]
+        super().__init__(transformation)
+        self._inner: StreamOperator | None = None
+        self.rounds = 0
+
+    def setup(self, ctx: Any) -> None:
+        super().setup(ctx)
+        self._inner = self._new_instance()
+
+    def _new_instance(self) -> StreamOperator:
+        inner = StreamOperator.for_transformation(self.transformation)
+        ctx = self.ctx
+        if ctx.keyed_backend is not None and self._inner is not None:
+            ctx = dataclasses.replace(ctx, keyed_backend=type(ctx.keyed_backend)(ctx.max_parallelism))  # type: ignore[call-arg]
+            self.ctx = ctx
+        inner.setup(ctx)
+        return inner
+
+    @property
+    def inner(self) -> StreamOperator:
+        assert self._inner is not None
+        return self._inner
+
+    def open(self) -> None:
+        self.inner.open()
+
+    def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        self.inner.process_batch(batch, input_index)
+
+    def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
+        self.inner.process_watermark(watermark, input_index)
+
+    def process_watermark_status(self, idle: bool, input_index: int = 0) -> None:
+        self.inner.process_watermark_status(idle, input_index)
+
+    def process_record_attributes(self, attributes: RecordAttributes, input_index: int = 0) -> None:
+        self.inner.process_record_attributes(attributes, input_index)
+
+    def end_round(self, epoch: int) -> None:
+        inner = self.inner
+        for index in range(self.num_inputs):
+            inner.end_input(index)
+        inner.finish()
+        _call_listeners(inner, epoch)
+        inner.close()
+        self.rounds += 1
+        self._inner = self._new_instance()
+        self._inner.open()
+
+    def finish(self) -> None:
+        """The iteration ended: the round that would have come next never runs."""
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def user_functions(self) -> list:
+        return self.inner.user_functions()
+
+    def snapshot_state(self) -> Any:
+        return self.inner.snapshot_state()
+
+    def initialize_state(self, state: Any) -> None:
+        self.inner.initialize_state(state)
+
+
+def create_operator(transformation: Transformation) -> StreamOperator:
+    """The operator of ``transformation``: wrapped per round when its iteration asks for it."""
+    if transformation.per_round:
+        return PerRoundOperator(transformation)
+    return StreamOperator.for_transformation(transformation)
+
+
+class _ListenerContext(IterationListener.Context):
+    """What a listener gets: side outputs through ``output(tag, value)``."""
+
+    def __init__(self) -> None:
+        self.side: dict[OutputTag, list] = {}
+
+    def output(self, output_tag: OutputTag, value: Any) -> None:
+        if not isinstance(output_tag, OutputTag):
+            raise SlipstreamError(f"context.output expects an OutputTag, got {output_tag!r}")
+        self.side.setdefault(output_tag, []).append(value)
+
+
+class _ListCollector(IterationListener.Collector):
+    def __init__(self) -> None:
+        self.values: list = []
+
+    def collect(self, value: Any) -> None:
+        self.values.append(value)
+
+
+def _listeners(operator: StreamOperator) -> list[IterationListener]:
+    return [fn for fn in operator.user_functions() if isinstance(fn, IterationListener)]
+
+
+def _call(operator: StreamOperator, call: Callable[[Any, Any, Any], Any], what: str) -> None:
+    for listener in _listeners(operator):
+        context, collector = _ListenerContext(), _ListCollector()
+        try:
+            call(listener, context, collector)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise operator.user_error(None, exc, what=what) from exc
+        if collector.values:
+            operator.output.collect_batch(RecordBatch(collector.values))
+        for tag, values in context.side.items():
+            operator.output.collect_side(tag, RecordBatch(values))
+
+
+def _call_listeners(operator: StreamOperator, epoch: int) -> None:
+    _call(operator, lambda fn, ctx, out: fn.on_epoch_watermark_incremented(epoch, ctx, out),
+          f"on_epoch_watermark_incremented({epoch})")
+
+
+def notify_epoch_watermark(operator: StreamOperator, epoch: int) -> None:
+    """``operator``'s epoch watermark reached ``epoch``: every record of that epoch has arrived."""
+    if isinstance(operator, PerRoundOperator):
+        operator.end_round(epoch)
+    elif isinstance(operator, IterationHeadOperator):
+        operator.on_epoch(epoch)
+    else:
+        _call_listeners(operator, epoch)
+
+
+def notify_iteration_terminated(operator: StreamOperator) -> None:
+    """``operator``'s iteration ended (before its ``finish``)."""
+    if not isinstance(operator, PerRoundOperator):
+        _call(operator, lambda fn, ctx, out: fn.on_iteration_terminated(ctx, out), "on_iteration_terminated()")

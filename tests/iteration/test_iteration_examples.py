@@ -1,0 +1,71 @@
+"""The iteration examples against numpy oracles: sync results equal numpy's within
+floating-point tolerance; async LR converges to least squares within 1e-2."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+import iteration_kmeans as kmeans  # noqa: E402
+import iteration_linear_regression as linreg  # noqa: E402
+import iteration_online_logistic_regression as online  # noqa: E402
+
+
+def make_env(parallelism: int, seed: int = 0, mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING
+             ) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.set_runtime_mode(mode)
+    return env.configure(scheduler_seed=seed, channel_capacity=2, quantum=2)
+
+
+@pytest.mark.parametrize("parallelism,seed,mode", [(1, 0, RuntimeExecutionMode.STREAMING),
+                                                   (3, 4, RuntimeExecutionMode.BATCH),
+                                                   (4, 9, RuntimeExecutionMode.STREAMING)])
+def test_kmeans_equals_numpy(parallelism: int, seed: int, mode: RuntimeExecutionMode) -> None:
+    blocks, initial = kmeans.make_data(3000, 4, 5, seed=seed, block=250)
+    (centroids,) = list(kmeans.build_kmeans(make_env(parallelism, seed, mode), blocks, initial, 6).execute_and_collect())
+    np.testing.assert_allclose(centroids, kmeans.kmeans_numpy(np.concatenate(blocks), initial, 6), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("parallelism,seed", [(1, 0), (4, 3)])
+def test_sync_linear_regression_equals_numpy_gradient_descent(parallelism: int, seed: int) -> None:
+    blocks, w0 = linreg.make_data(1200, 4, seed=seed, block=100)
+    (w,) = list(linreg.build_sync(make_env(parallelism, seed), blocks, w0, 0.1, 15).execute_and_collect())
+    X, y = np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+    np.testing.assert_allclose(w, linreg.gd_numpy(X, y, w0, 0.1, 15), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("parallelism,seed", [(2, 1), (4, 6)])
+def test_async_linear_regression_converges_to_least_squares(parallelism: int, seed: int) -> None:
+    blocks, w0 = linreg.make_data(1200, 4, seed=seed, block=100)
+    (w,) = list(linreg.build_async(make_env(parallelism, seed), blocks, w0, 0.05, 300).execute_and_collect())
+    X, y = np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+    assert np.abs(w - np.linalg.lstsq(X, y, rcond=None)[0]).max() < 1e-2
+
+
+@pytest.mark.parametrize("parallelism,seed", [(1, 0), (2, 5), (4, 2)])
+def test_online_logistic_regression_equals_numpy_mini_batches(parallelism: int, seed: int) -> None:
+    X, y = online.make_samples(1000, 3, seed=seed)
+    env = make_env(parallelism, seed)
+    initial = env.from_collection([(0, np.zeros(3))]).set_parallelism(1)
+    models = list(online.build_online(env, initial, online.live_source(env, X, y), 0.5, 40).execute_and_collect())
+    oracle = online.online_numpy(X, y, np.zeros(3), 0.5, 40)
+    assert [v for v, _ in models] == list(range(1, len(oracle) + 1))
+    np.testing.assert_allclose(np.array([w for _, w in models]), np.array(oracle), rtol=1e-9, atol=1e-12)
+
+
+def test_offline_then_online_in_one_job() -> None:
+    X, y = online.make_samples(1600, 3, seed=7)
+    env = make_env(2, 3)
+    models = list(online.build_offline_then_online(env, (X[:1000], y[:1000]), (X[1000:], y[1000:]), np.zeros(3),
+                                                   0.5, 12, 40, block=100).execute_and_collect())
+    start = online.offline_numpy(X[:1000], y[:1000], np.zeros(3), 0.5, 12)
+    oracle = online.online_numpy(X[1000:], y[1000:], start, 0.5, 40)
+    np.testing.assert_allclose(np.array([w for _, w in models]), np.array(oracle), rtol=1e-9, atol=1e-12)
