@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
 from slipstream.datastream.transformations import SinkTransformation
 from slipstream.errors import SlipstreamError
@@ -49,6 +50,13 @@ class SinkOperator(StreamOperator):
             record = batch.values[0] if len(batch.values) == 1 else \
                 f"a batch of {len(batch.values)} records starting with {batch.values[0]!r}"
             raise self.user_error(record, exc, what="write of") from exc
+
+    @classmethod
+    def attributes_for(cls, transformation: SinkTransformation) -> OperatorAttributes:
+        """A transactional sink's output appears when a checkpoint completes (or, without
+        checkpoints, at end of input): FLIP-327's ``is_output_on_checkpoint``."""
+        return OperatorAttributesBuilder().set_is_output_on_checkpoint(
+            transformation.sink.is_transactional()).build()
 
     def on_watermark(self, watermark) -> None:
         """Sinks are the end of the line: watermarks stop here."""

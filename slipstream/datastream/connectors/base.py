@@ -178,6 +178,12 @@ class SinkWriter(ABC):
 class Sink(ABC):
     """A description of where records go; creates writers at run time."""
 
+    def is_transactional(self) -> bool:
+        """Whether its writers commit output only when a checkpoint completes (two-phase
+        commit), so that what it writes becomes visible at checkpoints (FLIP-327's
+        ``is_output_on_checkpoint``). False for print, collect and callables."""
+        return False
+
     @abstractmethod
     def create_writer(self) -> SinkWriter: ...
 

@@ -445,6 +445,9 @@ class OnCheckpointRollingPolicy(RollingPolicy):
 class FileSink(Sink):
     """Writes records into part files under a base directory, by an encoder (rows) or a bulk writer.
 
+    With checkpoints, part files are committed when a checkpoint completes (two-phase
+    commit), so the output is exactly-once and becomes visible at checkpoints.
+
     Example:
         >>> sink = FileSink.for_row_format("/tmp/out", Encoder.simple_string_encoder()).build()
     """
@@ -457,6 +460,9 @@ class FileSink(Sink):
         self._writer_factory = writer_factory
         self._output_file_config = output_file_config
         self._rolling_policy = rolling_policy
+
+    def is_transactional(self) -> bool:
+        return True
 
     @staticmethod
     def for_row_format(base_path: str, encoder: Encoder) -> RowFormatBuilder:
