@@ -16,6 +16,12 @@ KIND:
   bad      CSV files with bad lines -> good rows counted per key; bad rows routed by the source
            (with_bad_record_output) to a side output and written by a second FileSink
   hybrid   HybridSource: text files of 1..N/2, then numbers N/2+1..N -> count per key, as counts
+  loop     numbers 1..N -> a loop (FLIP-15) each number goes round ``rounds(x)`` times, decremented
+           by a keyed function inside the loop that counts per key the numbers that leave it
+           (``loop_lines``): many records are in the feedback channel at every barrier
+  nested   as loop, but every round of the outer loop runs an inner loop ``inner_rounds(x, r)`` times
+
+Usage for these two: python crash_job.py KIND OUT_DIR CHECKPOINT_DIR N [PARALLELISM]
 """
 
 from __future__ import annotations
@@ -65,7 +71,31 @@ def text_numbers(directory: str, first: int, last: int, files: int = 3) -> str:
     return directory
 
 
+def rounds(x: int) -> int:
+    """How many times number ``x`` goes round the (outer) loop of the loop jobs."""
+    return x % 11 + 1
+
+
+def inner_rounds(x: int, remaining: int) -> int:
+    """How many times ``x`` goes round the inner loop of the nested job when ``remaining`` outer rounds are left."""
+    return (x + remaining) % 3 + 1
+
+
+def loop_lines(n: int, nested: bool = False) -> Counter:
+    """The loop jobs' oracle: ``r,x,steps`` once per number (steps = rounds it went, inner ones
+    included) and ``c,key,count`` for count 1..(numbers of that key): the running count the loop's
+    keyed state holds as each number leaves."""
+    def steps(x: int) -> int:
+        return rounds(x) + (sum(inner_rounds(x, r) for r in range(1, rounds(x) + 1)) if nested else 0)
+
+    per_key = Counter(x % KEYS for x in range(1, n + 1))
+    return Counter([f"r,{x},{steps(x)}" for x in range(1, n + 1)]
+                   + [f"c,{k},{i}" for k, count in per_key.items() for i in range(1, count + 1)])
+
+
 def oracle(kind: str, n: int) -> Counter:
+    if kind in ("loop", "nested"):
+        return loop_lines(n, kind == "nested")
     if kind in ("counts", "hybrid"):
         per_key = Counter(x % KEYS for x in range(1, n + 1))
         return Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
@@ -198,9 +228,65 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
         numbers = env.from_source(NumberSequenceSource(1, n), strategy, "numbers").uid("numbers").set_parallelism(2)
         (numbers.map(hook).uid("hook").key_by(lambda x: x % KEYS).window(TumblingEventTimeWindows.of(Time.milliseconds(100)))
          .process(_window_sum()).uid("windows").sink_to(sink).uid("sink"))
+    elif kind in ("loop", "nested"):
+        numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers")
+        (numbers.key_by(lambda x: x % KEYS).process(_counted("from-the-source")).uid("source-count")
+         .map(lambda x: (x, rounds(x), 0)).uid("rounds").iterate(_loop_body(kind == "nested", hook))
+         .flat_map(lambda r: [f"r,{r[0]},{r[2]}", f"c,{r[3]},{r[4]}"]).uid("format").sink_to(sink).uid("sink"))
     else:
         raise ValueError(kind)
     return env
+
+
+def _counted(name: str):
+    """A keyed function that counts the records of each key in its state ``name`` and passes them on."""
+    from slipstream.datastream import KeyedProcessFunction, ValueStateDescriptor
+
+    class Counted(KeyedProcessFunction):
+        def open(self, runtime_context):
+            self.count = runtime_context.get_state(ValueStateDescriptor(name))
+
+        def process_element(self, value, ctx):
+            self.count.update((self.count.value() or 0) + 1)
+            yield value
+
+    return Counted()
+
+
+def _loop_body(nested: bool, hook):
+    """The loop of the loop jobs over records ``(x, rounds left, steps so far)``: a keyed function
+    (key ``x % KEYS``) decrements the rounds left; at zero it counts the number in its state and the
+    record leaves as ``(x, -, steps, key, count)``. With ``nested``, each round first goes round an
+    inner loop ``inner_rounds`` times."""
+    from slipstream.datastream import KeyedProcessFunction, ValueStateDescriptor
+
+    class Round(KeyedProcessFunction):
+        def open(self, runtime_context):
+            self.count = runtime_context.get_state(ValueStateDescriptor("left-the-loop"))
+
+        def process_element(self, value, ctx):
+            x, left, steps = value[:3]
+            if left > 1:
+                yield (x, left - 1, steps + 1)
+            else:
+                count = (self.count.value() or 0) + 1
+                self.count.update(count)
+                yield (x, 0, steps + 1, ctx.get_current_key(), count)
+
+    def inner(records):
+        stepped = records.map(lambda r: (r[0], r[1], r[2] + 1, r[3] - 1)).uid("inner-step")
+        return (stepped.filter(lambda r: r[3] > 0).uid("inner-again").rebalance(),
+                stepped.filter(lambda r: r[3] <= 0).uid("inner-done"))
+
+    def body(records):
+        if nested:
+            records = (records.map(lambda r: (r[0], r[1], r[2], inner_rounds(r[0], r[1]))).uid("inner-rounds")
+                       .iterate(inner).map(lambda r: r[:3]).uid("inner-out"))
+        stepped = records.map(hook).uid("hook").key_by(lambda r: r[0] % KEYS).process(Round()).uid("loop-count")
+        return (stepped.filter(lambda r: len(r) == 3).uid("again").rebalance(),
+                stepped.filter(lambda r: len(r) == 5).uid("done"))
+
+    return body
 
 
 def _window_sum():
@@ -215,7 +301,10 @@ def _window_sum():
 
 def main() -> None:
     kind, out, checkpoints, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    env = build(kind, out, checkpoints, n)
+    if len(sys.argv) > 5:  # the loop jobs: a checkpoint every 400 numbers read, many per run
+        env = build(kind, out, checkpoints, n, parallelism=int(sys.argv[5]), records=400)
+    else:
+        env = build(kind, out, checkpoints, n)
     env.execute(f"crash-{kind}")  # restore_from comes from SLIPSTREAM_RESTORE_FROM
 
 
