@@ -50,8 +50,13 @@ Semantics (see :class:`slipstream.runtime.termination.EpochProgress` for the mec
   every round, whose input ends with the round — so a window over ``EndOfStreamWindows``
   or another end-of-input operator emits once per round; with replayed data, each round's
   instance sees the whole data set.
-* **Feedback.** The head reads feedback before new input; the feedback channel is
-  unbounded in records and spills to disk past ``channel_memory_budget`` records.
+* **Feedback.** The head reads feedback before new input (``FeedbackReading.FEEDBACK_FIRST``,
+  the default); with ``IterationConfig.new_builder().set_feedback_reading(
+  FeedbackReading.FEEDBACK_FIRST_WHEN_FULL)`` (FLIP-15's option) it reads its inputs in turn
+  and the feedback first only while the feedback channel's in-memory buffer is at its
+  budget. Either way the results are the same: epochs travel with the batons, not with the
+  reading order. The feedback channel is unbounded in records and spills to disk past
+  ``channel_memory_budget`` records.
 
 Graph-time checks (``InvalidProgramError``): as many feedback streams as variable
 streams, feedback i at the parallelism of initial variable i, bounded inputs for the
@@ -83,7 +88,7 @@ if TYPE_CHECKING:
     from slipstream.datastream.data_stream import DataStream
 
 __all__ = [
-    "DataStreamList", "IterationBody", "IterationBodyResult", "IterationConfig", "IterationListener",
+    "DataStreamList", "FeedbackReading", "IterationBody", "IterationBodyResult", "IterationConfig", "IterationListener",
     "Iterations", "OperatorLifeCycle", "PerRoundSubBody", "ReplayableDataStreamList",
     "iterate_and_replay_bounded_streams_until_termination", "iterate_bounded_streams_until_termination",
     "iterate_unbounded_streams",
@@ -167,16 +172,38 @@ class OperatorLifeCycle(Enum):
     PER_ROUND = "PER_ROUND"
 
 
-class IterationConfig:
-    """How an iteration runs (Flink ML): ``IterationConfig.new_builder().set_operator_life_cycle(...).build()``."""
+class FeedbackReading(Enum):
+    """When an iteration's heads read their feedback before their other input.
 
-    def __init__(self, operator_life_cycle: OperatorLifeCycle = OperatorLifeCycle.ALL_ROUND) -> None:
+    ``FEEDBACK_FIRST`` (the default): whenever feedback is waiting — records going round
+    finish before new ones come in. ``FEEDBACK_FIRST_WHEN_FULL`` (FLIP-15's option): the
+    head reads its inputs in turn, and the feedback first only while the feedback channel's
+    in-memory buffer is at its budget (``channel_memory_budget`` records), so new input is
+    taken in sooner and the feedback spills to disk less. Results do not depend on it.
+    """
+
+    FEEDBACK_FIRST = "FEEDBACK_FIRST"
+    FEEDBACK_FIRST_WHEN_FULL = "FEEDBACK_FIRST_WHEN_FULL"
+
+
+class IterationConfig:
+    """How an iteration runs (Flink ML): ``IterationConfig.new_builder().set_operator_life_cycle(...)
+    .set_feedback_reading(...).build()``."""
+
+    def __init__(self, operator_life_cycle: OperatorLifeCycle = OperatorLifeCycle.ALL_ROUND,
+                 feedback_reading: FeedbackReading = FeedbackReading.FEEDBACK_FIRST) -> None:
         if not isinstance(operator_life_cycle, OperatorLifeCycle):
             raise InvalidProgramError(f"operator life cycle must be an OperatorLifeCycle, got {operator_life_cycle!r}")
+        if not isinstance(feedback_reading, FeedbackReading):
+            raise InvalidProgramError(f"feedback reading must be a FeedbackReading, got {feedback_reading!r}")
         self._operator_life_cycle = operator_life_cycle
+        self._feedback_reading = feedback_reading
 
     def get_operator_life_cycle(self) -> OperatorLifeCycle:
         return self._operator_life_cycle
+
+    def get_feedback_reading(self) -> FeedbackReading:
+        return self._feedback_reading
 
     @staticmethod
     def new_builder() -> IterationConfigBuilder:
@@ -186,6 +213,7 @@ class IterationConfig:
 class IterationConfigBuilder:
     def __init__(self) -> None:
         self._life_cycle = OperatorLifeCycle.ALL_ROUND
+        self._feedback_reading = FeedbackReading.FEEDBACK_FIRST
 
     def set_operator_life_cycle(self, operator_life_cycle: OperatorLifeCycle) -> IterationConfigBuilder:
         if not isinstance(operator_life_cycle, OperatorLifeCycle):
@@ -193,8 +221,15 @@ class IterationConfigBuilder:
         self._life_cycle = operator_life_cycle
         return self
 
+    def set_feedback_reading(self, feedback_reading: FeedbackReading) -> IterationConfigBuilder:
+        """``FeedbackReading.FEEDBACK_FIRST`` (default) or ``FEEDBACK_FIRST_WHEN_FULL``."""
+        if not isinstance(feedback_reading, FeedbackReading):
+            raise InvalidProgramError(f"set_feedback_reading expects a FeedbackReading, got {feedback_reading!r}")
+        self._feedback_reading = feedback_reading
+        return self
+
     def build(self) -> IterationConfig:
-        return IterationConfig(self._life_cycle)
+        return IterationConfig(self._life_cycle, self._feedback_reading)
 
 
 # -- the body ------------------------------------------------------------------------------------------
@@ -288,13 +323,15 @@ class IterationListener(ABC):
 # -- entry points -------------------------------------------------------------------------------------
 def iterate_unbounded_streams(init_variable_streams: DataStreamList | Sequence[DataStream],
                               data_streams: DataStreamList | Sequence[DataStream],
-                              body: IterationBody | Callable[[DataStreamList, DataStreamList], Any]
-                              ) -> DataStreamList:
+                              body: IterationBody | Callable[[DataStreamList, DataStreamList], Any],
+                              config: IterationConfig | None = None) -> DataStreamList:
     """An iteration over (possibly) unbounded data: data records have the maximum epoch, and the
-    iteration never ends while an input is open. Returns the body's output streams."""
+    iteration never ends while an input is open. Returns the body's output streams. Of
+    ``config`` only the feedback reading applies (its operators live for all rounds)."""
     data = _as_list(data_streams, "iterate_unbounded_streams data")
     return _iterate(init_variable_streams, [(s, False) for s in data], body, bounded=False,
-                    life_cycle=OperatorLifeCycle.ALL_ROUND, what="iterate_unbounded_streams")
+                    life_cycle=OperatorLifeCycle.ALL_ROUND, what="iterate_unbounded_streams",
+                    feedback_reading=_feedback_reading(config, "iterate_unbounded_streams"))
 
 
 def iterate_bounded_streams_until_termination(init_variable_streams: DataStreamList | Sequence[DataStream],
@@ -315,19 +352,21 @@ def iterate_bounded_streams_until_termination(init_variable_streams: DataStreamL
     else:
         data = [(s, False) for s in _as_list(data_streams, "iterate_bounded_streams_until_termination data")]
     return _iterate(init_variable_streams, data, body, bounded=True, life_cycle=config.get_operator_life_cycle(),
-                    what="iterate_bounded_streams_until_termination")
+                    what="iterate_bounded_streams_until_termination", feedback_reading=config.get_feedback_reading())
 
 
 def iterate_and_replay_bounded_streams_until_termination(
         init_variable_streams: DataStreamList | Sequence[DataStream],
-        init_data_streams: DataStreamList | Sequence[DataStream], body: Any) -> DataStreamList:
+        init_data_streams: DataStreamList | Sequence[DataStream], body: Any,
+        config: IterationConfig | None = None) -> DataStreamList:
     """A bounded iteration whose data streams are all replayed every round, to operators created
     afresh each round (PER_ROUND) — Flink ML's ``ReplayableDataStreamList.replay(...)`` with
-    ``OperatorLifeCycle.PER_ROUND``."""
-    data = _as_list(init_data_streams, "iterate_and_replay_bounded_streams_until_termination data")
+    ``OperatorLifeCycle.PER_ROUND``. Of ``config`` only the feedback reading applies."""
+    what = "iterate_and_replay_bounded_streams_until_termination"
+    data = _as_list(init_data_streams, f"{what} data")
     return _iterate(init_variable_streams, [(s, True) for s in data], body, bounded=True,
-                    life_cycle=OperatorLifeCycle.PER_ROUND,
-                    what="iterate_and_replay_bounded_streams_until_termination")
+                    life_cycle=OperatorLifeCycle.PER_ROUND, what=what,
+                    feedback_reading=_feedback_reading(config, what))
 
 
 class Iterations:
@@ -351,6 +390,14 @@ class Iterations:
 
 
 # -- building ---------------------------------------------------------------------------------------------
+def _feedback_reading(config: Any, what: str) -> FeedbackReading:
+    if config is None:
+        return FeedbackReading.FEEDBACK_FIRST
+    if not isinstance(config, IterationConfig):
+        raise InvalidProgramError(f"{what} expects an IterationConfig, got {config!r}")
+    return config.get_feedback_reading()
+
+
 def _as_list(streams: Any, what: str) -> DataStreamList:
     if isinstance(streams, DataStreamList):
         return streams
@@ -393,7 +440,8 @@ def _body_name(body: Any) -> str:
 
 
 def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], body: Any, *, bounded: bool,
-             life_cycle: OperatorLifeCycle, what: str) -> DataStreamList:
+             life_cycle: OperatorLifeCycle, what: str,
+             feedback_reading: FeedbackReading = FeedbackReading.FEEDBACK_FIRST) -> DataStreamList:
     from slipstream.datastream.data_stream import DataStream
     variables = _as_list(init_variable_streams, f"{what} variables").get_data_streams()
     build = _body_fn(body, what)
@@ -421,7 +469,8 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
     def head(stream: DataStream, role: str, index: int, replay: bool = False) -> IterationHeadTransformation:
         transformation = env._add_transformation(
             IterationHeadTransformation, f"Iteration Head {scope} {role} {index}", [stream.get_transformation()],
-            output_type=stream.get_type(), role=role, replay=replay, bounded=bounded)
+            output_type=stream.get_type(), role=role, replay=replay, bounded=bounded,
+            feedback_first_when_full=feedback_reading is FeedbackReading.FEEDBACK_FIRST_WHEN_FULL)
         transformation.scope = scope
         transformation.parallelism = stream.get_parallelism()
         return transformation  # type: ignore[return-value]

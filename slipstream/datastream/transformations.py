@@ -239,6 +239,7 @@ class IterationHeadTransformation(LoopHeadTransformation):
     role: str = "variable"
     replay: bool = False
     bounded: bool = True
+    feedback_first_when_full: bool = False  # FeedbackReading.FEEDBACK_FIRST_WHEN_FULL: see IterationConfig
 
     @property
     def expects_feedback(self) -> bool:

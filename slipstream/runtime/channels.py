@@ -68,6 +68,10 @@ class SpillingChannel(Channel):
     def is_full(self) -> bool:
         return False
 
+    def is_at_budget(self) -> bool:
+        """Whether its in-memory buffer is at its budget (what comes next is spilled)."""
+        return bool(self._spilled) or self._in_memory_records >= self.memory_budget
+
     def push(self, element: Any) -> None:
         size = len(element) if isinstance(element, RecordBatch) else 0  # len: no rows built for Arrow
         if self._spilled or (size and self._in_memory_records + size > self.memory_budget):

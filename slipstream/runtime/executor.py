@@ -129,8 +129,11 @@ class JobRun:
             options = self.env.runtime_options
             return SourceTask(name, subtask, operators, writers, timers, self.clock, quantum,
                               options.batch_size)
+        # feedback first (FLIP-15); an iteration may ask for it only when the feedback buffer is full
+        when_full = getattr(vertex.head.transformation, "feedback_first_when_full", False)
         inputs = [InputChannel(channels[(edge, i, subtask)], edge.input_index,
-                               priority=1 if edge.kind is EdgeKind.FEEDBACK else 0,
+                               priority=1 if edge.kind is EdgeKind.FEEDBACK and not when_full else 0,
+                               first_when_full=edge.kind is EdgeKind.FEEDBACK and when_full,
                                blocking=edge.kind is EdgeKind.BLOCKING)
                   for edge in vertex.in_edges
                   for i in range(edge.source.parallelism)

@@ -68,6 +68,7 @@ class InputChannel:
     channel: Channel
     input_index: int
     priority: int = 0  # channels of higher priority are read first (feedback-first in loops)
+    first_when_full: bool = False  # read before all others whenever its in-memory buffer is at its budget
     blocking: bool = False  # a BLOCKING edge: read only once its producer has finished
     watermark: int = MIN_TIMESTAMP
     idle: bool = False
@@ -102,6 +103,7 @@ class StreamTask:
         priorities = sorted({c.priority for c in inputs}, reverse=True)
         self._priority_groups = [[c for c in inputs if c.priority == p] for p in priorities]
         self._next_in_group = [0] * len(self._priority_groups)
+        self._first_when_full = [c for c in inputs if c.first_when_full]
         count = max((c.input_index for c in inputs), default=-1) + 1
         self._by_input: list[list[InputChannel]] = [[c for c in inputs if c.input_index == i]
                                                     for i in range(count)]
@@ -180,7 +182,11 @@ class StreamTask:
         self.flush()
 
     def _choose_input(self) -> InputChannel | None:
-        """The next channel to read: the highest priority that has data, round robin within it."""
+        """The next channel to read: the highest priority that has data, round robin within it
+        (before them, a ``first_when_full`` channel whose in-memory buffer is at its budget)."""
+        for candidate in self._first_when_full:
+            if candidate.channel.queue and not candidate.blocked and candidate.channel.is_at_budget():
+                return candidate
         for group_index, group in enumerate(self._priority_groups):
             count = len(group)
             start = self._next_in_group[group_index]
