@@ -14,6 +14,7 @@ import pytest
 from crash_job import build, oracle
 from slipstream.errors import CheckpointError, CorruptCheckpointError, SlipstreamError
 from slipstream.runtime.checkpoint import snapshot as snapshot_module
+from slipstream.runtime.checkpoint import state_files as state_files_module
 from slipstream.runtime.checkpoint.fs import FaultInjectingFileSystem, SimulatedCrash
 from slipstream.runtime.checkpoint.manifest import MANIFEST_NAME, Manifest, sha256_hex
 from slipstream.runtime.checkpoint.recovery import execute_with_recovery, find_restore_point
@@ -44,10 +45,13 @@ def job(finished_job, tmp_path):
 
 @pytest.fixture
 def no_unpickling(monkeypatch):
-    """Fail the test if anything is unpickled (corruption must be found before that)."""
+    """Fail the test if anything is unpickled or a keyed Arrow state file opened (corruption must be
+    found before that)."""
     def refuse(*args, **kwargs):
-        raise AssertionError("a state file was unpickled before the checkpoint was verified")
+        raise AssertionError("a state file was read before the checkpoint was verified")
     monkeypatch.setattr(snapshot_module.pickle, "loads", refuse)
+    monkeypatch.setattr(state_files_module.pickle, "loads", refuse)
+    monkeypatch.setattr(state_files_module.pa.ipc, "open_file", refuse)
 
 
 def restore(job, restore_from):
@@ -56,7 +60,7 @@ def restore(job, restore_from):
 
 
 def state_files(path):
-    return sorted(name for name in os.listdir(path) if name.endswith(".pkl"))
+    return sorted(name for name in os.listdir(path) if name.endswith((".pkl", ".arrow")))
 
 
 def biggest_state_file(path):

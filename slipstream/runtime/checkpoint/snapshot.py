@@ -8,9 +8,12 @@ checkpoint holds the state exactly as it was at the barrier even though processi
 goes on.
 
 Formats: keyed state whose keys and values are primitives (ints, floats, strings,
-bools, bytes, None) is written as Arrow IPC (columnar, and reading it runs no code);
-other keyed state and operator state as pickle, the one format that round-trips
-arbitrary Python objects (see :mod:`slipstream.runtime.checkpoint.state_files`).
+bools, bytes, None), lists of primitives (list state), dicts of primitives (map state)
+or tuples of primitives (reducing/aggregating state such as ``(key, count)`` or
+``(sum, count)``) is written as Arrow IPC (columnar, and reading it runs no code);
+other keyed state — user objects, nested or mixed-type containers, windows'
+``(key, window)`` entries — and operator state as pickle, the one format that
+round-trips arbitrary Python objects (see :mod:`slipstream.runtime.checkpoint.state_files`).
 Unpickling runs code, so a checkpoint directory must be trusted like the job's code;
 slipstream verifies every file's SHA-256 against the manifest before reading anything,
 which catches damage and mix-ups but is no defence against someone who can write the

@@ -1,25 +1,43 @@
 """How keyed state becomes checkpoint files: Arrow for columnar state, pickle only for Python objects.
 
 A keyed state backend snapshots each state (by name) as its entries grouped by key
-group: ``{key_group: [(key, value), ...]}``. A state whose keys are all of one
-primitive type and whose values are all of one primitive type (``int`` within 64
-bits, ``float``, ``str``, ``bytes``, ``bool``; values may be None) is written as an
-Arrow IPC file with the columns ``key_group`` (int32), ``key`` and ``value`` — it can
-be read with ``pyarrow.ipc.open_file`` and reading it runs no code. Any other state
-(tuples, lists, maps, windows' namespaced entries, user objects) is pickled, the one
-format that round-trips arbitrary Python objects. The choice is made per state, so
-one operator's checkpoint may hold both.
+group: ``{key_group: [(key, value), ...]}``. Such a state is written as an Arrow IPC
+file with the columns ``key_group`` (int32), ``key`` and ``value`` when both columns
+have one of these shapes throughout — it can be read with ``pyarrow.ipc.open_file``
+and reading it runs no code:
+
+* a primitive: ``int`` within 64 bits, ``float``, ``str``, ``bytes`` or ``bool``, all
+  entries of the same one (value, reducing and aggregating state of plain values);
+* a ``list`` of primitives of one type -> ``list<...>`` (list state);
+* a ``dict`` whose keys are primitives of one type and whose values are primitives of
+  one type -> ``map<..., ...>`` (map state); it comes back as a dict in the same order;
+* a ``tuple`` of primitives, of the same length everywhere, each position of one type
+  -> ``struct<0, 1, ...>`` (a reducing state of ``(key, count)`` pairs, an aggregating
+  state's ``(sum, count)`` accumulator, a key selector returning a tuple).
+
+Values, list and tuple elements and map values may be None; keys and map keys may
+not. Types are matched exactly, so a round trip returns the same types: a bool never
+turns into an int nor an int into a float (a column of ints and floats, or a list
+mixing types, is pickled), and subclasses (namedtuples, ``Row``, ``defaultdict``)
+are pickled. Everything else is pickled, the one format that round-trips arbitrary
+Python objects: user objects, nested containers, and windows' namespaced entries
+(keyed by ``(key, window)``; the window is an object of the job's assigner, and
+decoding it here would tie the checkpoint format to every window class). The choice
+is made per state, so one operator's checkpoint may hold both.
 
 Both kinds are listed in the manifest with their SHA-256 and verified before they are
 read; unpickling runs code, which is why a checkpoint directory must be trusted like
 the job's code (see :mod:`slipstream.runtime.checkpoint.snapshot`).
 
 Example:
-    >>> parts = encode_keyed_state({"count": {3: [("a", 1), ("b", 2)]}, "seen": {3: [("a", {1, 2})]}})
+    >>> parts = encode_keyed_state({"count": {3: [("a", 1), ("b", 2)]}, "seen": {3: [("a", {1, 2})]},
+    ...                             "last": {3: [("a", [1, 2])]}, "by": {3: [("a", {"x": 1.5})]}})
     >>> [(name, kind) for name, kind, _ in parts]
-    [('count', 'arrow'), ('seen', 'pickle')]
+    [('count', 'arrow'), ('seen', 'pickle'), ('last', 'arrow'), ('by', 'arrow')]
     >>> decode_state_file(parts[0][1], parts[0][2])
     {3: [('a', 1), ('b', 2)]}
+    >>> decode_state_file(parts[3][1], parts[3][2])
+    {3: [('a', {'x': 1.5})]}
 """
 
 from __future__ import annotations
@@ -61,6 +79,47 @@ def _column_type(values: list[Any], nullable: bool) -> pa.DataType | None:
     return arrow_type
 
 
+def _shape(values: list[Any], nullable: bool) -> pa.DataType | None:
+    """The Arrow type of a column holding exactly ``values`` (None allowed when ``nullable``), or
+    None when they have no shape that round-trips exactly through Arrow (see the module docstring)."""
+    present = [value for value in values if value is not None]
+    kinds = {type(value) for value in present}
+    if len(kinds) != 1 or next(iter(kinds)) not in (list, dict, tuple):
+        return _column_type(values, nullable)
+    if not nullable and len(present) != len(values):
+        return None
+    kind = kinds.pop()
+    if kind is list:
+        element = _column_type([item for value in present for item in value], nullable=True)
+        return None if element is None else pa.list_(element)
+    if kind is dict:
+        keys = [key for value in present for key in value]
+        # Every map empty: any key type reads back as {} (Arrow has no map of null keys).
+        key_type = _column_type(keys, nullable=False) if keys else pa.int64()
+        item_type = _column_type([item for value in present for item in value.values()], nullable=True)
+        return None if key_type is None or item_type is None else pa.map_(key_type, item_type)
+    lengths = {len(value) for value in present}
+    if len(lengths) != 1 or not (width := lengths.pop()):
+        return None
+    fields = []
+    for position in range(width):
+        field_type = _column_type([value[position] for value in present], nullable=True)
+        if field_type is None:
+            return None
+        fields.append(pa.field(str(position), field_type))
+    return pa.struct(fields)
+
+
+def _from_arrow(column: pa.ChunkedArray) -> list[Any]:
+    """The Python values of a column written by :func:`_to_arrow`, of the types they were written as."""
+    values = column.to_pylist()
+    if pa.types.is_map(column.type):  # read back as [(key, value), ...] in the written order
+        return [None if value is None else dict(value) for value in values]
+    if pa.types.is_struct(column.type):  # read back as {"0": ..., "1": ...} in field order
+        return [None if value is None else tuple(value.values()) for value in values]
+    return values
+
+
 def _to_arrow(entries: KeyedEntries) -> bytes | None:
     groups: list[int] = []
     keys: list[Any] = []
@@ -70,12 +129,15 @@ def _to_arrow(entries: KeyedEntries) -> bytes | None:
             groups.append(group)
             keys.append(key)
             values.append(value)
-    key_type = _column_type(keys, nullable=False)
-    value_type = _column_type(values, nullable=True)
+    key_type = _shape(keys, nullable=False)
+    value_type = _shape(values, nullable=True)
     if key_type is None or value_type is None:
         return None
-    table = pa.table([pa.array(groups, pa.int32()), pa.array(keys, key_type), pa.array(values, value_type)],
-                     names=_COLUMNS)
+    try:
+        table = pa.table([pa.array(groups, pa.int32()), pa.array(keys, key_type), pa.array(values, value_type)],
+                         names=_COLUMNS)
+    except (pa.ArrowException, UnicodeError, ValueError, TypeError, OverflowError):
+        return None  # e.g. a str with lone surrogates, which UTF-8 cannot hold: pickle keeps it exactly
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
@@ -104,7 +166,7 @@ def decode_state_file(kind: str, data: bytes) -> KeyedEntries:
     if table.column_names != _COLUMNS:
         raise CheckpointError(f"a keyed state file has columns {table.column_names}, expected {_COLUMNS}")
     entries: KeyedEntries = {}
-    groups, keys, values = (table.column(name).to_pylist() for name in _COLUMNS)
+    groups, keys, values = (_from_arrow(table.column(name)) for name in _COLUMNS)
     for group, key, value in zip(groups, keys, values):
         entries.setdefault(group, []).append((key, value))
     return entries
