@@ -1,11 +1,10 @@
 """The user API: a PyFlink-style DataStream API (``pyflink.datastream`` names and behaviour)."""
 
-from slipstream.datastream.data_stream import (
-    CloseableIterator,
-    ConnectedStreams,
-    DataStream,
-    DataStreamSink,
-    KeyedStream,
+from slipstream.datastream.checkpoint_config import (
+    CheckpointConfig,
+    CheckpointingMode,
+    ExternalizedCheckpointCleanup,
+    FileSystemCheckpointStorage,
 )
 from slipstream.datastream.co_group import (
     CoGroupedStreams,
@@ -14,6 +13,13 @@ from slipstream.datastream.co_group import (
     JoinedStreams,
     JoinFunction,
     VectorizedCoGroupFunction,
+)
+from slipstream.datastream.data_stream import (
+    CloseableIterator,
+    ConnectedStreams,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
 )
 from slipstream.datastream.environment import (
     ExecutionConfig,
@@ -39,8 +45,9 @@ from slipstream.datastream.functions import (
     TimeDomain,
     TimerService,
 )
-from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.loops import CoLoopFunction, LoopFunction
+from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.restart_strategy import RestartStrategies
 from slipstream.datastream.scope import StreamScope
 from slipstream.datastream.state import (
     AggregatingState,
@@ -56,30 +63,45 @@ from slipstream.datastream.state import (
     ValueStateDescriptor,
 )
 from slipstream.datastream.time import Duration, Time, Watermark
-from slipstream.datastream.checkpoint_config import (
-    CheckpointConfig,
-    CheckpointingMode,
-    ExternalizedCheckpointCleanup,
-    FileSystemCheckpointStorage,
+from slipstream.datastream.window import (
+    AllWindowFunction,
+    CountSlidingWindowAssigner,
+    CountTumblingWindowAssigner,
+    CountWindow,
+    EndOfStreamWindows,
+    EventTimeSessionWindows,
+    GlobalWindow,
+    GlobalWindows,
+    ProcessAllWindowFunction,
+    ProcessingTimeSessionWindows,
+    ProcessWindowFunction,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TimeWindow,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    WindowAssigner,
+    WindowFunction,
 )
-from slipstream.datastream.restart_strategy import RestartStrategies
+from slipstream.datastream.windowed_stream import AllWindowedStream, WindowedStream
 
 __all__ = [
-    "CheckpointConfig", "CheckpointingMode", "ExternalizedCheckpointCleanup", "FileSystemCheckpointStorage",
-    "RestartStrategies",
+    "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "AllWindowFunction",
+    "AllWindowedStream", "CheckpointConfig", "CheckpointingMode", "CloseableIterator",
+    "CoFlatMapFunction", "CoGroupFunction", "CoGroupedStreams", "CoLoopFunction", "CoMapFunction",
+    "CoProcessFunction", "ConnectedStreams", "CountSlidingWindowAssigner",
+    "CountTumblingWindowAssigner", "CountWindow", "DataStream", "DataStreamSink", "Duration",
+    "EndOfStreamWindows", "EventTimeSessionWindows", "ExecutionConfig",
+    "ExternalizedCheckpointCleanup", "FileSystemCheckpointStorage", "FilterFunction",
+    "FlatJoinFunction", "FlatMapFunction", "GlobalWindow", "GlobalWindows", "JobExecutionResult",
+    "JoinFunction", "JoinedStreams", "KeySelector", "KeyedCoProcessFunction",
+    "KeyedProcessFunction", "KeyedStream", "ListState", "ListStateDescriptor", "LoopFunction",
+    "MapFunction", "MapState", "MapStateDescriptor", "OutputTag", "Partitioner",
+    "ProcessAllWindowFunction", "ProcessFunction", "ProcessWindowFunction",
+    "ProcessingTimeSessionWindows", "ReduceFunction", "ReducingState", "ReducingStateDescriptor",
+    "RestartStrategies", "RuntimeContext", "RuntimeExecutionMode", "SlidingEventTimeWindows",
+    "SlidingProcessingTimeWindows", "StateTtlConfig", "StreamExecutionEnvironment", "StreamScope",
+    "Time", "TimeDomain", "TimeWindow", "TimerService", "TumblingEventTimeWindows",
+    "TumblingProcessingTimeWindows", "ValueState", "ValueStateDescriptor",
+    "VectorizedCoGroupFunction", "Watermark", "WindowAssigner", "WindowFunction", "WindowedStream",
 ]
-
-__all__ += [
-    "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "CloseableIterator",
-    "CoFlatMapFunction", "CoGroupFunction", "CoGroupedStreams", "FlatJoinFunction", "JoinFunction",
-    "JoinedStreams", "VectorizedCoGroupFunction", "CoMapFunction", "CoProcessFunction", "ConnectedStreams", "DataStream",
-    "DataStreamSink", "Duration", "ExecutionConfig", "FilterFunction", "FlatMapFunction",
-    "JobExecutionResult", "KeySelector", "KeyedCoProcessFunction", "KeyedProcessFunction", "KeyedStream",
-    "ListState", "ListStateDescriptor", "MapFunction", "MapState", "MapStateDescriptor", "OutputTag",
-    "Partitioner", "ProcessFunction", "ReduceFunction", "ReducingState", "ReducingStateDescriptor",
-    "RuntimeContext", "RuntimeExecutionMode", "StateTtlConfig", "StreamExecutionEnvironment",
-    "StreamScope", "Time", "TimeDomain", "TimerService", "ValueState", "ValueStateDescriptor",
-    "Watermark",
-]
-
-__all__ += ["CoLoopFunction", "LoopFunction"]

@@ -1,0 +1,12 @@
+"""What PyFlink keeps in ``pyflink.common``, under the same names, so a job ports by changing
+``pyflink`` to ``slipstream`` in its imports.
+
+The classes live in :mod:`slipstream.datastream`; this package only re-exports them.
+"""
+
+from slipstream.common.time import Duration, Time
+from slipstream.common.typeinfo import Row, RowKind, TypeInformation, Types
+from slipstream.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
+
+__all__ = ["Duration", "Row", "RowKind", "Time", "TimestampAssigner", "TypeInformation", "Types",
+           "WatermarkStrategy"]
