@@ -34,6 +34,8 @@ class StreamNode:
     uid: str
     in_edges: list[StreamEdge] = field(default_factory=list)
     out_edges: list[StreamEdge] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What a planning pass wants ``explain()`` to say of this node."""
 
     @property
     def name(self) -> str:
@@ -138,4 +140,5 @@ def node_notes(node: StreamNode, batch_engine: str = "polars") -> list[str]:
     spark_plan = getattr(getattr(node.transformation, "source", None), "spark_plan", None)
     if spark_plan:
         notes.append(f"runs on spark as one query: {spark_plan}")
+    notes.extend(node.notes)
     return notes

@@ -273,8 +273,9 @@ def _reachable_feedback_tail(start: StreamNode) -> StreamEdge | None:
 
 def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformation]) -> JobGraph:
     """Run every planning pass in order."""
-    graph = plan_spark_queries(build_stream_graph(env, transformations), env)
-    mode = effective_mode(env, graph)
+    graph = build_stream_graph(env, transformations)
+    mode = effective_mode(env, graph)  # folding keeps every source bounded: the mode stays
+    graph = plan_spark_queries(graph, env, mode)
     job_graph = chain(mark_blocking_edges(validate_loops(graph, env), mode))
     job_graph.mode = mode
     job_graph.batch_engine = env.get_batch_engine()

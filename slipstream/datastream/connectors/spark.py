@@ -1,12 +1,21 @@
 """Spark DataFrames in and out: ``env.from_spark(dataframe)`` and ``stream.to_spark()``.
 
 ``SparkSource`` is a bounded (backlog) source over a Spark DataFrame. Its rows reach the
-job as Arrow record batches (``DataFrame.toArrow()``), never as Spark ``Row`` objects, and
-Python rows are built only if an operator runs a per-record function. When the batch
-engine is Spark and the DataFrame feeds a vectorised ``co_group`` with EndOfStreamWindows
-directly (keys given as field names), the planner runs source and co-group as one Spark
-query (:mod:`slipstream.runtime.batch.spark_planning`): the data stays in Spark and only
-the co-group's result comes back.
+job as Arrow record batches, never as Spark ``Row`` objects, and Python rows are built only
+if an operator runs a per-record function. The DataFrame is read **partition by
+partition**: each subtask takes a contiguous range of the DataFrame's partitions and runs
+one Spark job per partition (the JVM's own Arrow batches, as ``toArrow`` makes them, served
+for that partition alone), so the driver holds one partition at a time, never the whole
+DataFrame; the subtasks' ranges in order are the DataFrame's order. (A Spark Connect
+DataFrame, which has no partitions to address, is read whole with ``toArrow()``.) Reading a
+partition again after a restore assumes the DataFrame is deterministic, as Spark's own
+retries do.
+
+When the batch engine is Spark, the planner runs some subgraphs after ``from_spark`` as
+one Spark query (:mod:`slipstream.runtime.batch.spark_planning`): a vectorised
+``co_group`` with EndOfStreamWindows of two DataFrames, and, in BATCH mode, a built-in
+keyed aggregation (``key_by(field).sum/min/max/min_by/max_by(field)``). The data stays in
+Spark and only the result comes back.
 
 Parquet datasets: read them with Spark (``env.from_spark(spark.read.parquet(path))``); a
 ``FileSink.for_bulk_format(path, ParquetBulkWriters.for_schema(...))`` writes a directory
@@ -97,12 +106,64 @@ class SparkSource(TableSource):
             raise InvalidProgramError(f"from_spark expects a pyspark DataFrame, got {type(dataframe).__name__}")
         super().__init__(batch_size)
         self.dataframe = dataframe
+        self._partitions: _SparkPartitions | None = None
 
     def default_name(self) -> str:
         return "Spark Source"
 
     def load(self) -> pa.Table:
-        return self.dataframe.toArrow()
+        """The whole DataFrame (only where it cannot be read partition by partition)."""
+        return self.finish(self.dataframe.toArrow())
+
+    def finish(self, table: pa.Table) -> pa.Table:
+        """What the job sees of ``table``, a part of the DataFrame read; the table itself."""
+        return table
+
+    def partitions(self) -> _SparkPartitions | None:
+        """The DataFrame's partitions, read one at a time; None for a Spark Connect DataFrame."""
+        if self._partitions is None and hasattr(self.dataframe, "_jdf"):
+            self._partitions = _SparkPartitions(self.dataframe)
+        return self._partitions
+
+    def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader:
+        if hasattr(self.dataframe, "_jdf"):  # classic pyspark: partition by partition
+            return _PartitionReader(self, subtask_index, parallelism)
+        return super().create_reader(subtask_index, parallelism)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_partitions"] = None
+        return state
+
+
+class _SparkPartitions:
+    """A classic DataFrame's partitions as Arrow: one Spark job per partition read.
+
+    The batches are the JVM's (``Dataset.toArrowBatchRdd``, what ``toArrow`` collects),
+    served for the asked partition alone (``PythonRDD.runJob``) and read with the schema
+    ``toArrow`` gives. The RDD is made once, so a shuffle in the DataFrame's plan runs once
+    and every partition's job reuses its output.
+    """
+
+    def __init__(self, dataframe: Any) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        session = dataframe.sparkSession
+        large = session.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+        self.schema = to_arrow_schema(dataframe.schema, error_on_duplicated_field_names_in_struct=True,
+                                      timezone="UTC", prefers_large_types=large)
+        self._context = session.sparkContext
+        self._batches = dataframe._jdf.toArrowBatchRdd().toJavaRDD()
+        self.count = int(self._batches.getNumPartitions())
+
+    def read(self, partition: int) -> pa.Table:
+        """Partition ``partition`` of the DataFrame (a Spark job over that partition only)."""
+        from pyspark.serializers import NoOpSerializer
+        from pyspark.util import _load_from_socket
+        context = self._context
+        served = context._jvm.PythonRDD.runJob(context._jsc.sc(), self._batches, [partition])
+        with _load_from_socket(served, NoOpSerializer()) as stream:
+            batches = [pa.ipc.read_record_batch(pa.py_buffer(blob), self.schema) for blob in stream]
+        return pa.Table.from_batches(batches, self.schema)
 
 
 class _TableReader(SourceReader):
@@ -136,6 +197,56 @@ class _TableReader(SourceReader):
 
     def restore_position(self, position: Any) -> None:
         self._position = None if position is None else int(position)
+
+
+class _PartitionReader(SourceReader):
+    """One subtask's contiguous range of a DataFrame's partitions, read one partition at a time.
+
+    Its position is ``(partition, rows of it already emitted)``.
+    """
+
+    def __init__(self, source: SparkSource, subtask_index: int, parallelism: int) -> None:
+        self._source = source
+        self._subtask = subtask_index
+        self._parallelism = parallelism
+        self._partition: int | None = None
+        self._offset = 0
+        self._end = 0
+        self._table: pa.Table | None = None
+
+    def open(self, context: SourceReaderContext) -> None:
+        """Nothing yet: the first poll plans the DataFrame."""
+
+    def poll(self, max_records: int) -> ArrowSourceBatch | _Signal:
+        partitions = self._source.partitions()
+        start, self._end = slice_bounds(partitions.count, self._subtask, self._parallelism)
+        if self._partition is None:
+            self._partition, self._offset = start, 0
+        while True:
+            if self._partition >= self._end:
+                return END_OF_INPUT
+            if self._table is None:
+                self._table = self._source.finish(partitions.read(self._partition))
+            if self._offset < self._table.num_rows:
+                break
+            self._partition, self._offset, self._table = self._partition + 1, 0, None
+        length = min(self._source.batch_size, self._table.num_rows - self._offset)
+        chunk = self._table.slice(self._offset, length).combine_chunks()
+        self._offset += length
+        batches = chunk.to_batches()
+        data = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches)
+        stamp = self._source.timestamp
+        return ArrowSourceBatch(data, None if stamp is None else [stamp] * length)
+
+    def snapshot_position(self) -> tuple[int, int] | None:
+        return None if self._partition is None else (self._partition, self._offset)
+
+    def restore_position(self, position: Any) -> None:
+        self._table = None
+        if position is None:
+            self._partition, self._offset = None, 0
+        else:
+            self._partition, self._offset = int(position[0]), int(position[1])
 
 
 # -- out -----------------------------------------------------------------------------------------

@@ -10,7 +10,25 @@ Arrow batches. The result is what the operator would have emitted (same rows, ea
 window's timestamp ``MAX_TIMESTAMP``), in an order of its own, as a vectorised co-group's
 result order is engine-chosen anyway.
 
-``explain()`` shows the replaced operator as "runs on spark as one query".
+In BATCH mode, a built-in keyed aggregation (``key_by(field).sum/min/max/min_by/max_by(field)``,
+key and field given as names or positions of the DataFrame's columns) directly after a
+``from_spark`` source is folded the same way into :class:`SparkAggregateSource`: Spark
+groups the DataFrame by the key and only one record per key comes back — what the
+operator emits in BATCH mode (Flink's BATCH semantics: one final value per key). "The
+key's first record", whose other fields ``sum``/``min``/``max`` keep and which
+``min_by``/``max_by`` return on ties, is defined by **the DataFrame's order**
+(``monotonically_increasing_id``: partition by partition, row by row), the order in which
+an unfolded job at parallelism 1 reads the rows; records come back in the order of their
+key's first record. The result equals the operator's on the same rows, so folding is
+limited to what Spark computes exactly as Python does: keys and ``min``/``max`` fields of
+integer, boolean, decimal, date or (binary-collated) string type, ``sum`` of integer fields
+(summed exactly as decimals; the sum keeps the field's type, or becomes int64 when it does
+not fit; above int64 the job fails). A key with several records of which one has a null
+field fails the job, as the operator fails comparing or adding None. In STREAMING mode
+nothing is folded: the rolling aggregation emits an update per record, so every record
+must reach it; ``explain()`` says so on the operator.
+
+``explain()`` shows a replaced operator as "runs on spark as one query".
 """
 
 from __future__ import annotations
@@ -20,15 +38,27 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from slipstream.datastream.connectors.spark import SparkSource, TableSource
+from slipstream.datastream.environment import RuntimeExecutionMode
 from slipstream.datastream.fields import FieldKey
 from slipstream.datastream.time import MAX_TIMESTAMP
-from slipstream.datastream.transformations import CoGroupTransformation, SourceTransformation
+from slipstream.datastream.transformations import (
+    CoGroupTransformation,
+    Partitioning,
+    ReduceTransformation,
+    SourceTransformation,
+)
 from slipstream.datastream.window import is_end_of_stream_window
-from slipstream.errors import UserFunctionError
+from slipstream.errors import SlipstreamError, UserFunctionError
 
 if TYPE_CHECKING:
     from slipstream.datastream.environment import StreamExecutionEnvironment
+    from slipstream.runtime.job_graph import StreamNode
     from slipstream.runtime.planner import StreamGraph
+
+SEQ_COLUMN = "__slipstream_seq"
+FIRST_COLUMN = "__slipstream_first"
+VALUE_COLUMN = "__slipstream_value"
+ERROR_COLUMN = "__slipstream_null_field"
 
 
 class SparkCoGroupSource(TableSource):
@@ -65,23 +95,165 @@ class SparkCoGroupSource(TableSource):
         return result if result is not None else pa.table({})
 
 
+class SparkAggregateSource(SparkSource):
+    """A built-in keyed aggregation of a Spark DataFrame in BATCH mode: one record per key,
+    computed in Spark and read partition by partition (see the module docstring)."""
+
+    def __init__(self, result: Any, name: str, kind: str, key: str, field: str, field_type: pa.DataType,
+                 columns: list[str]) -> None:
+        super().__init__(result)
+        self.name = name
+        self.kind = kind
+        self.key = key
+        self.field = field
+        self.field_type = field_type
+        self.columns = columns
+        rule = ("one final record per key, its other fields from the key's first record"
+                if kind in ("sum", "min", "max") else "one record per key, the first on ties")
+        self.spark_plan = (f"from_spark -> key_by({key!r}).{kind}({field!r}) (BATCH: {rule}, "
+                           "in the DataFrame's order)")
+
+    def default_name(self) -> str:
+        return self.name
+
+    def finish(self, table: pa.Table) -> pa.Table:
+        """Fail on a key whose null field the operator could not combine; the sum in the
+        field's type (int64 when it does not fit); only the DataFrame's columns."""
+        import pyarrow.compute as pc
+        flags = table.column(ERROR_COLUMN)
+        if table.num_rows and pc.any(flags).as_py():
+            index = pc.index(flags, True).as_py()
+            key = table.column(self.key)[index].as_py()
+            cause = TypeError(f"field {self.field!r} is None in one of the key's records: {self.kind} cannot "
+                              "combine None with another value")
+            raise UserFunctionError(self.name, 0, 1, key, cause, what="the Spark query's key")
+        table = table.select(self.columns)
+        if self.kind == "sum":
+            index = self.columns.index(self.field)
+            column = table.column(index)
+            for kind in (self.field_type, pa.int64()):
+                try:
+                    return table.set_column(index, self.field, column.cast(kind))
+                except pa.ArrowInvalid:
+                    continue
+            raise SlipstreamError(f"operator '{self.name}': a key's sum of field {self.field!r} does not fit "
+                                  "int64; aggregate it without folding (the polars batch engine)")
+        return table
+
+
+def _column(frame: Any, field: Any) -> str | None:
+    """The DataFrame column a record field (name or position) reads, or None."""
+    names = list(frame.columns)
+    if len(set(names)) != len(names):
+        return None
+    if isinstance(field, bool):
+        return None
+    if isinstance(field, int):
+        return names[field] if -len(names) <= field < len(names) else None
+    return field if isinstance(field, str) and field in names else None
+
+
+def _exact_type(data_type: Any, integral_only: bool = False) -> bool:
+    """Whether Spark orders and compares values of ``data_type`` exactly as Python does."""
+    from pyspark.sql import types as T
+    if isinstance(data_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return True
+    if integral_only:
+        return False
+    if isinstance(data_type, T.StringType):
+        return getattr(data_type, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+    return isinstance(data_type, (T.BooleanType, T.DateType, T.DecimalType))
+
+
+def _aggregate_query(frame: Any, kind: str, key: str, field: str) -> Any:
+    """One row per key: the record the operator ends with for the key, plus the error flag."""
+    from slipstream.runtime.batch.spark_engine import pyspark_modules
+    _, F, _ = pyspark_modules()
+    columns = list(frame.columns)
+    numbered = frame.withColumn(SEQ_COLUMN, F.monotonically_increasing_id())
+    seq, value = numbered[SEQ_COLUMN], numbered[field]
+    record = F.struct(*[numbered[name] for name in columns])
+    rows = F.count(F.lit(1))
+    aggregates = [F.min(seq).alias(SEQ_COLUMN), ((rows > 1) & (F.count(value) < rows)).alias(ERROR_COLUMN)]
+    if kind in ("sum", "min", "max"):
+        combined = F.sum(value.cast("decimal(38,0)")) if kind == "sum" else getattr(F, kind)(value)
+        aggregates += [F.min_by(record, seq).alias(FIRST_COLUMN), combined.alias(VALUE_COLUMN)]
+    elif kind == "min_by":
+        aggregates.append(F.min_by(record, F.struct(value, seq)).alias(FIRST_COLUMN))
+    else:  # max_by: the largest field, then the smallest sequence number (the first record)
+        aggregates.append(F.max_by(record, F.struct(value, -seq)).alias(FIRST_COLUMN))
+    grouped = numbered.groupBy(numbered[key]).agg(*aggregates).orderBy(SEQ_COLUMN)
+    first = F.col(FIRST_COLUMN)
+    selected = [F.col(VALUE_COLUMN).alias(name) if name == field and kind in ("sum", "min", "max")
+                else first[name].alias(name) for name in columns]
+    return grouped.select(*selected, F.col(ERROR_COLUMN))
+
+
+def _fold_aggregation(node: StreamNode, mode: RuntimeExecutionMode | None) -> SparkAggregateSource | None:
+    """The folded source for a built-in keyed aggregation straight after from_spark, or None
+    (with a note for ``explain()`` when only the types or the mode prevent it)."""
+    transformation = node.transformation
+    if not isinstance(transformation, ReduceTransformation) or transformation.aggregation is None:
+        return None
+    kind, field = transformation.aggregation
+    if kind not in ("sum", "min", "max", "min_by", "max_by") or len(node.in_edges) != 1:
+        return None
+    edge = node.in_edges[0]
+    frame = _spark_input(edge.source)
+    selector = transformation.key_selectors[0]
+    if frame is None or edge.partitioning is not Partitioning.HASH or edge.side_tag is not None or \
+            not isinstance(selector, FieldKey):
+        return None
+    key, column = _column(frame, selector.field), _column(frame, field)
+    if key is None or column is None:
+        return None
+    types = {item.name: item.dataType for item in frame.schema.fields}
+    if not _exact_type(types[key]) or not _exact_type(types[column], integral_only=kind == "sum"):
+        wanted = "an integer" if kind == "sum" else "an integer, boolean, decimal, date or string"
+        node.notes.append(f"not folded into a Spark query: the key must be, and the {kind} field {wanted} "
+                          f"column (key {types[key].simpleString()}, field {types[column].simpleString()})")
+        return None
+    if mode is not RuntimeExecutionMode.BATCH:
+        node.notes.append(f"not folded into a Spark query: in STREAMING mode the rolling {kind} emits an update "
+                          "per record, so every record reaches it (BATCH mode runs it in Spark)")
+        return None
+    from pyspark.sql.pandas.types import to_arrow_type
+    return SparkAggregateSource(_aggregate_query(frame, kind, key, column), transformation.name, kind, key,
+                                column, to_arrow_type(types[column]), list(frame.columns))
+
+
 def _spark_input(node: Any) -> Any:
     """The DataFrame of ``node`` when it is a plain from_spark source feeding only this edge."""
     transformation = node.transformation
-    if not isinstance(transformation, SourceTransformation) or not isinstance(transformation.source, SparkSource):
+    if not isinstance(transformation, SourceTransformation) or type(transformation.source) is not SparkSource:
         return None
     if transformation.watermark_strategy is not None or node.in_edges or len(node.out_edges) != 1:
         return None
     return transformation.source.dataframe
 
 
-def plan_spark_queries(graph: StreamGraph, env: StreamExecutionEnvironment) -> StreamGraph:
-    """Pass: fold ``from_spark`` x2 -> vectorised EndOfStreamWindows co_group into one Spark query."""
+def plan_spark_queries(graph: StreamGraph, env: StreamExecutionEnvironment,
+                       mode: RuntimeExecutionMode | None = None) -> StreamGraph:
+    """Pass: fold ``from_spark`` x2 -> vectorised EndOfStreamWindows co_group, and (``mode``
+    BATCH) ``from_spark`` -> built-in keyed aggregation, into one Spark query each."""
     options = env.runtime_options
     if options.batch_engine != "spark" or not options.backlog_sorting:
         return graph
     removed: set[int] = set()
     for node in list(graph.nodes):
+        folded = _fold_aggregation(node, mode)
+        if folded is None:
+            continue
+        transformation = node.transformation
+        removed.add(id(node.in_edges[0].source))
+        node.transformation = SourceTransformation(
+            id=transformation.id, name=transformation.name, inputs=[], parallelism=node.parallelism,
+            uid=node.uid, output_type=transformation.output_type, scope=transformation.scope,
+            source=folded, watermark_strategy=None)
+        node.in_edges = []
+    for node in list(graph.nodes):
+        if id(node) in removed:
+            continue
         transformation = node.transformation
         if not isinstance(transformation, CoGroupTransformation) or not transformation.vectorized:
             continue
