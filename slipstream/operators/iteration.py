@@ -25,20 +25,23 @@ During backlog these operators run record by record: an iteration body is never 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from typing import Any, Callable
 
 from slipstream.attributes import RecordAttributes
+from slipstream.datastream.functions import RuntimeContext
 from slipstream.datastream.iteration import IterationListener
 from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.state import State
 from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import IterationHeadTransformation, Transformation
-from slipstream.errors import SlipstreamError
+from slipstream.errors import CheckpointError, SlipstreamError
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.loops import FEEDBACK, LoopHeadOperator
 
 __all__ = ["IterationHeadOperator", "PerRoundOperator", "create_operator", "notify_epoch_watermark",
-           "notify_iteration_terminated"]
+           "notify_iteration_terminated", "restore_listeners", "snapshot_listeners"]
 
 
 class IterationHeadOperator(LoopHeadOperator):
@@ -58,6 +61,14 @@ class IterationHeadOperator(LoopHeadOperator):
         if self.replay and input_index != FEEDBACK:
             self._cache.append(batch)
         self.output.collect_batch(batch)
+
+    def snapshot_state(self) -> Any:
+        """A replayed data stream's records so far (its source replays only what came after)."""
+        return {"replay_cache": self._cache} if self._cache else None
+
+    def initialize_state(self, state: Any) -> None:
+        if state:
+            self._cache = list(state["replay_cache"])
 
     def on_epoch(self, epoch: int) -> None:
         """Round ``epoch`` starts: a replayed data stream is sent again, with that epoch."""
@@ -205,3 +216,27 @@ def notify_iteration_terminated(operator: StreamOperator) -> None:
     """``operator``'s iteration ended (before its ``finish``)."""
     if not isinstance(operator, PerRoundOperator):
         _call(operator, lambda fn, ctx, out: fn.on_iteration_terminated(ctx, out), "on_iteration_terminated()")
+
+
+def snapshot_listeners(operator: StreamOperator) -> list[bytes]:
+    """The attributes of the operator's ``IterationListener`` functions, pickled: a listener keeps
+    what it learns between epochs (a model, partial sums) in its attributes. State handles and
+    the runtime context are left out; ``open`` gives them back."""
+    result = []
+    for listener in _listeners(operator):
+        attributes = {name: value for name, value in vars(listener).items()
+                      if not isinstance(value, (State, RuntimeContext))}
+        try:
+            result.append(pickle.dumps(attributes, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception as exc:  # noqa: BLE001 - any pickling failure names the operator and function
+            raise CheckpointError(
+                f"operator '{operator.ctx.name}' (uid '{operator.ctx.uid}'), subtask {operator.ctx.subtask_index + 1}: "
+                f"the attributes of its IterationListener {type(listener).__name__} cannot be written to a "
+                f"checkpoint: {type(exc).__name__}: {exc}") from exc
+    return result
+
+
+def restore_listeners(operator: StreamOperator, state: list[bytes]) -> None:
+    """Give the operator's (opened) listener functions back the attributes they had at the checkpoint."""
+    for listener, attributes in zip(_listeners(operator), state, strict=True):
+        vars(listener).update(pickle.loads(attributes))

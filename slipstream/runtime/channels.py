@@ -37,6 +37,10 @@ class Channel:
     def pop(self) -> Any:
         return self.queue.popleft()
 
+    def snapshot_elements(self) -> list[Any]:
+        """Everything waiting in the channel, oldest first, without taking it out."""
+        return list(self.queue)
+
     def __len__(self) -> int:
         return len(self.queue)
 
@@ -118,6 +122,16 @@ class SpillingChannel(Channel):
         if not self.queue and self._spilled:
             self._load_one()
         return element
+
+    def snapshot_elements(self) -> list[Any]:
+        """What is in memory, then what is spilled, read through a handle of its own."""
+        elements = list(self.queue)
+        if self._spilled:
+            self._writer.flush()
+            with open(self._writer.name, "rb") as spilled:
+                spilled.seek(self._reader.tell())
+                elements.extend(pickle.load(spilled) for _ in range(self._spilled))
+        return elements
 
     def __len__(self) -> int:
         return len(self.queue) + self._spilled

@@ -61,9 +61,12 @@ class LoopHeadTask(StreamTask):
     def _dispatch(self, source: Any, element: Any) -> None:
         if source.input_index == FEEDBACK_INPUT and type(element) is RecordBatch:
             self.control.on_feedback_records(len(element))
-            if self.barrier_handler is not None:
-                self.barrier_handler.log(element)
+            self._log_feedback(source, element)
         super()._dispatch(source, element)
+
+    def _log_feedback(self, source: Any, batch: RecordBatch) -> None:
+        if self.barrier_handler is not None:
+            self.barrier_handler.log(source, batch)
 
     def terminate_scope(self) -> None:
         """The loop is complete: finish the chain and send end of input into the body."""
@@ -108,6 +111,9 @@ class IterationHeadTask(LoopHeadTask):
             elif self.control.role == "data":
                 self.control.count(len(element))
         super()._dispatch(source, element)
+
+    def _log_feedback(self, source: Any, batch: RecordBatch) -> None:
+        """Nothing to log: an iteration is checkpointed whole (:mod:`runtime.checkpoint.iteration_region`)."""
 
     def terminate_scope(self) -> None:
         super().terminate_scope()
@@ -225,9 +231,10 @@ class FeedbackLogBarrierHandler(BarrierHandler):
         elif self.logging_id is not None:
             self._check_returned()
 
-    def log(self, batch: RecordBatch) -> None:
-        """A feedback record arrived: keep it while a checkpoint waits for its barrier to come back."""
-        if self.logging_id is not None and len(batch):
+    def log(self, channel: Any, batch: RecordBatch) -> None:
+        """A feedback record arrived: keep it while a checkpoint waits for its barrier to come back
+        through that channel (what follows the barrier is produced again after a restore)."""
+        if self.logging_id is not None and len(batch) and id(channel) not in self._returned:
             self._log.append((list(batch.values), None if batch.timestamps is None else list(batch.timestamps)))
 
     def abort(self, checkpoint_id: int) -> None:

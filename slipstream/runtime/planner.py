@@ -227,11 +227,6 @@ def mark_blocking_edges(graph: StreamGraph, mode: RuntimeExecutionMode) -> Strea
 
 def validate_loops(graph: StreamGraph, env: StreamExecutionEnvironment) -> StreamGraph:
     """Pass: what a loop needs of the graph around it (FLIP-15), checked before anything runs."""
-    iterations = [node.name for node in graph.nodes if isinstance(node.transformation, IterationHeadTransformation)]
-    if iterations and env.get_checkpoint_config().is_checkpointing_enabled():
-        raise InvalidProgramError(
-            f"checkpointing a job with a FLIP-176 iteration ('{iterations[0]}') is not supported yet: its epoch "
-            "progress is not part of a snapshot, so a restore could repeat listener calls; disable checkpointing")
     feedback_edges = [edge for node in graph.nodes for edge in node.in_edges if edge.kind is EdgeKind.FEEDBACK]
     if not feedback_edges:
         return graph

@@ -97,6 +97,7 @@ class StreamTask:
         self.termination: Any = None  # loop termination batons (runtime.termination); set for every task
         self.iteration: Any = None  # inside an iteration: tells operators its epochs and its end (loop_task)
         self.deployed = False
+        self.after_open: list[Callable[[], None]] = []  # restore steps that need open operators
         self.deployed_at: float | None = None
         self.finished_at: float | None = None
         self._blocking_inputs = [c for c in inputs if c.blocking]
@@ -126,6 +127,9 @@ class StreamTask:
         self.deployed_at = time.perf_counter()
         for operator in reversed(self.operators):
             operator.open()
+        for step in self.after_open:
+            step()
+        self.after_open = []
         for input_channel in self._blocking_inputs:
             input_channel.backlog = True
         for index in {c.input_index for c in self._blocking_inputs}:
@@ -141,6 +145,33 @@ class StreamTask:
         if self.deployed:
             for operator in self.operators:
                 operator.close()
+
+    # -- checkpoints of iterations (runtime.checkpoint.iteration_region) --------------------------
+    def snapshot_channels(self, internal: Callable[[InputChannel], bool]) -> list[dict[str, Any] | None]:
+        """Each input channel's waiting elements and what the task knows of it (None where not
+        ``internal``: a channel whose producer replays from the checkpoint by itself)."""
+        return [{"elements": c.channel.snapshot_elements(), "producer_finished": c.channel.producer_finished,
+                 "ended": c.ended, "watermark": c.watermark, "idle": c.idle} if internal(c) else None
+                for c in self.inputs]
+
+    def restore_channels(self, states: list[dict[str, Any] | None]) -> None:
+        """Put back what :meth:`snapshot_channels` took; the operators get their inputs'
+        watermarks again once they are open."""
+        for input_channel, state in zip(self.inputs, states):
+            if state is None:
+                continue
+            for element in state["elements"]:
+                input_channel.channel.push(element)
+            input_channel.channel.producer_finished = state["producer_finished"]
+            input_channel.ended, input_channel.watermark = state["ended"], state["watermark"]
+            input_channel.idle = state["idle"]
+        for index, channels in enumerate(self._by_input):
+            self._input_ended[index] = all(c.ended for c in channels)
+        self.after_open.append(self._reapply_watermarks)
+
+    def _reapply_watermarks(self) -> None:
+        for index in range(len(self._by_input)):
+            self._update_watermark(index)
 
     # -- scheduling -------------------------------------------------------------------------------
     def can_write(self) -> bool:

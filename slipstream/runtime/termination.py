@@ -125,6 +125,22 @@ class BatonAligner:
     def __len__(self) -> int:
         return len(self._pending)
 
+    def snapshot(self, scope: StreamScope) -> list[tuple[int, int, list[int], TerminationStatus, int]]:
+        """The half-aligned batons, all of ``scope``, with their channels as positions in the group."""
+        positions = {id(c): n for n, c in enumerate(self.channels)}
+        state = []
+        for (baton_scope, attempt_id, last_completed), alignment in self._pending.items():
+            if baton_scope != scope:
+                raise SlipstreamError(f"a baton of scope {baton_scope} is half-aligned inside scope {scope}")
+            state.append((attempt_id, last_completed, sorted(positions[c] for c in alignment.delivered),
+                          alignment.status, alignment.last_visited_level))
+        return state
+
+    def restore(self, state: list[tuple[int, int, list[int], TerminationStatus, int]], scope: StreamScope) -> None:
+        for attempt_id, last_completed, delivered, status, last_visited in state:
+            self._pending[(scope, attempt_id, last_completed)] = _Alignment(
+                {id(self.channels[n]) for n in delivered}, status, last_visited)
+
 
 class TaskTermination:
     """The protocol at a task without a feedback input: align, add the status, forward.
@@ -155,6 +171,12 @@ class TaskTermination:
     def on_channel_ended(self, channel: Any) -> None:
         for done in self._aligner.channel_ended():
             self._forward(done)
+
+    def snapshot(self) -> Any:
+        return self._aligner.snapshot(self.scope)
+
+    def restore(self, state: Any) -> None:
+        self._aligner.restore(state, self.scope)
 
     def _forward(self, baton: TerminationAttempt) -> None:
         if not self._finished():
@@ -373,6 +395,28 @@ class TerminationCoordinator:
         elif decision == "next":
             self._start(scope, epoch + 1)
 
+    def snapshot_iteration(self, scope: StreamScope) -> dict[str, Any]:
+        """What this coordinator knows of iteration ``scope``, with heads as positions in its list."""
+        heads = self._heads[scope]
+        position = {id(head): n for n, head in enumerate(heads)}
+        progress = self.iterations[scope]
+        return {"ready": sorted(position[h] for h in self._ready.get(scope, ())),
+                "round_reports": {epoch: {position[h]: count for h, (_, count) in reports.items()}
+                                  for (s, epoch), reports in self._round_reports.items() if s == scope},
+                "epoch_watermark": progress.epoch_watermark, "parked": progress.parked,
+                "terminated": progress.terminated, "rounds": list(progress.rounds)}
+
+    def restore_iteration(self, scope: StreamScope, state: dict[str, Any]) -> None:
+        heads = self._heads[scope]
+        self._ready[scope] = {id(heads[n]) for n in state["ready"]}
+        for epoch, reports in state["round_reports"].items():
+            self._round_reports[(scope, epoch)] = {id(heads[n]): (heads[n], count) for n, count in reports.items()}
+        progress = self.iterations[scope]
+        progress.epoch_watermark, progress.parked = state["epoch_watermark"], state["parked"]
+        progress.terminated, progress.rounds = state["terminated"], list(state["rounds"])
+        if progress.terminated:
+            self.completed.append(scope)
+
     def wake(self, scope: StreamScope) -> None:
         """Something happened in a parked iteration (a record, an input's end): run the next round."""
         progress = self.iterations.get(scope)
@@ -462,6 +506,19 @@ class IterationHeadControl(HeadControl):
         self._on_epoch = on_epoch
         self._counted = 0  # records counted since the last report
         self.inputs_ended = not self._regular.channels
+
+    def snapshot(self) -> dict[str, Any]:
+        """This subtask's part in its iteration's rounds (see :mod:`runtime.checkpoint.iteration_region`)."""
+        return {"commands": list(self._commands), "counted": self._counted, "ready": self.ready,
+                "inputs_ended": self.inputs_ended, "terminated": self.terminated,
+                "regular": self._regular.snapshot(self.scope), "feedback": self._feedback.snapshot(self.scope)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._commands = deque(state["commands"])
+        self._counted, self.ready = state["counted"], state["ready"]
+        self.inputs_ended, self.terminated = state["inputs_ended"], state["terminated"]
+        self._regular.restore(state["regular"], self.scope)
+        self._feedback.restore(state["feedback"], self.scope)
 
     def start(self) -> None:
         """Deployed: a head with no input (criteria), or whose records have the maximum epoch

@@ -20,8 +20,12 @@ KIND:
            by a keyed function inside the loop that counts per key the numbers that leave it
            (``loop_lines``): many records are in the feedback channel at every barrier
   nested   as loop, but every round of the outer loop runs an inner loop ``inner_rounds(x, r)`` times
+  iteration numbers 1..N -> a bounded, sync FLIP-176 iteration: each number goes round ``rounds(x)``
+           epochs; a keyed listener (key ``x % KEYS``) keeps each epoch's numbers in an attribute and, at
+           its epoch watermark, sends them round and their count and sum on; a listener at parallelism 1
+           writes one line per epoch and one when the iteration terminates (``iteration_lines``)
 
-Usage for these two: python crash_job.py KIND OUT_DIR CHECKPOINT_DIR N [PARALLELISM]
+Usage for the last three: python crash_job.py KIND OUT_DIR CHECKPOINT_DIR N [PARALLELISM]
 """
 
 from __future__ import annotations
@@ -93,7 +97,22 @@ def loop_lines(n: int, nested: bool = False) -> Counter:
                    + [f"c,{k},{i}" for k, count in per_key.items() for i in range(1, count + 1)])
 
 
+def iteration_lines(n: int) -> Counter:
+    """The iteration job's oracle: ``r,x`` as each number leaves; per epoch e, the count, sum and
+    running sum of the numbers that go round in it; ``final,visits,running sum`` at the end."""
+    lines = [f"r,{x}" for x in range(1, n + 1)]
+    cumulative = visits = 0
+    for epoch in range(1, max(rounds(x) for x in range(1, n + 1)) + 1):
+        numbers = [x for x in range(1, n + 1) if rounds(x) >= epoch]
+        cumulative += sum(numbers)
+        visits += len(numbers)
+        lines.append(f"epoch,{epoch},{len(numbers)},{sum(numbers)},{cumulative}")
+    return Counter(lines + [f"final,{visits},{cumulative}"])
+
+
 def oracle(kind: str, n: int) -> Counter:
+    if kind == "iteration":
+        return iteration_lines(n)
     if kind in ("loop", "nested"):
         return loop_lines(n, kind == "nested")
     if kind in ("counts", "hybrid"):
@@ -233,6 +252,14 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
         (numbers.key_by(lambda x: x % KEYS).process(_counted("from-the-source")).uid("source-count")
          .map(lambda x: (x, rounds(x), 0)).uid("rounds").iterate(_loop_body(kind == "nested", hook))
          .flat_map(lambda r: [f"r,{r[0]},{r[2]}", f"c,{r[3]},{r[4]}"]).uid("format").sink_to(sink).uid("sink"))
+    elif kind == "iteration":
+        from slipstream.datastream.iteration import DataStreamList, iterate_bounded_streams_until_termination
+
+        numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers")
+        variables = numbers.map(lambda x: (x, rounds(x))).uid("rounds")
+        outputs = iterate_bounded_streams_until_termination(DataStreamList.of(variables), DataStreamList.of(),
+                                                            _iteration_body(hook))
+        outputs.get(0).union(outputs.get(1)).sink_to(sink).uid("sink")
     else:
         raise ValueError(kind)
     return env
@@ -289,6 +316,67 @@ def _loop_body(nested: bool, hook):
     return body
 
 
+def _iteration_body(hook):
+    """The iteration job's body over variables ``(x, rounds left)`` (see the module docstring)."""
+    from slipstream.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, ValueStateDescriptor
+    from slipstream.datastream.iteration import IterationBodyResult, IterationListener
+
+    done, partials = OutputTag("done"), OutputTag("partials")
+
+    class Step(KeyedProcessFunction, IterationListener):
+        """Sync: keeps the epoch's records in an attribute, sends them round at its epoch watermark."""
+
+        def __init__(self):
+            self.waiting = []
+
+        def open(self, runtime_context):
+            self.visits = runtime_context.get_state(ValueStateDescriptor("visits"))  # a handle among the attributes
+
+        def process_element(self, value, ctx):
+            self.visits.update((self.visits.value() or 0) + 1)
+            self.waiting.append(value)
+
+        def on_epoch_watermark_incremented(self, epoch_watermark, context, collector):
+            if not self.waiting:
+                return
+            for x, left in self.waiting:
+                if left > 1:
+                    collector.collect((x, left - 1))
+                else:
+                    context.output(done, f"r,{x}")
+            context.output(partials, (epoch_watermark, len(self.waiting), sum(x for x, _ in self.waiting)))
+            self.waiting = []
+
+    class Epochs(ProcessFunction, IterationListener):
+        def __init__(self):
+            self.parts, self.visits, self.cumulative = [], 0, 0
+
+        def process_element(self, value, ctx):
+            self.parts.append(value)
+
+        def on_epoch_watermark_incremented(self, epoch_watermark, context, collector):
+            if not self.parts:
+                return
+            if any(epoch != epoch_watermark for epoch, _, _ in self.parts):
+                raise AssertionError(f"partials {self.parts} at epoch watermark {epoch_watermark}")
+            count, total = sum(p[1] for p in self.parts), sum(p[2] for p in self.parts)
+            self.parts = []
+            self.visits += count
+            self.cumulative += total
+            collector.collect(f"epoch,{epoch_watermark},{count},{total},{self.cumulative}")
+
+        def on_iteration_terminated(self, context, collector):
+            collector.collect(f"final,{self.visits},{self.cumulative}")
+
+    def body(variables, data):
+        stepped = (variables.get(0).map(hook).uid("hook").key_by(lambda r: r[0] % KEYS).process(Step())
+                   .uid("step"))
+        epochs = stepped.get_side_output(partials).global_().process(Epochs()).uid("epochs").set_parallelism(1)
+        return IterationBodyResult([stepped], [stepped.get_side_output(done), epochs])
+
+    return body
+
+
 def _window_sum():
     from slipstream.datastream.window import ProcessWindowFunction
 
@@ -301,8 +389,10 @@ def _window_sum():
 
 def main() -> None:
     kind, out, checkpoints, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    if len(sys.argv) > 5:  # the loop jobs: a checkpoint every 400 numbers read, many per run
-        env = build(kind, out, checkpoints, n, parallelism=int(sys.argv[5]), records=400)
+    if len(sys.argv) > 5:  # the loop jobs: a checkpoint every 400 numbers read, many per run; the
+        # iteration's epochs start once every number was read: a checkpoint every 40 ms, most during them
+        env = build(kind, out, checkpoints, n, parallelism=int(sys.argv[5]),
+                    records=None if kind == "iteration" else 400)
     else:
         env = build(kind, out, checkpoints, n)
     env.execute(f"crash-{kind}")  # restore_from comes from SLIPSTREAM_RESTORE_FROM

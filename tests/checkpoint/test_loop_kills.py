@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -87,9 +88,11 @@ def keyed_counts(checkpoint: VerifiedCheckpoint, uid: str, state: str) -> Counte
 
 
 def run_with_kills(kind: str, n: int, parallelism: int, workdir: str, rng: random.Random,
-                   wanted: int) -> list[Kill]:
+                   wanted: int, count_in_flight: Callable[[VerifiedCheckpoint], int] = in_flight,
+                   check: Callable[..., None] | None = None) -> list[Kill]:
     """Run the job, SIGKILLing it after 1-2 new complete checkpoints and a random delay, until
-    ``wanted`` kills restored a checkpoint with records in flight; then let it finish and check."""
+    ``wanted`` kills restored a checkpoint with records in flight (``count_in_flight``); then let it
+    finish and ``check`` the outcome (by default :func:`check_exactly_once`)."""
     out, checkpoints = os.path.join(workdir, "out"), os.path.join(workdir, "chk")
     env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest", PYTHONFAULTHANDLER="1")
     kills: list[Kill] = []
@@ -111,11 +114,11 @@ def run_with_kills(kind: str, n: int, parallelism: int, workdir: str, rng: rando
                 process.communicate()
                 restored = newest_checkpoint(checkpoints)
                 assert restored is not None
-                kills.append(Kill(restored.checkpoint_id, in_flight(restored), source_done(restored)))
+                kills.append(Kill(restored.checkpoint_id, count_in_flight(restored), source_done(restored)))
                 continue
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 0, stderr.decode()
-        check_exactly_once(kind, n, out, checkpoints, kills)
+        (check or check_exactly_once)(kind, n, out, checkpoints, kills)
         return kills
 
 

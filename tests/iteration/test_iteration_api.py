@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from slipstream.datastream import MapFunction, OutputTag, ProcessFunction, StreamExecutionEnvironment
+from slipstream.datastream import (
+    MapFunction,
+    OutputTag,
+    ProcessFunction,
+    StreamExecutionEnvironment,
+)
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.iteration import (
     DataStreamList,
@@ -174,14 +179,3 @@ def test_unbounded_iteration_accepts_live_data_and_ends_once_its_inputs_did() ->
 
     out = iterate_unbounded_streams(DataStreamList.of(e.from_collection([0])), DataStreamList.of(live), body)
     assert sorted(out.get(0).execute_and_collect()) == [x * 2 for x in range(10)]
-
-
-def test_checkpointing_an_iteration_is_refused_until_supported(tmp_path: Any) -> None:
-    e = env(1)
-    e.get_checkpoint_config().set_checkpoint_interval_records(10)
-    e.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path))
-    out = iterate_bounded_streams_until_termination(DataStreamList.of(e.from_collection([1])), DataStreamList.of(),
-                                                    good_body)
-    out.get(0).print() if out.size() else e.from_collection([1]).print()
-    with pytest.raises(InvalidProgramError, match="checkpoint"):
-        e.execute()

@@ -43,6 +43,15 @@ class BarrierHandler:
         self.last_done_id = -1
 
     # -- driven by the coordinator ------------------------------------------------------------
+    def on_trigger(self, checkpoint_id: int, timestamp: int) -> None:
+        """Checkpoint ``checkpoint_id`` was triggered: a finished task acknowledges its final state
+        at once; a running one expects the barrier."""
+        if self.task.finished:
+            from slipstream.runtime.checkpoint.snapshot import snapshot_task
+            self.listener.acknowledge(self.task, checkpoint_id, snapshot_task(self.task))
+        else:
+            self.expect(checkpoint_id, timestamp)
+
     def expect(self, checkpoint_id: int, timestamp: int) -> None:
         """Checkpoint ``checkpoint_id`` was triggered: its barrier will come on every live channel."""
         self._release()

@@ -24,6 +24,7 @@ from typing import Any
 from slipstream.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
 from slipstream.errors import CheckpointError, SlipstreamError
 from slipstream.runtime.checkpoint.barriers import BarrierHandler
+from slipstream.runtime.checkpoint.iteration_region import attach_iteration_regions
 from slipstream.runtime.checkpoint.manifest import Manifest
 from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot, build_manifest_and_files, snapshot_task
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
@@ -66,6 +67,7 @@ class CheckpointCoordinator:
                 task, self, self.exactly_once)
             for operator in task.operators:
                 operator.ctx.checkpointing = True
+        attach_iteration_regions(tasks, self, self.exactly_once)  # an iteration is checkpointed whole
         now = clock.now_ms()
         self._last_trigger_ms = now
         self._last_done_ms = now - config.get_min_pause_between_checkpoints()
@@ -162,13 +164,12 @@ class CheckpointCoordinator:
         self._last_trigger_ms = now
         self._records_at_trigger = self._source_records()
         for task in self.tasks:
+            if task not in self.sources:
+                task.barrier_handler.on_trigger(checkpoint_id, now)
+        for task in self.sources:
             if task.finished:
                 self.acknowledge(task, checkpoint_id, snapshot_task(task))
-        for task in self.tasks:
-            if not task.finished and task not in self.sources:
-                task.barrier_handler.expect(checkpoint_id, now)
-        for task in self.sources:
-            if not task.finished:
+            else:
                 task.barrier_handler.trigger_source(checkpoint_id, now)
                 task.flush()
         return checkpoint_id

@@ -22,6 +22,7 @@ from slipstream.datastream.checkpoint_config import ExternalizedCheckpointCleanu
 from slipstream.errors import CheckpointError, CorruptCheckpointError, InvalidProgramError
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator
 from slipstream.runtime.checkpoint.fs import FileSystem
+from slipstream.runtime.checkpoint.iteration_region import restore_iteration_regions
 from slipstream.runtime.checkpoint.snapshot import job_fingerprint, restore_tasks
 from slipstream.runtime.checkpoint.storage import CheckpointStorage, VerifiedCheckpoint
 
@@ -100,6 +101,7 @@ def execute_with_recovery(env: StreamExecutionEnvironment, transformations: list
                     coordinator = CheckpointCoordinator(run.tasks, config, storage, fingerprint, job_name,
                                                         run.clock, (max(existing) + 1) if existing else 1)
                 if restore is not None:
+                    restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)
                     restore_tasks(run.tasks, restore.manifest, restore.files, restore.path)
                     log.info("restored job '%s' from %s", job_name, restore.path)
                 run.open()

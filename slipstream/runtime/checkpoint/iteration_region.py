@@ -1,0 +1,224 @@
+"""Checkpoints of FLIP-176 iterations: every task of an iteration is captured at one instant.
+
+A loop (FLIP-15) checkpoints as FLINK-3257 proposes: its head logs what comes back round
+the loop until the barrier returns (:class:`slipstream.runtime.loop_task.FeedbackLogBarrierHandler`).
+An iteration keeps more state in its cycle than records: epoch batons travelling between
+them, batons half-aligned at every task, the rounds each head counted and the
+coordinator's decisions. Cutting all of that consistently with barriers would need the
+coordinator in the marker protocol (as Flink ML's head operator coordinator is) and every
+baton logged with the records. The embedded runtime runs all tasks in one thread,
+between turns, so an iteration is captured whole instead:
+
+1. The barrier is aligned at every head of the iteration on its inputs from outside (in
+   EXACTLY_ONCE mode a channel that delivered it is blocked, as alignment always does); a
+   head whose inputs ended is aligned at once.
+2. When the last head is aligned, every task of the iteration (heads, body, feedback
+   tails) is snapshotted in that instant: its operators' state, the elements waiting in
+   every channel between them (records and batons in flight, feedback included, spilled
+   ones too), each task's and head's protocol state, the coordinator's rounds, and the
+   attributes of every ``IterationListener`` function.
+3. The barrier then leaves the iteration on every edge into the enclosing scope, so what
+   follows it aligns as usual.
+
+After a restore every task of the iteration resumes where it was, so each epoch's
+listener call happened before the cut or happens after it, never both. An iteration is
+restored only at the parallelism it was checkpointed at: its epochs in flight belong to
+subtasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from typing import Any
+
+from slipstream.datastream.scope import StreamScope
+from slipstream.datastream.time import MAX_WATERMARK
+from slipstream.errors import CheckpointError, CorruptCheckpointError, SlipstreamError
+from slipstream.operators.elements import TerminationAttempt
+from slipstream.operators.iteration import restore_listeners, snapshot_listeners
+from slipstream.runtime.checkpoint.barriers import BarrierHandler, CheckpointBarrier, CheckpointListener
+from slipstream.runtime.checkpoint.manifest import Manifest
+from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot, snapshot_task
+from slipstream.runtime.loop_task import FEEDBACK_INPUT, IterationHeadTask
+from slipstream.runtime.record_writer import RecordWriter
+from slipstream.runtime.task import SourceTask, StreamTask
+from slipstream.runtime.termination import lies_within
+
+REGION_KIND = "IterationRegion"
+"""The kind of the manifest entry that holds an iteration's state beside its operators'."""
+
+
+def iteration_regions(tasks: list[StreamTask]) -> list[tuple[StreamScope, list[StreamTask]]]:
+    """Each iteration scope of the job with its tasks, in the job's task order."""
+    scopes: list[StreamScope] = []
+    for task in tasks:
+        if isinstance(task, IterationHeadTask) and task.head.transformation.scope not in scopes:
+            scopes.append(task.head.transformation.scope)
+    return [(scope, [task for task in tasks if not isinstance(task, SourceTask)
+                     and lies_within(task.head.transformation.scope, scope)]) for scope in scopes]
+
+
+def _region_uid(tasks: list[StreamTask]) -> str:
+    return "iteration:" + min(task.head.ctx.uid for task in tasks if isinstance(task, IterationHeadTask))
+
+
+def _layout(tasks: list[StreamTask]) -> list[tuple[str, int, int]]:
+    return [(task.head.ctx.uid, task.subtask_index, task.head.ctx.parallelism) for task in tasks]
+
+
+def _leaving(task: StreamTask, scope: StreamScope) -> list[RecordWriter]:
+    """The task's writers into the enclosing scope (to the iteration's exits, or side outputs)."""
+    return [writer for writer in task.writers if not lies_within(writer.edge.target.transformation.scope, scope)]
+
+
+def _is_live(task: StreamTask) -> bool:
+    return not task.finished and not getattr(task, "scope_terminated", False)
+
+
+class IterationRegion:
+    """The tasks of one iteration, checkpointed together (see the module docstring)."""
+
+    def __init__(self, scope: StreamScope, tasks: list[StreamTask], listener: CheckpointListener,
+                 exactly_once: bool) -> None:
+        self.scope = scope
+        self.tasks = tasks
+        self.listener = listener
+        self.uid = _region_uid(tasks)
+        self.heads = [task for task in tasks if isinstance(task, IterationHeadTask)]
+        self._exits = [(task, writer) for task in tasks for writer in _leaving(task, scope)]
+        for task in tasks:
+            task.barrier_handler = IterationHeadBarrierHandler(task, self, exactly_once) \
+                if isinstance(task, IterationHeadTask) else IterationMemberBarrierHandler(task, listener, exactly_once)
+
+    def check(self, checkpoint_id: int) -> None:
+        """A head is aligned: once all are, snapshot the iteration."""
+        if all(head.barrier_handler.is_aligned(checkpoint_id) for head in self.heads):
+            self._snapshot(checkpoint_id)
+
+    def _snapshot(self, checkpoint_id: int) -> None:
+        for task in self.tasks:
+            if _is_live(task):
+                for operator in task.operators:
+                    operator.prepare_snapshot_pre_barrier(checkpoint_id)
+            task.flush()  # the head whose barrier completed the alignment is in the middle of its turn
+        state = {"layout": _layout(self.tasks), "scope": self.scope,
+                 "coordinator": self.heads[0].control.coordinator.snapshot_iteration(self.scope),
+                 "tasks": [self._task_state(task) for task in self.tasks]}
+        try:
+            data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure names the iteration
+            raise CheckpointError(f"iteration '{self.heads[0].name}': the records going round it cannot be "
+                                  f"written to a checkpoint: {type(exc).__name__}: {exc}") from exc
+        region = OperatorSnapshot(self.uid, REGION_KIND, 0, 1, 1, None, None, data)
+        for position, task in enumerate(self.tasks):
+            self.listener.acknowledge(task, checkpoint_id, snapshot_task(task) + ([region] if position == 0 else []))
+        barrier = CheckpointBarrier(checkpoint_id, self.heads[0].barrier_handler.pending_timestamp)
+        for task, writer in self._exits:
+            if not task.finished:
+                writer.broadcast_event(barrier)
+        for head in self.heads:
+            head.barrier_handler.done(checkpoint_id)
+
+    @staticmethod
+    def _task_state(task: StreamTask) -> dict[str, Any]:
+        head = isinstance(task, IterationHeadTask)
+        return {"finished": task.finished, "scope_terminated": getattr(task, "scope_terminated", False),
+                "channels": task.snapshot_channels(lambda c: not head or c.input_index == FEEDBACK_INPUT),
+                "protocol": task.termination.snapshot(),
+                "listeners": [snapshot_listeners(operator) for operator in task.operators]}
+
+
+class IterationHeadBarrierHandler(BarrierHandler):
+    """At an iteration head: aligns the barrier on the inputs from outside, then asks the region."""
+
+    def __init__(self, task: IterationHeadTask, region: IterationRegion, exactly_once: bool) -> None:
+        super().__init__(task, region.listener, exactly_once)
+        self.region = region
+
+    def on_trigger(self, checkpoint_id: int, timestamp: int) -> None:
+        self.expect(checkpoint_id, timestamp)
+
+    def is_aligned(self, checkpoint_id: int) -> bool:
+        if self.pending_id != checkpoint_id:
+            return False
+        return self.task.finished or all(channel.ended or id(channel) in self._delivered
+                                         for channel in self.task.regular_inputs)
+
+    def done(self, checkpoint_id: int) -> None:
+        self._release()
+        self.pending_id = None
+        self.last_done_id = checkpoint_id
+
+    def _check_complete(self) -> None:
+        if self.pending_id is not None and self.is_aligned(self.pending_id):
+            self.region.check(self.pending_id)
+
+
+class IterationMemberBarrierHandler(BarrierHandler):
+    """At any other task of an iteration: the region snapshots it, and no barrier comes in."""
+
+    def on_trigger(self, checkpoint_id: int, timestamp: int) -> None:
+        """The region acknowledges this task with the others."""
+
+    def on_barrier(self, channel: Any, barrier: CheckpointBarrier) -> None:
+        raise SlipstreamError(f"task {self.task}: checkpoint barrier {barrier.checkpoint_id} reached the inside "
+                              "of an iteration (only its heads align barriers)")
+
+
+def attach_iteration_regions(tasks: list[StreamTask], listener: CheckpointListener,
+                             exactly_once: bool) -> list[IterationRegion]:
+    """Give the tasks of every iteration the barrier handlers that checkpoint it whole."""
+    return [IterationRegion(scope, members, listener, exactly_once) for scope, members in iteration_regions(tasks)]
+
+
+def restore_iteration_regions(tasks: list[StreamTask], manifest: Manifest, files: dict[str, bytes],
+                              checkpoint: str) -> None:
+    """Put every iteration back as it was at the checkpoint (freshly built tasks, before they run)."""
+    for scope, members in iteration_regions(tasks):
+        uid = _region_uid(members)
+        entry = manifest.operators.get(uid)
+        if entry is None or entry.kind != REGION_KIND:
+            raise CorruptCheckpointError(f"the checkpoint has no state for iteration '{members[0].name}'",
+                                         checkpoint=checkpoint, expected=f"an entry '{uid}'",
+                                         actual=f"uids {sorted(manifest.operators)}")
+        state = pickle.loads(files[entry.subtasks[0].operator])
+        if state["layout"] != _layout(members):
+            old = {uid: parallelism for uid, _, parallelism in state["layout"]}
+            new = {uid: parallelism for uid, _, parallelism in _layout(members)}
+            raise CheckpointError(
+                f"iteration '{members[0].name}' was checkpointed with parallelism {old} and the job now has "
+                f"{new}: an iteration is restored only at the parallelism it was checkpointed at (its records "
+                "and epochs in flight belong to subtasks)")
+        heads = [task for task in members if isinstance(task, IterationHeadTask)]
+        heads[0].control.coordinator.restore_iteration(scope, state["coordinator"])
+        old_scope = state["scope"]
+        for task, task_state in zip(members, state["tasks"]):
+            _restore_task(task, task_state, old_scope, scope)
+
+
+def _restore_task(task: StreamTask, state: dict[str, Any], old_scope: StreamScope, scope: StreamScope) -> None:
+    def in_this_run(element: Any) -> Any:
+        if type(element) is TerminationAttempt and element.scope == old_scope:
+            return dataclasses.replace(element, scope=scope)
+        return element
+
+    def restore_functions() -> None:
+        for operator, listener_state in zip(task.operators, state["listeners"]):
+            restore_listeners(operator, listener_state)
+
+    if state["finished"]:
+        restore_functions()  # never opened again; what it holds goes into the next checkpoints
+    else:
+        task.after_open.append(restore_functions)
+    task.restore_channels([None if channel is None else dict(channel, elements=[in_this_run(e) for e in
+                                                                                channel["elements"]])
+                           for channel in state["channels"]])
+    task.termination.restore(state["protocol"])
+    if isinstance(task, IterationHeadTask):
+        task.scope_terminated = state["scope_terminated"]
+    if state["finished"]:
+        task.finished = True
+        for writer in _leaving(task, scope):  # what follows the iteration starts afresh: end its input again
+            writer.broadcast_event(MAX_WATERMARK)
+            writer.finish()

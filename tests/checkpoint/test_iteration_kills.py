@@ -1,0 +1,78 @@
+"""Exactly-once in FLIP-176 iterations under SIGKILL: a sync iteration killed between epochs.
+
+The ``iteration`` job of :mod:`crash_job` sends numbers 1..N round a bounded iteration,
+``rounds(x)`` epochs each. Its listeners keep what they learn in attributes (the numbers
+of the current epoch; the running totals) and write one line per epoch and one at the
+end through a two-phase-commit FileSink, so a listener call repeated or lost across a
+restore shows in the committed output. The child is SIGKILLed after one or two new
+checkpoints, at a random delay, and restarted with ``SLIPSTREAM_RESTORE_FROM=latest``; a
+kill counts only if the checkpoint it restores holds records in flight inside the
+iteration while its epochs run. At the end:
+
+* the committed output equals the oracle exactly: each epoch's line once, with the counts
+  and running sums of an uninterrupted run, and the final line once;
+* the keyed state inside the body (visits per key) and the listener's attributes in the
+  final checkpoint equal what the oracle says.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+from collections import Counter
+
+import pytest
+from crash_job import KEYS, oracle, rounds
+from test_kill_recovery import committed_output
+from test_loop_kills import keyed_counts, newest_checkpoint, run_with_kills
+
+from slipstream.operators.elements import RecordBatch
+from slipstream.runtime.checkpoint.iteration_region import REGION_KIND
+from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
+
+
+def region_state(checkpoint: VerifiedCheckpoint) -> dict:
+    (entry,) = [e for e in checkpoint.manifest.operators.values() if e.kind == REGION_KIND]
+    return pickle.loads(checkpoint.files[entry.subtasks[0].operator])
+
+
+def records_in_flight(checkpoint: VerifiedCheckpoint) -> int:
+    """Records waiting in the iteration's channels at the checkpoint, counted while its epochs run."""
+    state = region_state(checkpoint)
+    progress = state["coordinator"]
+    if progress["epoch_watermark"] < 1 or progress["terminated"]:
+        return 0
+    return sum(len(element) for task in state["tasks"] for channel in task["channels"] if channel
+               for element in channel["elements"] if type(element) is RecordBatch)
+
+
+def check_iteration(kind: str, n: int, out: str, checkpoints: str, kills: list) -> None:
+    got, expected = committed_output(out), oracle(kind, n)
+    missing, extra = expected - got, got - expected
+    assert not missing and not extra, (
+        f"{sum(missing.values())} line(s) lost (e.g. {list(missing)[:3]}), {sum(extra.values())} duplicated "
+        f"or unexpected (e.g. {list(extra)[:3]}) after kills {kills}")
+    final = newest_checkpoint(checkpoints)
+    visits = Counter()
+    for x in range(1, n + 1):
+        visits[x % KEYS] += rounds(x)
+    assert keyed_counts(final, "step", "visits") == visits
+    state = region_state(final)
+    assert state["coordinator"]["terminated"]
+    (epochs,) = [task for task in state["tasks"] if task["listeners"] and any(task["listeners"])
+                 and "cumulative" in pickle.loads(task["listeners"][-1][0])]
+    attributes = pickle.loads(epochs["listeners"][-1][0])
+    (final_line,) = [line for line in expected if line.startswith("final,")]
+    assert final_line == f"final,{attributes['visits']},{attributes['cumulative']}"
+
+
+@pytest.mark.parametrize("n,parallelism,wanted", [(60_000, 1, 4), (60_000, 2, 4)])
+def test_sigkills_between_epochs_repeat_and_lose_no_listener_call(tmp_path, n, parallelism, wanted):
+    rng = random.Random(f"iteration-kills-{parallelism}")
+    kills: list = []
+    for attempt in range(6):
+        kills += run_with_kills("iteration", n, parallelism, str(tmp_path / f"round{attempt}"), rng,
+                                wanted - sum(k.in_flight > 0 for k in kills), records_in_flight, check_iteration)
+        if sum(k.in_flight > 0 for k in kills) >= wanted:
+            break
+    assert sum(k.in_flight > 0 for k in kills) >= wanted, kills
