@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+
+import cloudpickle
 from typing import Any, Callable
 
 from slipstream.attributes import RecordAttributes
@@ -41,7 +43,7 @@ from slipstream.operators.elements import RecordBatch
 from slipstream.operators.loops import FEEDBACK, LoopHeadOperator
 
 __all__ = ["IterationHeadOperator", "PerRoundOperator", "create_operator", "notify_epoch_watermark",
-           "notify_iteration_terminated", "restore_listeners", "snapshot_listeners"]
+           "notify_iteration_terminated", "restore_functions", "snapshot_functions"]
 
 
 class IterationHeadOperator(LoopHeadOperator):
@@ -218,25 +220,36 @@ def notify_iteration_terminated(operator: StreamOperator) -> None:
         _call(operator, lambda fn, ctx, out: fn.on_iteration_terminated(ctx, out), "on_iteration_terminated()")
 
 
-def snapshot_listeners(operator: StreamOperator) -> list[bytes]:
-    """The attributes of the operator's ``IterationListener`` functions, pickled: a listener keeps
-    what it learns between epochs (a model, partial sums) in its attributes. State handles and
-    the runtime context are left out; ``open`` gives them back."""
+def snapshot_functions(operator: StreamOperator) -> list[bytes]:
+    """The state of the operator's user functions, for the checkpoint of an iteration.
+
+    In an iteration body, functions keep what they learn between records and epochs in
+    their attributes (a model, partial sums, the records of a round), so their state is
+    what ``__getstate__`` gives — by default the attributes — without state handles and
+    the runtime context, which ``open`` gives back. A function holding a resource (a
+    connection, a lock) leaves it out with its own ``__getstate__``, as for any pickling.
+    cloudpickle writes it, so lambdas and closures among the attributes are fine.
+    """
     result = []
-    for listener in _listeners(operator):
-        attributes = {name: value for name, value in vars(listener).items()
-                      if not isinstance(value, (State, RuntimeContext))}
+    for fn in operator.user_functions():
+        state = fn.__getstate__()
+        if isinstance(state, dict):
+            state = {name: value for name, value in state.items() if not isinstance(value, (State, RuntimeContext))}
         try:
-            result.append(pickle.dumps(attributes, protocol=pickle.HIGHEST_PROTOCOL))
+            result.append(cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
         except Exception as exc:  # noqa: BLE001 - any pickling failure names the operator and function
             raise CheckpointError(
                 f"operator '{operator.ctx.name}' (uid '{operator.ctx.uid}'), subtask {operator.ctx.subtask_index + 1}: "
-                f"the attributes of its IterationListener {type(listener).__name__} cannot be written to a "
-                f"checkpoint: {type(exc).__name__}: {exc}") from exc
+                f"the state of its function {type(fn).__name__} (its attributes, or what its __getstate__ "
+                f"returns) cannot be written to a checkpoint: {type(exc).__name__}: {exc}") from exc
     return result
 
 
-def restore_listeners(operator: StreamOperator, state: list[bytes]) -> None:
-    """Give the operator's (opened) listener functions back the attributes they had at the checkpoint."""
-    for listener, attributes in zip(_listeners(operator), state, strict=True):
-        vars(listener).update(pickle.loads(attributes))
+def restore_functions(operator: StreamOperator, states: list[bytes]) -> None:
+    """Give the operator's (opened) functions back the state they had at the checkpoint."""
+    for fn, data in zip(operator.user_functions(), states, strict=True):
+        state = pickle.loads(data)
+        if hasattr(fn, "__setstate__"):
+            fn.__setstate__(state)
+        elif state:
+            vars(fn).update(state)

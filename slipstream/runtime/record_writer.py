@@ -150,6 +150,15 @@ class RecordWriter:
         self._next = (start + len(batch.values)) % count
         self._route(batch, targets)
 
+    # -- checkpoints of iterations -----------------------------------------------------------------
+    def snapshot(self) -> tuple[int, Any]:
+        """Where round robin and shuffle stand, so a restored iteration routes as the run it continues."""
+        return self._next, self._rng.getstate()
+
+    def restore(self, state: tuple[int, Any]) -> None:
+        self._next = state[0]
+        self._rng.setstate(state[1])
+
     # -- buffers and events -----------------------------------------------------------------------
     def _flush_channel(self, target: int) -> None:
         values = self._pending[target]

@@ -59,9 +59,8 @@ def check_iteration(kind: str, n: int, out: str, checkpoints: str, kills: list) 
     assert keyed_counts(final, "step", "visits") == visits
     state = region_state(final)
     assert state["coordinator"]["terminated"]
-    (epochs,) = [task for task in state["tasks"] if task["listeners"] and any(task["listeners"])
-                 and "cumulative" in pickle.loads(task["listeners"][-1][0])]
-    attributes = pickle.loads(epochs["listeners"][-1][0])
+    (attributes,) = [pickle.loads(fn) for task in state["tasks"] for functions in task["functions"]
+                     for fn in functions if "cumulative" in (pickle.loads(fn) or {})]
     (final_line,) = [line for line in expected if line.startswith("final,")]
     assert final_line == f"final,{attributes['visits']},{attributes['cumulative']}"
 

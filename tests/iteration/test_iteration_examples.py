@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+from slipstream.datastream import MapFunction, RestartStrategies, RuntimeExecutionMode, StreamExecutionEnvironment
+from slipstream.datastream.connectors.file_system import FileSink
+from slipstream.datastream.formats.base import Encoder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
@@ -69,3 +72,49 @@ def test_offline_then_online_in_one_job() -> None:
     start = online.offline_numpy(X[:1000], y[:1000], np.zeros(3), 0.5, 12)
     oracle = online.online_numpy(X[1000:], y[1000:], start, 0.5, 40)
     np.testing.assert_allclose(np.array([w for _, w in models]), np.array(oracle), rtol=1e-9, atol=1e-12)
+
+
+class FailOnce(MapFunction):
+    """Raises at its ``at``-th record, once per test: the count of failures lives on the class, since
+    the function's own attributes are what a restore puts back."""
+
+    failures = 0
+
+    def __init__(self, at: int) -> None:
+        self.at, self.seen = at, 0
+
+    def map(self, value: Any) -> Any:
+        self.seen += 1
+        if self.seen == self.at and not FailOnce.failures:
+            FailOnce.failures += 1
+            raise RuntimeError(f"injected failure at live sample {self.seen}")
+        return value
+
+
+@pytest.mark.parametrize("parallelism,seed", [(1, 0), (2, 3)])
+def test_offline_then_online_restarts_from_a_checkpoint_and_gives_the_same_models(tmp_path: Path, parallelism: int,
+                                                                                  seed: int) -> None:
+    """A failure in the live stream while the online iteration runs: the job restarts from its latest
+    checkpoint (the online iteration's models, samples and mini-batches in flight, and the functions'
+    attributes, are in it) and the committed models still equal numpy's mini-batch SGD."""
+    FailOnce.failures = 0
+    X, y = online.make_samples(1600, 3, seed=7)
+    env = make_env(parallelism, seed).configure(batch_size=8)  # sources read a few samples at a time
+    env.get_checkpoint_config().set_checkpoint_interval_records(100).set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 0))
+    blocks = [(X[i:i + 100], y[i:i + 100]) for i in range(0, 1000, 100)]
+    offline = linreg.build_sync(env, blocks, np.zeros(3), 0.5, 12, gradient_fn=online.logistic_gradient)
+    live = online.live_source(env, X[1000:], y[1000:]).map(FailOnce(400)).set_parallelism(1)
+    models = online.build_online(env, offline.map(lambda w: (0, w)).set_parallelism(1), live, 0.5, 40)
+    out = tmp_path / "out"
+    models.map(lambda m: f"{m[0]};{list(m[1])!r}").sink_to(
+        FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build())
+    stats = env.execute("offline-then-online").get_accumulator_result("checkpoints")
+    assert FailOnce.failures == 1 and stats["restarts"] == 1 and stats["restored_from"] is not None
+    lines = [line for f in sorted(out.iterdir()) if not f.name.startswith((".", "_"))
+             for line in f.read_text().splitlines()]
+    got = sorted((int(v), eval(w)) for v, w in (line.split(";") for line in lines))  # noqa: S307 - our own lines
+    start = online.offline_numpy(X[:1000], y[:1000], np.zeros(3), 0.5, 12)
+    oracle = online.online_numpy(X[1000:], y[1000:], start, 0.5, 40)
+    assert [v for v, _ in got] == list(range(1, len(oracle) + 1))
+    np.testing.assert_allclose(np.array([w for _, w in got]), np.array(oracle), rtol=1e-9, atol=1e-12)

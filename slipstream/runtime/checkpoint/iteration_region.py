@@ -16,7 +16,8 @@ between turns, so an iteration is captured whole instead:
    tails) is snapshotted in that instant: its operators' state, the elements waiting in
    every channel between them (records and batons in flight, feedback included, spilled
    ones too), each task's and head's protocol state, the coordinator's rounds, and the
-   attributes of every ``IterationListener`` function.
+   state of every user function (its attributes: see
+   :func:`slipstream.operators.iteration.snapshot_functions`).
 3. The barrier then leaves the iteration on every edge into the enclosing scope, so what
    follows it aligns as usual.
 
@@ -36,7 +37,7 @@ from slipstream.datastream.scope import StreamScope
 from slipstream.datastream.time import MAX_WATERMARK
 from slipstream.errors import CheckpointError, CorruptCheckpointError, SlipstreamError
 from slipstream.operators.elements import TerminationAttempt
-from slipstream.operators.iteration import restore_listeners, snapshot_listeners
+from slipstream.operators.iteration import restore_functions, snapshot_functions
 from slipstream.runtime.checkpoint.barriers import BarrierHandler, CheckpointBarrier, CheckpointListener
 from slipstream.runtime.checkpoint.manifest import Manifest
 from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot, snapshot_task
@@ -125,8 +126,8 @@ class IterationRegion:
         head = isinstance(task, IterationHeadTask)
         return {"finished": task.finished, "scope_terminated": getattr(task, "scope_terminated", False),
                 "channels": task.snapshot_channels(lambda c: not head or c.input_index == FEEDBACK_INPUT),
-                "protocol": task.termination.snapshot(),
-                "listeners": [snapshot_listeners(operator) for operator in task.operators]}
+                "protocol": task.termination.snapshot(), "writers": [writer.snapshot() for writer in task.writers],
+                "functions": [snapshot_functions(operator) for operator in task.operators]}
 
 
 class IterationHeadBarrierHandler(BarrierHandler):
@@ -203,18 +204,20 @@ def _restore_task(task: StreamTask, state: dict[str, Any], old_scope: StreamScop
             return dataclasses.replace(element, scope=scope)
         return element
 
-    def restore_functions() -> None:
-        for operator, listener_state in zip(task.operators, state["listeners"]):
-            restore_listeners(operator, listener_state)
+    def restore_user_functions() -> None:
+        for operator, functions in zip(task.operators, state["functions"]):
+            restore_functions(operator, functions)
 
     if state["finished"]:
-        restore_functions()  # never opened again; what it holds goes into the next checkpoints
+        restore_user_functions()  # never opened again; what it holds goes into the next checkpoints
     else:
-        task.after_open.append(restore_functions)
+        task.after_open.append(restore_user_functions)
     task.restore_channels([None if channel is None else dict(channel, elements=[in_this_run(e) for e in
                                                                                 channel["elements"]])
                            for channel in state["channels"]])
     task.termination.restore(state["protocol"])
+    for writer, writer_state in zip(task.writers, state["writers"], strict=True):
+        writer.restore(writer_state)
     if isinstance(task, IterationHeadTask):
         task.scope_terminated = state["scope_terminated"]
     if state["finished"]:
