@@ -49,7 +49,11 @@ Semantics (see :class:`slipstream.runtime.termination.EpochProgress` for the mec
   whole iteration. ``PER_ROUND`` (and ``IterationBody.for_each_round``): a fresh instance
   every round, whose input ends with the round — so a window over ``EndOfStreamWindows``
   or another end-of-input operator emits once per round; with replayed data, each round's
-  instance sees the whole data set.
+  instance sees the whole data set. In a body with per-round operators the heads hold
+  what comes back through the feedback until the next round starts, so each round's
+  instance gets exactly the records of its epoch, async algorithms included (in an
+  ALL_ROUND body feedback goes round at once, and an async record may arrive before the
+  epoch watermark of the epoch before its own, which FLIP-176 allows).
 * **Feedback.** The head reads feedback before new input (``FeedbackReading.FEEDBACK_FIRST``,
   the default); with ``IterationConfig.new_builder().set_feedback_reading(
   FeedbackReading.FEEDBACK_FIRST_WHEN_FULL)`` (FLIP-15's option) it reads its inputs in turn
@@ -512,6 +516,9 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
         for transformation in created:
             if not transformation.is_virtual:
                 transformation.per_round = True
+    if any(transformation.per_round for transformation in created):
+        for variable_head in variable_heads:
+            variable_head.hold_feedback = True  # each round's records reach that round's operators only
     for index, (stream, variable_head) in enumerate(zip(feedback, variable_heads)):
         tail = env._add_transformation(FeedbackTailTransformation, f"Iteration Tail {scope} variable {index}",
                                        [stream.get_transformation()], output_type=stream.get_type(),

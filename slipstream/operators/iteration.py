@@ -55,26 +55,38 @@ class IterationHeadOperator(LoopHeadOperator):
         super().__init__(transformation)
         self.role = transformation.role
         self.replay = transformation.replay
+        self.hold_feedback = transformation.hold_feedback
         self._cache: list[RecordBatch] = []
+        self._held: list[RecordBatch] = []
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         if self.role == "criteria":
             return  # counted by the task; the criteria stream ends here
+        if input_index == FEEDBACK and self.hold_feedback:
+            self._held.append(batch)  # its epoch is the next round's: it goes in when that round starts
+            return
         if self.replay and input_index != FEEDBACK:
             self._cache.append(batch)
         self.output.collect_batch(batch)
 
     def snapshot_state(self) -> Any:
-        """A replayed data stream's records so far (its source replays only what came after)."""
-        return {"replay_cache": self._cache} if self._cache else None
+        """A replayed data stream's records so far (its source replays only what came after), and
+        the feedback held for the next round."""
+        return {"replay_cache": self._cache, "held": self._held} if self._cache or self._held else None
 
     def initialize_state(self, state: Any) -> None:
         if state:
-            self._cache = list(state["replay_cache"])
+            self._cache, self._held = list(state["replay_cache"]), list(state["held"])
 
     def on_epoch(self, epoch: int) -> None:
-        """Round ``epoch`` starts: a replayed data stream is sent again, with that epoch."""
-        if self.replay and epoch > 1:
+        """Round ``epoch`` ≥ 2 starts: the feedback held since the last round started (all of epoch
+        ``epoch``) goes in, and a replayed data stream is sent again, with that epoch."""
+        if epoch == 1:
+            return  # round 1 is the initial records'; what came back already is epoch 2's
+        held, self._held = self._held, []
+        for batch in held:
+            self.output.collect_batch(batch)
+        if self.replay:
             for batch in self._cache:
                 self.output.collect_batch(batch)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -105,6 +106,42 @@ def test_replayed_data_reaches_a_fresh_operator_every_round(style: str) -> None:
     # Count feeds back in rounds 1 and 2, not 3: three rounds, each summing the whole replayed data
     # afresh (an ALL_ROUND operator would have summed 10, 20, 30)
     assert got == [(1, 10), (2, 10), (3, 10)]
+
+
+class AsyncStep(ProcessFunction, IterationListener):
+    """Async: sends ``(x, left - 1)`` round at once; reports how many records this instance saw."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def process_element(self, value: tuple[int, int], ctx: Any) -> Any:
+        self.seen += 1
+        x, left = value
+        return [(x, left - 1)] if left > 1 else []
+
+    def on_epoch_watermark_incremented(self, epoch_watermark: int, context: Any, collector: Any) -> None:
+        context.output(SUMS, (epoch_watermark, self.seen))
+
+
+@pytest.mark.parametrize("parallelism,seed", [(1, 0), (2, 1), (3, 5)])
+def test_a_per_round_instance_gets_exactly_its_epochs_records_even_when_async(parallelism: int, seed: int) -> None:
+    """Record x goes round x % 5 + 1 times, sent back from process_element (async). Each round's
+    instance sees exactly the records of its epoch: the heads hold the feedback until the round
+    starts (otherwise every record would go round within round 1, before its epoch watermark)."""
+    e = env(parallelism).configure(scheduler_seed=seed, channel_capacity=2, quantum=2, batch_size=4)
+    numbers = [(x, x % 5 + 1) for x in range(300)]
+
+    def body(variables: DataStreamList, data: DataStreamList) -> IterationBodyResult:
+        stepped = variables.get(0).process(AsyncStep())
+        return IterationBodyResult([stepped], [stepped.get_side_output(SUMS)])
+
+    config = IterationConfig.new_builder().set_operator_life_cycle(OperatorLifeCycle.PER_ROUND).build()
+    outputs = Iterations.iterate_bounded_streams_until_termination(
+        DataStreamList.of(e.from_collection(numbers)), ReplayableDataStreamList.not_replay(), config, body)
+    seen: Counter = Counter()
+    for epoch, count in outputs.get(0).execute_and_collect():
+        seen[epoch] += count
+    assert seen == Counter({epoch: sum(1 for _, rounds in numbers if rounds >= epoch) for epoch in range(1, 6)})
 
 
 def test_listener_feedback_rounds_and_termination_without_criteria() -> None:
