@@ -72,8 +72,8 @@ class RuntimeOptions:
     # FLIP-327: operators with an internal sorter buffer their backlog and run it as sorted batch
     # work (polars) at the switch; False processes backlog record by record instead.
     backlog_sorting: bool = True
-    sort_memory_budget: int = 1_000_000  # records a sorting operator holds in memory before spilling
-    spill_dir: str | None = None  # where sorting operators spill (a private 0700 dir inside); None: temp dir
+    sort_memory_budget: int = 1_000_000  # records a sorting operator (or a replay cache) holds in memory before spilling
+    spill_dir: str | None = None  # where operators spill (a private 0700 dir inside); None: temp dir
     show_progress: bool = True  # on a terminal, show the backlog phase live (never when output is piped)
     # the engine of the sorted backlog work: "polars" (embedded), "spark", or a BatchEngine object;
     # engine_options are the keyword arguments of the named engine (e.g. master for Spark)

@@ -87,7 +87,7 @@ class OperatorContext:
     checkpointing: bool = False  # the job takes checkpoints: two-phase-commit sinks commit only on them
     batch_engine: Any = None  # runs sorted backlog work (FLIP-327); None disables the batch path
     batch_mode: bool = False  # the job runs in BATCH mode: rolling operators emit final values only
-    sort_memory_budget: int = 1_000_000  # records a sorting operator buffers in memory before spilling
+    sort_memory_budget: int = 1_000_000  # records a sorting operator (or a replay cache) buffers before spilling
     spill_dir: str | None = None  # where sorting operators spill; None means the system temp dir
 
 

@@ -7,7 +7,8 @@ scope. What is particular to iterations:
 
 * :class:`IterationHeadOperator` — one per variable stream (its records and, through the
   feedback edge, the next round's), per data stream (no feedback; a replayed one keeps its
-  records and sends them again at the start of every round after the first), and one that
+  records — in memory up to ``sort_memory_budget`` records, then spilled to disk — and
+  sends them again at the start of every round after the first), and one that
   swallows the termination-criteria stream (its task only counts those records).
 * :class:`PerRoundOperator` — wraps an operator of a ``PER_ROUND`` body (or of
   ``IterationBody.for_each_round``): a fresh instance each round, whose input ends with
@@ -41,6 +42,7 @@ from slipstream.errors import CheckpointError, SlipstreamError
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.loops import FEEDBACK, LoopHeadOperator
+from slipstream.operators.replay_cache import ReplayCache
 
 __all__ = ["IterationHeadOperator", "PerRoundOperator", "create_operator", "notify_epoch_watermark",
            "notify_iteration_terminated", "restore_functions", "snapshot_functions"]
@@ -56,8 +58,13 @@ class IterationHeadOperator(LoopHeadOperator):
         self.role = transformation.role
         self.replay = transformation.replay
         self.hold_feedback = transformation.hold_feedback
-        self._cache: list[RecordBatch] = []
+        self._cache: ReplayCache | None = None  # a replayed data stream's records, made in setup
         self._held: list[RecordBatch] = []
+
+    def setup(self, ctx: Any) -> None:
+        super().setup(ctx)
+        if self.replay:
+            self._cache = ReplayCache(ctx.sort_memory_budget, f"the replay cache of '{ctx.name}'", ctx.spill_dir)
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         if self.role == "criteria":
@@ -65,18 +72,30 @@ class IterationHeadOperator(LoopHeadOperator):
         if input_index == FEEDBACK and self.hold_feedback:
             self._held.append(batch)  # its epoch is the next round's: it goes in when that round starts
             return
-        if self.replay and input_index != FEEDBACK:
-            self._cache.append(batch)
+        if self._cache is not None and input_index != FEEDBACK:
+            self._keep(batch)
         self.output.collect_batch(batch)
+
+    def _keep(self, batch: RecordBatch) -> None:
+        self._cache.append(batch)  # type: ignore[union-attr]  # called for a replaying head only
+        self.ctx.metrics["spilled_bytes"] = self._cache.spilled_bytes  # type: ignore[union-attr]
 
     def snapshot_state(self) -> Any:
         """A replayed data stream's records so far (its source replays only what came after), and
         the feedback held for the next round."""
-        return {"replay_cache": self._cache, "held": self._held} if self._cache or self._held else None
+        cache = list(self._cache) if self._cache else []
+        return {"replay_cache": cache, "held": self._held} if cache or self._held else None
 
     def initialize_state(self, state: Any) -> None:
         if state:
-            self._cache, self._held = list(state["replay_cache"]), list(state["held"])
+            for batch in state["replay_cache"]:
+                self._keep(batch)
+            self._held = list(state["held"])
+
+    def close(self) -> None:
+        super().close()
+        if self._cache is not None:
+            self._cache.close()
 
     def on_epoch(self, epoch: int) -> None:
         """Round ``epoch`` ≥ 2 starts: the feedback held since the last round started (all of epoch
@@ -86,7 +105,7 @@ class IterationHeadOperator(LoopHeadOperator):
         held, self._held = self._held, []
         for batch in held:
             self.output.collect_batch(batch)
-        if self.replay:
+        if self._cache is not None:
             for batch in self._cache:
                 self.output.collect_batch(batch)
 

@@ -42,9 +42,10 @@ def test_spill_file_on_a_full_disk(tmp_path):
     channel = SpillingChannel(memory_budget=1, name="loop", spill_dir=str(tmp_path))
     channel.push(RecordBatch([1]))
     channel.push(RecordBatch([2]))  # spills: opens the file
-    channel._writer = FullStream(channel._writer)
+    spill_file = channel._file
+    spill_file._writer = FullStream(spill_file._writer)
     with pytest.raises(DiskFullError, match="spill file of channel loop") as caught:
         channel.push(RecordBatch([3]))
     assert caught.value.path.startswith(str(tmp_path))
-    channel._writer = channel._writer.real
+    spill_file._writer = spill_file._writer.real
     channel.close()

@@ -51,6 +51,7 @@ from slipstream.datastream.iteration import (
     iterate_bounded_streams_until_termination,
 )
 from slipstream.errors import CheckpointError, UserFunctionError
+from slipstream.operators.spill_file import SpillFile
 from slipstream.runtime.channels import SpillingChannel
 from slipstream.runtime.checkpoint.iteration_region import REGION_KIND, IterationRegion
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
@@ -299,13 +300,13 @@ def test_feedback_spilled_to_disk_is_checkpointed_and_restored_without_loss(tmp_
         original(region, checkpoint_id)
 
     def snapshot_elements(channel: SpillingChannel, original: Any = SpillingChannel.snapshot_elements) -> list:
-        if channel._spilled:
+        if len(channel) > len(channel.queue):  # some of it is in the spill file
             with_spilled_feedback.add(snapshotting[-1])
         return original(channel)
 
-    def spill(channel: SpillingChannel, element: Any, original: Any = SpillingChannel._spill) -> None:
+    def spill(file: SpillFile, element: Any, original: Any = SpillFile.append) -> None:
         spills.append(1)
-        original(channel, element)
+        original(file, element)
 
     def write(storage: CheckpointStorage, manifest: Any, files: dict, original: Any = CheckpointStorage.write) -> str:
         path = original(storage, manifest, files)
@@ -314,7 +315,7 @@ def test_feedback_spilled_to_disk_is_checkpointed_and_restored_without_loss(tmp_
 
     monkeypatch.setattr(IterationRegion, "_snapshot", snapshot)
     monkeypatch.setattr(SpillingChannel, "snapshot_elements", snapshot_elements)
-    monkeypatch.setattr(SpillingChannel, "_spill", spill)
+    monkeypatch.setattr(SpillFile, "append", spill)
     monkeypatch.setattr(CheckpointStorage, "write", write)
     env = make_env(tmp_path, 3, 3).configure(spill_dir=str(tmp_path / "spill"))
     env.runtime_options.channel_memory_budget = 4
@@ -408,20 +409,23 @@ def replay_body(fail_at: tuple[int, int]) -> Callable[[DataStreamList, DataStrea
     return body
 
 
-@pytest.mark.parametrize("style", ["replay", "per_round"])
+@pytest.mark.parametrize("style", ["replay", "replay_from_disk", "per_round"])
 @pytest.mark.parametrize("parallelism", [1, 3])
 def test_replayed_data_and_per_round_bodies_restart_to_the_oracle(tmp_path: Path, style: str,
                                                                   parallelism: int) -> None:
-    """Data replayed every round (``iterate_and_replay_bounded_streams_until_termination``, ALL_ROUND;
-    and Flink ML's ``Iterations`` with ``OperatorLifeCycle.PER_ROUND``): a failure in round 4 and a
-    restart from a mid-iteration checkpoint give every round's model exactly once, as the oracle."""
+    """Data replayed every round (``iterate_and_replay_bounded_streams_until_termination``, ALL_ROUND,
+    its cache in memory or mostly spilled to disk; and Flink ML's ``Iterations`` with
+    ``OperatorLifeCycle.PER_ROUND``): a failure in round 4 and a restart from a mid-iteration
+    checkpoint give every round's model exactly once, as the oracle."""
     w0 = 12_345
     expected, models = replay_oracle(w0)
     env = make_env(tmp_path, parallelism, parallelism, records=100)
+    if style == "replay_from_disk":
+        env.configure(sort_memory_budget=20, spill_dir=str(tmp_path / "spill"))
     initial = env.from_collection([(1, w0)]).set_parallelism(1)
     data = env.from_collection(DATA)
     body = replay_body((4, models[3]))
-    if style == "replay":
+    if style != "per_round":
         outputs = iterate_and_replay_bounded_streams_until_termination(DataStreamList.of(initial),
                                                                        DataStreamList.of(data), body)
     else:
@@ -429,9 +433,12 @@ def test_replayed_data_and_per_round_bodies_restart_to_the_oracle(tmp_path: Path
         outputs = Iterations.iterate_bounded_streams_until_termination(
             DataStreamList.of(initial), ReplayableDataStreamList.replay(data), config, body)
     sink(outputs.get(0), tmp_path)
-    stats = env.execute(f"replay-{style}").get_accumulator_result("checkpoints")
-    assert_restarted_from_mid_iteration(stats)
+    result = env.execute(f"replay-{style}")
+    assert_restarted_from_mid_iteration(result.get_accumulator_result("checkpoints"))
     assert_same(committed(tmp_path), expected)
+    if style == "replay_from_disk":
+        assert any(values.get("spilled_bytes") for values in result.get_all_accumulator_results().values())
+        assert not list((tmp_path / "spill").iterdir())
 
 
 # -- 4: termination criteria --------------------------------------------------------------------------------

@@ -37,6 +37,22 @@ def test_kmeans_equals_numpy(parallelism: int, seed: int, mode: RuntimeExecution
     np.testing.assert_allclose(centroids, kmeans.kmeans_numpy(np.concatenate(blocks), initial, 6), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_kmeans_replays_its_points_from_disk_past_the_memory_budget(tmp_path: Path, parallelism: int) -> None:
+    """With room for 5 records (blocks of 100 points) in memory, the replayed blocks past them are
+    read back from a spill file every round: the centroids still equal numpy's, and the spill files
+    are gone afterwards."""
+    blocks, initial = kmeans.make_data(3000, 4, 5, seed=1, block=100)
+    env = make_env(parallelism, 2).configure(sort_memory_budget=5, spill_dir=str(tmp_path))
+    out: list = []
+    kmeans.build_kmeans(env, blocks, initial, 6).add_sink(out.append)
+    metrics = env.execute("kmeans-spilling").get_all_accumulator_results()
+    np.testing.assert_allclose(out[0], kmeans.kmeans_numpy(np.concatenate(blocks), initial, 6), rtol=1e-9, atol=1e-9)
+    spilled = [values.get("spilled_bytes", 0) for name, values in metrics.items() if "data" in name]
+    assert spilled and all(size > 0 for size in spilled), metrics
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("parallelism,seed", [(1, 0), (4, 3)])
 def test_sync_linear_regression_equals_numpy_gradient_descent(parallelism: int, seed: int) -> None:
     blocks, w0 = linreg.make_data(1200, 4, seed=seed, block=100)

@@ -45,7 +45,7 @@ def test_spilling_channel_spills_past_budget_to_a_private_file() -> None:
     for start in range(0, 100, 5):
         channel.push(RecordBatch(list(range(start, start + 5))))
     assert channel.spilled_bytes > 0
-    spill_dir = os.path.dirname(channel._writer.name)
+    spill_dir = os.path.dirname(channel._file.path)
     assert os.stat(spill_dir).st_mode & 0o777 == 0o700
     assert not channel.is_full()
     values = []
