@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from slipstream.datastream import (
     CoProcessFunction,
@@ -651,3 +653,25 @@ def test_kmeans_example_body_restarts_from_a_mid_iteration_checkpoint(tmp_path: 
     (line,) = committed(tmp_path)
     np.testing.assert_allclose(np.array(json.loads(line)), kmeans.kmeans_numpy(points, initial, 6),
                                rtol=1e-9, atol=1e-9)
+
+
+# -- property: any failure point, parallelism, seed and budget ---------------------------------------------
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(n=st.integers(20, 400), parallelism=st.integers(1, 4), seed=st.integers(0, 10_000),
+       fail_x=st.integers(1, 400), fail_epoch=st.integers(1, 8), budget=st.sampled_from([2, 50, 100_000]),
+       interval=st.integers(5, 60))
+def test_a_restart_at_any_point_gives_the_oracle(tmp_path_factory: pytest.TempPathFactory, n: int, parallelism: int,
+                                                 seed: int, fail_x: int, fail_epoch: int, budget: int,
+                                                 interval: int) -> None:
+    """Whatever record fails (any number, any of its epochs — or none, when it never comes), at any
+    parallelism, scheduler seed, checkpoint interval and feedback budget: the committed output is the
+    oracle's, each epoch's line once."""
+    FailOnce.failures = FailOnce.seen = 0
+    tmp_path = tmp_path_factory.mktemp("restart")
+    env = make_env(tmp_path, parallelism, seed, interval=interval, records=None)
+    env.runtime_options.channel_memory_budget = budget
+    epochs_job(env, n, (fail_x, rounds(fail_x) - fail_epoch + 1), tmp_path)
+    stats = env.execute("any point").get_accumulator_result("checkpoints")
+    assert stats["restarts"] == FailOnce.failures
+    assert_same(committed(tmp_path), epoch_lines(n))
