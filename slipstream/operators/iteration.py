@@ -246,9 +246,10 @@ def notify_epoch_watermark(operator: StreamOperator, epoch: int) -> None:
 
 
 def notify_iteration_terminated(operator: StreamOperator) -> None:
-    """``operator``'s iteration ended (before its ``finish``)."""
-    if not isinstance(operator, PerRoundOperator):
-        _call(operator, lambda fn, ctx, out: fn.on_iteration_terminated(ctx, out), "on_iteration_terminated()")
+    """``operator``'s iteration ended (before its ``finish``): its listeners hear it — a per-round
+    operator's through the instance made for the round that will not run."""
+    target = operator.inner if isinstance(operator, PerRoundOperator) else operator
+    _call(target, lambda fn, ctx, out: fn.on_iteration_terminated(ctx, out), "on_iteration_terminated()")
 
 
 def snapshot_functions(operator: StreamOperator) -> list[bytes]:

@@ -109,10 +109,14 @@ def test_replayed_data_reaches_a_fresh_operator_every_round(style: str) -> None:
 
 
 class AsyncStep(ProcessFunction, IterationListener):
-    """Async: sends ``(x, left - 1)`` round at once; reports how many records this instance saw."""
+    """Async: sends ``(x, left - 1)`` round at once; reports how many records this instance saw,
+    and when the iteration ended."""
 
     def __init__(self) -> None:
         self.seen = 0
+
+    def on_iteration_terminated(self, context: Any, collector: Any) -> None:
+        context.output(SUMS, ("terminated", self.seen))
 
     def process_element(self, value: tuple[int, int], ctx: Any) -> Any:
         self.seen += 1
@@ -139,9 +143,15 @@ def test_a_per_round_instance_gets_exactly_its_epochs_records_even_when_async(pa
     outputs = Iterations.iterate_bounded_streams_until_termination(
         DataStreamList.of(e.from_collection(numbers)), ReplayableDataStreamList.not_replay(), config, body)
     seen: Counter = Counter()
+    terminated = []
     for epoch, count in outputs.get(0).execute_and_collect():
-        seen[epoch] += count
+        if epoch == "terminated":
+            terminated.append(count)
+        else:
+            seen[epoch] += count
     assert seen == Counter({epoch: sum(1 for _, rounds in numbers if rounds >= epoch) for epoch in range(1, 6)})
+    # the end reaches every subtask once, through the instance of a round that never runs
+    assert terminated == [0] * parallelism
 
 
 def test_listener_feedback_rounds_and_termination_without_criteria() -> None:
