@@ -62,10 +62,15 @@ Semantics (see :class:`slipstream.runtime.termination.EpochProgress` for the mec
   reading order. The feedback channel is unbounded in records and spills to disk past
   ``channel_memory_budget`` records.
 
+* **Loops in a body.** A FLIP-15 loop (``DataStream.iterate``) may run inside a body: an
+  epoch goes past the loop only once nothing of it goes round the loop any more (see
+  :mod:`slipstream.runtime.termination`), so operators after the loop, and inside it,
+  still see each epoch whole. An iteration nested in a body is not supported yet.
+
 Graph-time checks (``InvalidProgramError``): as many feedback streams as variable
 streams, feedback i at the parallelism of initial variable i, bounded inputs for the
 bounded entry points, no source or sink inside the body, no stream from outside the body
-used in it, no loop or iteration nested in a body (not supported yet).
+used in it, no iteration nested in a body (not supported yet).
 """
 
 from __future__ import annotations
@@ -81,7 +86,6 @@ from slipstream.datastream.transformations import (
     FeedbackTailTransformation,
     IterationHeadTransformation,
     LoopExitTransformation,
-    LoopHeadTransformation,
     SinkTransformation,
     SourceTransformation,
     Transformation,
@@ -545,7 +549,7 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
 
 
 def _check_body(created: list[Transformation], scope: StreamScope, what: str, body: Any) -> None:
-    """What a body may not build: sources, sinks, nested loops, operators on outside streams."""
+    """What a body may not build: sources, sinks, nested iterations, operators on outside streams."""
     for transformation in created:
         if isinstance(transformation, SourceTransformation):
             raise InvalidProgramError(f"{what}: the body {_body_name(body)!r} created the source "
@@ -553,10 +557,10 @@ def _check_body(created: list[Transformation], scope: StreamScope, what: str, bo
         if isinstance(transformation, SinkTransformation):
             raise InvalidProgramError(f"{what}: the body {_body_name(body)!r} added the sink '{transformation.name}'; "
                                       "an iteration body has no sinks: return the stream as an output stream")
-        if isinstance(transformation, LoopHeadTransformation):
-            raise InvalidProgramError(f"{what}: the body {_body_name(body)!r} builds a loop or iteration "
-                                      f"('{transformation.name}'); nesting is not supported yet")
-        if transformation.scope != scope:
+        if isinstance(transformation, IterationHeadTransformation):
+            raise InvalidProgramError(f"{what}: the body {_body_name(body)!r} builds an iteration "
+                                      f"('{transformation.name}'); nesting iterations is not supported yet")
+        if transformation.scope != scope and not transformation.scope.is_inner_of(scope):
             outside = next((t for t in transformation.inputs if t.scope != scope), None)
             name = outside.name if outside is not None else transformation.name
             raise InvalidProgramError(

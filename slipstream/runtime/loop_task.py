@@ -175,7 +175,8 @@ def attach_termination(tasks: list[StreamTask]) -> TerminationCoordinator:
         elif isinstance(task, LoopHeadTask):
             task.control = task.termination = HeadControl(
                 task.name, task.subtask_index, scope, task.regular_inputs, task.feedback_inputs,
-                coordinator, broadcast, busy, task.terminate_scope)
+                coordinator, broadcast, busy, task.terminate_scope,
+                task.iteration.on_epoch if in_iteration else None)
         else:
             on_aligned = None
             if in_iteration:

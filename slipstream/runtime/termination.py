@@ -42,6 +42,15 @@ and a feedback input:
    feedback before its input, and an attempt of S cannot succeed while a loop inside
    it still has records going round.
 
+**Loops inside iterations.** An epoch baton of an iteration I that reaches a loop L nested in
+I is not taken round L at once: L's head subtasks hold it, and once all hold epoch e the
+coordinator runs attempts of L, as in step 2, until one comes back clean — nothing went
+round L while it was inside, and no task was busy. Then every head subtask of L sends the
+held baton into L's body, and through L's exit it goes on into I: so an operator after L
+reaches epoch watermark e only after every record of epoch e has left L, however often
+it went round. (Records of the next epoch entering L meanwhile only make an attempt fail
+and the check repeat.) Epochs held at L are checked in order, one at a time.
+
 Why a successful attempt leaves no record anywhere in S: channels are FIFO and every
 task forwards a baton only after every input delivered it, and emits on every output
 the baton after whatever it emitted before. A record *ahead* of ``(S, k)`` anywhere in
@@ -58,7 +67,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slipstream.datastream.scope import StreamScope
@@ -67,6 +76,9 @@ from slipstream.operators.elements import TerminationAttempt, TerminationStatus
 
 Broadcast = Callable[[TerminationAttempt], None]
 """Sends a baton on every output of a task, after what the task emitted before."""
+
+ScopeMap = Callable[[StreamScope], StreamScope]
+"""A scope of a checkpointed run -> the same scope in this run (scopes are numbered as a job is built)."""
 
 
 def lies_within(task_scope: StreamScope, scope: StreamScope) -> bool:
@@ -125,20 +137,17 @@ class BatonAligner:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def snapshot(self, scope: StreamScope) -> list[tuple[int, int, list[int], TerminationStatus, int]]:
-        """The half-aligned batons, all of ``scope``, with their channels as positions in the group."""
+    def snapshot(self) -> list[tuple[StreamScope, int, int, list[int], TerminationStatus, int]]:
+        """The half-aligned batons, with their channels as positions in the group."""
         positions = {id(c): n for n, c in enumerate(self.channels)}
-        state = []
-        for (baton_scope, attempt_id, last_completed), alignment in self._pending.items():
-            if baton_scope != scope:
-                raise SlipstreamError(f"a baton of scope {baton_scope} is half-aligned inside scope {scope}")
-            state.append((attempt_id, last_completed, sorted(positions[c] for c in alignment.delivered),
-                          alignment.status, alignment.last_visited_level))
-        return state
+        return [(scope, attempt_id, last_completed, sorted(positions[c] for c in alignment.delivered),
+                 alignment.status, alignment.last_visited_level)
+                for (scope, attempt_id, last_completed), alignment in self._pending.items()]
 
-    def restore(self, state: list[tuple[int, int, list[int], TerminationStatus, int]], scope: StreamScope) -> None:
-        for attempt_id, last_completed, delivered, status, last_visited in state:
-            self._pending[(scope, attempt_id, last_completed)] = _Alignment(
+    def restore(self, state: list[tuple[StreamScope, int, int, list[int], TerminationStatus, int]],
+                in_this_run: ScopeMap) -> None:
+        for scope, attempt_id, last_completed, delivered, status, last_visited in state:
+            self._pending[(in_this_run(scope), attempt_id, last_completed)] = _Alignment(
                 {id(self.channels[n]) for n in delivered}, status, last_visited)
 
 
@@ -173,10 +182,10 @@ class TaskTermination:
             self._forward(done)
 
     def snapshot(self) -> Any:
-        return self._aligner.snapshot(self.scope)
+        return self._aligner.snapshot()
 
-    def restore(self, state: Any) -> None:
-        self._aligner.restore(state, self.scope)
+    def restore(self, state: Any, in_this_run: ScopeMap) -> None:
+        self._aligner.restore(state, in_this_run)
 
     def _forward(self, baton: TerminationAttempt) -> None:
         if not self._finished():
@@ -196,7 +205,8 @@ class HeadControl:
 
     def __init__(self, name: str, subtask_index: int, scope: StreamScope, regular: Iterable[Any],
                  feedback: Iterable[Any], coordinator: TerminationCoordinator, broadcast: Broadcast,
-                 busy: Callable[[], bool], terminate: Callable[[], None]) -> None:
+                 busy: Callable[[], bool], terminate: Callable[[], None],
+                 on_epoch: Callable[[int], None] | None = None) -> None:
         self.name = name
         self.subtask_index = subtask_index
         self.scope = scope
@@ -210,6 +220,8 @@ class HeadControl:
         self._terminate = terminate
         self._commands: deque[tuple[str, int]] = deque()
         self._in_flight: dict[tuple[StreamScope, int], int] = {}  # attempt -> feedback records seen
+        self._held_epochs: deque[TerminationAttempt] = deque()  # of the iteration around: until this loop is quiet
+        self._on_epoch = on_epoch  # a loop in an iteration: its chain's epoch watermark, as an epoch goes on
         self.enclosing_complete = False  # a completion baton of an enclosing scope came through
         self.ready = False
         self.terminated = False
@@ -264,12 +276,34 @@ class HeadControl:
                 self._in_flight[(self.scope, attempt_id)] = 0
                 status = TerminationStatus.BUSY if self._busy() else TerminationStatus.IDLE
                 self._broadcast(TerminationAttempt(self.scope, attempt_id, self.level, self.level - 1, status))
+            elif command == "release":
+                epoch = self._held_epochs.popleft()
+                if self._on_epoch is not None:
+                    self._on_epoch(epoch.attempt_id)
+                self._broadcast(epoch.visited(self.level, self._busy()))
             else:
                 if attempt_id:  # decided here: announce it to the loops inside, ahead of end of input
                     self._broadcast(TerminationAttempt(self.scope, attempt_id, self.level, self.level))
                 self.terminated = True
                 self._in_flight.clear()
                 self._terminate()
+
+    # -- checkpoints of iterations (runtime.checkpoint.iteration_region) --------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """This head subtask's protocol state: commands not run yet, attempts in flight, held epochs."""
+        return {"commands": list(self._commands), "in_flight": dict(self._in_flight),
+                "held_epochs": list(self._held_epochs), "enclosing_complete": self.enclosing_complete,
+                "ready": self.ready, "terminated": self.terminated,
+                "regular": self._regular.snapshot(), "feedback": self._feedback.snapshot()}
+
+    def restore(self, state: dict[str, Any], in_this_run: ScopeMap) -> None:
+        self._commands = deque(state["commands"])
+        self._in_flight = {(in_this_run(scope), attempt): seen for (scope, attempt), seen in state["in_flight"].items()}
+        self._held_epochs = deque(replace(baton, scope=in_this_run(baton.scope)) for baton in state["held_epochs"])
+        self.enclosing_complete, self.ready = state["enclosing_complete"], state["ready"]
+        self.terminated = state["terminated"]
+        self._regular.restore(state["regular"], in_this_run)
+        self._feedback.restore(state["feedback"], in_this_run)
 
     # -- from the coordinator ---------------------------------------------------------------------
     def command_inject(self, attempt_id: int) -> None:
@@ -278,19 +312,29 @@ class HeadControl:
     def command_terminate(self, attempt_id: int) -> None:
         self._commands.append(("terminate", attempt_id))
 
+    def command_release(self, epoch: int) -> None:
+        """This loop is quiet: the oldest epoch held at it goes on into its body (and out)."""
+        self._commands.append(("release", epoch))
+
     # -- internals --------------------------------------------------------------------------------
     def _on_regular_baton(self, baton: TerminationAttempt) -> None:
-        """A baton of an enclosing scope, aligned on the regular inputs: take it round this loop."""
+        """A baton of an enclosing scope, aligned on the regular inputs: take it round this loop —
+        or, an epoch of an iteration around the loop, hold it until the loop is quiet (see "Loops
+        inside iterations" in the module docstring)."""
         if baton.is_completion:
             self.enclosing_complete = True
+        elif baton.scope in self.coordinator.iterations:
+            self._held_epochs.append(baton)
+            self.coordinator.epoch_reached(self, baton.attempt_id)
+            return
         else:
             self._in_flight[(baton.scope, baton.attempt_id)] = 0
         self._broadcast(baton.visited(self.level, self._busy()))
 
     def _on_feedback_baton(self, baton: TerminationAttempt) -> None:
         """A baton came back round this loop: report what was seen while it was inside."""
-        if baton.is_completion or self.terminated:
-            return
+        if baton.is_completion or self.terminated or baton.scope in self.coordinator.iterations:
+            return  # a released epoch has done its work in here
         seen = self._in_flight.pop((baton.scope, baton.attempt_id), None)
         if seen is None:
             raise SlipstreamError(f"loop head '{self.name}': baton {baton} came back without having "
@@ -324,6 +368,9 @@ class TerminationCoordinator:
         self.completed: list[StreamScope] = []
         self.iterations: dict[StreamScope, EpochProgress] = {}  # FLIP-176 scopes: rounds, not attempts
         self._round_reports: dict[tuple[StreamScope, int], dict[int, tuple[IterationHeadControl, int]]] = {}
+        self._epochs_reached: dict[tuple[StreamScope, int], set[int]] = {}  # (loop, epoch) -> its head subtasks
+        self._epochs_to_check: dict[StreamScope, deque[int]] = {}  # loop -> epochs every head subtask holds
+        self._checking: dict[StreamScope, int] = {}  # loop -> the epoch its attempt in flight checks
 
     def register(self, head: HeadControl) -> None:
         self._heads.setdefault(head.scope, []).append(head)
@@ -351,7 +398,9 @@ class TerminationCoordinator:
         del self._reports[(scope, attempt_id)]
         clean_all = all(ok for ok, _ in reports.values())
         self.history.append(AttemptRecord(scope, attempt_id, clean_all, sum(n for _, n in reports.values())))
-        if clean_all:
+        if scope in self._checking:
+            self._epoch_checked(scope, attempt_id, clean_all)
+        elif clean_all:
             self.completed.append(scope)
             for own in self._heads[scope]:
                 own.command_terminate(attempt_id)
@@ -364,6 +413,33 @@ class TerminationCoordinator:
 
     def attempts(self, scope: StreamScope) -> int:
         return sum(1 for record in self.history if record.scope == scope)
+
+    # -- loops inside iterations: an epoch goes on once the loop is quiet ----------------------------
+    def epoch_reached(self, head: HeadControl, epoch: int) -> None:
+        """A loop head subtask inside an iteration holds ``epoch``: once every subtask does, attempts
+        of the loop's scope check that nothing of that epoch still goes round it."""
+        reached = self._epochs_reached.setdefault((head.scope, epoch), set())
+        reached.add(id(head))
+        if len(reached) == len(self._heads[head.scope]):
+            del self._epochs_reached[(head.scope, epoch)]
+            self._epochs_to_check.setdefault(head.scope, deque()).append(epoch)
+            if head.scope not in self._checking:
+                self._check_next_epoch(head.scope)
+
+    def _check_next_epoch(self, scope: StreamScope) -> None:
+        waiting = self._epochs_to_check.get(scope)
+        if waiting:
+            self._checking[scope] = waiting.popleft()
+            self._start(scope, self.attempts(scope) + 1)
+
+    def _epoch_checked(self, scope: StreamScope, attempt_id: int, quiet: bool) -> None:
+        if not quiet:
+            self._start(scope, attempt_id + 1)
+            return
+        epoch = self._checking.pop(scope)
+        for own in self._heads[scope]:
+            own.command_release(epoch)
+        self._check_next_epoch(scope)
 
     # -- FLIP-176 iterations: epoch rounds ----------------------------------------------------------
     def add_iteration(self, scope: StreamScope, has_criteria: bool) -> EpochProgress:
@@ -395,27 +471,53 @@ class TerminationCoordinator:
         elif decision == "next":
             self._start(scope, epoch + 1)
 
-    def snapshot_iteration(self, scope: StreamScope) -> dict[str, Any]:
-        """What this coordinator knows of iteration ``scope``, with heads as positions in its list."""
-        heads = self._heads[scope]
-        position = {id(head): n for n, head in enumerate(heads)}
-        progress = self.iterations[scope]
-        return {"ready": sorted(position[h] for h in self._ready.get(scope, ())),
-                "round_reports": {epoch: {position[h]: count for h, (_, count) in reports.items()}
-                                  for (s, epoch), reports in self._round_reports.items() if s == scope},
-                "epoch_watermark": progress.epoch_watermark, "parked": progress.parked,
-                "terminated": progress.terminated, "rounds": list(progress.rounds)}
+    def snapshot_scopes(self, scopes: list[StreamScope]) -> list[dict[str, Any]]:
+        """What this coordinator knows of ``scopes`` (an iteration and the loops inside it), with
+        head subtasks as positions in its lists (see :mod:`runtime.checkpoint.iteration_region`)."""
+        state = []
+        for scope in scopes:
+            own = {id(head): n for n, head in enumerate(self._heads[scope])}
+            within = {id(head): n for n, head in enumerate(self.heads_within(scope))}
+            entry: dict[str, Any] = {
+                "ready": sorted(own[h] for h in self._ready.get(scope, ())),
+                "reports": {attempt: {within[h]: report for h, report in reports.items()}
+                            for (s, attempt), reports in self._reports.items() if s == scope},
+                "history": [r for r in self.history if r.scope == scope], "completed": scope in self.completed,
+                "epochs_reached": {epoch: sorted(own[h] for h in heads)
+                                   for (s, epoch), heads in self._epochs_reached.items() if s == scope},
+                "epochs_to_check": list(self._epochs_to_check.get(scope, ())), "checking": self._checking.get(scope)}
+            progress = self.iterations.get(scope)
+            if progress is not None:
+                entry["round_reports"] = {epoch: {own[h]: count for h, (_, count) in reports.items()}
+                                          for (s, epoch), reports in self._round_reports.items() if s == scope}
+                entry["progress"] = {"epoch_watermark": progress.epoch_watermark, "parked": progress.parked,
+                                     "terminated": progress.terminated, "rounds": list(progress.rounds)}
+            state.append(entry)
+        return state
 
-    def restore_iteration(self, scope: StreamScope, state: dict[str, Any]) -> None:
-        heads = self._heads[scope]
-        self._ready[scope] = {id(heads[n]) for n in state["ready"]}
-        for epoch, reports in state["round_reports"].items():
-            self._round_reports[(scope, epoch)] = {id(heads[n]): (heads[n], count) for n, count in reports.items()}
-        progress = self.iterations[scope]
-        progress.epoch_watermark, progress.parked = state["epoch_watermark"], state["parked"]
-        progress.terminated, progress.rounds = state["terminated"], list(state["rounds"])
-        if progress.terminated:
-            self.completed.append(scope)
+    def restore_scopes(self, scopes: list[StreamScope], state: list[dict[str, Any]]) -> None:
+        """Put back what :meth:`snapshot_scopes` took, into the same scopes of this run."""
+        for scope, entry in zip(scopes, state, strict=True):
+            heads, within = self._heads[scope], self.heads_within(scope)
+            self._ready[scope] = {id(heads[n]) for n in entry["ready"]}
+            for attempt, reports in entry["reports"].items():
+                self._reports[(scope, attempt)] = {id(within[n]): report for n, report in reports.items()}
+            self.history += [replace(record, scope=scope) for record in entry["history"]]
+            if entry["completed"]:
+                self.completed.append(scope)
+            for epoch, reached in entry["epochs_reached"].items():
+                self._epochs_reached[(scope, epoch)] = {id(heads[n]) for n in reached}
+            if entry["epochs_to_check"]:
+                self._epochs_to_check[scope] = deque(entry["epochs_to_check"])
+            if entry["checking"] is not None:
+                self._checking[scope] = entry["checking"]
+            if "progress" in entry:
+                for epoch, reports in entry["round_reports"].items():
+                    self._round_reports[(scope, epoch)] = {id(heads[n]): (heads[n], count)
+                                                           for n, count in reports.items()}
+                progress, saved = self.iterations[scope], entry["progress"]
+                progress.epoch_watermark, progress.parked = saved["epoch_watermark"], saved["parked"]
+                progress.terminated, progress.rounds = saved["terminated"], list(saved["rounds"])
 
     def wake(self, scope: StreamScope) -> None:
         """Something happened in a parked iteration (a record, an input's end): run the next round."""
@@ -508,17 +610,12 @@ class IterationHeadControl(HeadControl):
         self.inputs_ended = not self._regular.channels
 
     def snapshot(self) -> dict[str, Any]:
-        """This subtask's part in its iteration's rounds (see :mod:`runtime.checkpoint.iteration_region`)."""
-        return {"commands": list(self._commands), "counted": self._counted, "ready": self.ready,
-                "inputs_ended": self.inputs_ended, "terminated": self.terminated,
-                "regular": self._regular.snapshot(self.scope), "feedback": self._feedback.snapshot(self.scope)}
+        """This subtask's part in its iteration's rounds, and the records it counted in this one."""
+        return dict(super().snapshot(), counted=self._counted, inputs_ended=self.inputs_ended)
 
-    def restore(self, state: dict[str, Any]) -> None:
-        self._commands = deque(state["commands"])
-        self._counted, self.ready = state["counted"], state["ready"]
-        self.inputs_ended, self.terminated = state["inputs_ended"], state["terminated"]
-        self._regular.restore(state["regular"], self.scope)
-        self._feedback.restore(state["feedback"], self.scope)
+    def restore(self, state: dict[str, Any], in_this_run: ScopeMap) -> None:
+        super().restore(state, in_this_run)
+        self._counted, self.inputs_ended = state["counted"], state["inputs_ended"]
 
     def start(self) -> None:
         """Deployed: a head with no input (criteria), or whose records have the maximum epoch

@@ -39,7 +39,7 @@ def region_state(checkpoint: VerifiedCheckpoint) -> dict:
 def records_in_flight(checkpoint: VerifiedCheckpoint) -> int:
     """Records waiting in the iteration's channels at the checkpoint, counted while its epochs run."""
     state = region_state(checkpoint)
-    progress = state["coordinator"]
+    progress = state["coordinator"][0]["progress"]
     if progress["epoch_watermark"] < 1 or progress["terminated"]:
         return 0
     return sum(len(element) for task in state["tasks"] for channel in task["channels"] if channel
@@ -58,7 +58,7 @@ def check_iteration(kind: str, n: int, out: str, checkpoints: str, kills: list) 
         visits[x % KEYS] += rounds(x)
     assert keyed_counts(final, "step", "visits") == visits
     state = region_state(final)
-    assert state["coordinator"]["terminated"]
+    assert state["coordinator"][0]["progress"]["terminated"]
     (attributes,) = [pickle.loads(fn) for task in state["tasks"] for functions in task["functions"]
                      for fn in functions if "cumulative" in (pickle.loads(fn) or {})]
     (final_line,) = [line for line in expected if line.startswith("final,")]

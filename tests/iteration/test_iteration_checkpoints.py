@@ -157,7 +157,7 @@ def assert_restarted_from_mid_iteration(stats: dict) -> dict:
     assert FailOnce.failures == 1 and FailOnce.seen >= 2, "the failure happened, and its record came again"
     assert stats["restarts"] == 1 and stats["restored_from"] is not None, stats
     state = region_state(stats["restored_from"])
-    progress = state["coordinator"]
+    progress = state["coordinator"][0]["progress"]
     assert progress["epoch_watermark"] >= 1 and not progress["terminated"], progress
     return state
 
@@ -335,7 +335,7 @@ def test_feedback_spilled_to_disk_is_checkpointed_and_restored_without_loss(tmp_
     assert stats["restarts"] == 1 and stats["restored_from"] is not None, stats
     assert stats["restored_from"] == CheckpointStorage(str(tmp_path / "chk")).path_of(completed_at_failure[0])
     assert completed_at_failure[0] in with_spilled_feedback, (completed_at_failure, with_spilled_feedback)
-    progress = region_state(stats["restored_from"])["coordinator"]
+    progress = region_state(stats["restored_from"])["coordinator"][0]["progress"]
     assert progress["epoch_watermark"] >= 1 and not progress["terminated"], progress
     assert_same(committed(tmp_path), epoch_lines(N_EPOCHS_JOB))
 
@@ -520,7 +520,7 @@ def criteria_run(tmp_path: Path, n: int, parallelism: int, fail_at: Any) -> tupl
     sink(outputs.get(0).union(outputs.get(1)), tmp_path)
     stats = env.execute("criteria").get_accumulator_result("checkpoints")
     storage = CheckpointStorage(str(tmp_path / "chk"))
-    progress = region_state(storage.path_of(storage.complete_ids()[-1]))["coordinator"]
+    progress = region_state(storage.path_of(storage.complete_ids()[-1]))["coordinator"][0]["progress"]
     assert progress["terminated"]
     return stats, len(progress["rounds"])
 
@@ -554,7 +554,7 @@ def test_an_iteration_restores_only_at_the_parallelism_it_was_checkpointed_at(tm
     with pytest.raises(UserFunctionError, match="injected failure"):
         env.execute("first")
     storage = CheckpointStorage(str(tmp_path / "chk"))
-    assert region_state(storage.path_of(storage.complete_ids()[-1]))["coordinator"]["epoch_watermark"] >= 1
+    assert region_state(storage.path_of(storage.complete_ids()[-1]))["coordinator"][0]["progress"]["epoch_watermark"] >= 1
     env = make_env(tmp_path, new_parallelism, 0)
     epochs_job(env, N_EPOCHS_JOB, None, tmp_path)
     with pytest.raises(CheckpointError, match="restored only at the parallelism it was checkpointed at"):
@@ -623,7 +623,7 @@ def test_kmeans_example_with_checkpoints_equals_numpy(tmp_path: Path) -> None:
         FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build())
     env.execute("kmeans")
     storage = CheckpointStorage(str(tmp_path / "chk"))
-    progress = [region_state(storage.path_of(i))["coordinator"] for i in storage.complete_ids()]
+    progress = [region_state(storage.path_of(i))["coordinator"][0]["progress"] for i in storage.complete_ids()]
     assert any(p["epoch_watermark"] >= 1 and not p["terminated"] for p in progress), "checkpoints between rounds"
     (line,) = committed(tmp_path)
     np.testing.assert_allclose(np.array(json.loads(line)), kmeans.kmeans_numpy(np.concatenate(blocks), initial, 6),

@@ -38,13 +38,17 @@ from slipstream.datastream.time import MAX_WATERMARK
 from slipstream.errors import CheckpointError, CorruptCheckpointError, SlipstreamError
 from slipstream.operators.elements import TerminationAttempt
 from slipstream.operators.iteration import restore_functions, snapshot_functions
-from slipstream.runtime.checkpoint.barriers import BarrierHandler, CheckpointBarrier, CheckpointListener
+from slipstream.runtime.checkpoint.barriers import (
+    BarrierHandler,
+    CheckpointBarrier,
+    CheckpointListener,
+)
 from slipstream.runtime.checkpoint.manifest import Manifest
 from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot, snapshot_task
-from slipstream.runtime.loop_task import FEEDBACK_INPUT, IterationHeadTask
+from slipstream.runtime.loop_task import FEEDBACK_INPUT, IterationHeadTask, LoopHeadTask
 from slipstream.runtime.record_writer import RecordWriter
 from slipstream.runtime.task import SourceTask, StreamTask
-from slipstream.runtime.termination import lies_within
+from slipstream.runtime.termination import ScopeMap, lies_within
 
 REGION_KIND = "IterationRegion"
 """The kind of the manifest entry that holds an iteration's state beside its operators'."""
@@ -58,6 +62,15 @@ def iteration_regions(tasks: list[StreamTask]) -> list[tuple[StreamScope, list[S
             scopes.append(task.head.transformation.scope)
     return [(scope, [task for task in tasks if not isinstance(task, SourceTask)
                      and lies_within(task.head.transformation.scope, scope)]) for scope in scopes]
+
+
+def _scopes(scope: StreamScope, tasks: list[StreamTask]) -> list[StreamScope]:
+    """The iteration's scope, then the scopes of the loops inside it, in task order."""
+    scopes = [scope]
+    for task in tasks:
+        if task.head.transformation.scope not in scopes:
+            scopes.append(task.head.transformation.scope)
+    return scopes
 
 
 def _region_uid(tasks: list[StreamTask]) -> str:
@@ -103,12 +116,13 @@ class IterationRegion:
                 for operator in task.operators:
                     operator.prepare_snapshot_pre_barrier(checkpoint_id)
             task.flush()  # the head whose barrier completed the alignment is in the middle of its turn
-        state = {"layout": _layout(self.tasks), "scope": self.scope,
-                 "coordinator": self.heads[0].control.coordinator.snapshot_iteration(self.scope),
+        scopes = _scopes(self.scope, self.tasks)
+        state = {"layout": _layout(self.tasks), "scopes": scopes,
+                 "coordinator": self.heads[0].control.coordinator.snapshot_scopes(scopes),
                  "tasks": [self._task_state(task) for task in self.tasks]}
         try:
             data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001 - any pickling failure names the iteration
+        except Exception as exc:
             raise CheckpointError(f"iteration '{self.heads[0].name}': the records going round it cannot be "
                                   f"written to a checkpoint: {type(exc).__name__}: {exc}") from exc
         region = OperatorSnapshot(self.uid, REGION_KIND, 0, 1, 1, None, None, data)
@@ -123,7 +137,7 @@ class IterationRegion:
 
     @staticmethod
     def _task_state(task: StreamTask) -> dict[str, Any]:
-        head = isinstance(task, IterationHeadTask)
+        head = isinstance(task, IterationHeadTask)  # its regular inputs come from outside the iteration
         return {"finished": task.finished, "scope_terminated": getattr(task, "scope_terminated", False),
                 "channels": task.snapshot_channels(lambda c: not head or c.input_index == FEEDBACK_INPUT),
                 "protocol": task.termination.snapshot(), "writers": [writer.snapshot() for writer in task.writers],
@@ -166,6 +180,9 @@ class IterationMemberBarrierHandler(BarrierHandler):
         raise SlipstreamError(f"task {self.task}: checkpoint barrier {barrier.checkpoint_id} reached the inside "
                               "of an iteration (only its heads align barriers)")
 
+    def log(self, channel: Any, batch: Any) -> None:
+        """A loop head inside the iteration: its feedback channel is captured whole, nothing to log."""
+
 
 def attach_iteration_regions(tasks: list[StreamTask], listener: CheckpointListener,
                              exactly_once: bool) -> list[IterationRegion]:
@@ -192,16 +209,17 @@ def restore_iteration_regions(tasks: list[StreamTask], manifest: Manifest, files
                 f"{new}: an iteration is restored only at the parallelism it was checkpointed at (its records "
                 "and epochs in flight belong to subtasks)")
         heads = [task for task in members if isinstance(task, IterationHeadTask)]
-        heads[0].control.coordinator.restore_iteration(scope, state["coordinator"])
-        old_scope = state["scope"]
+        scopes = _scopes(scope, members)
+        heads[0].control.coordinator.restore_scopes(scopes, state["coordinator"])
+        in_this_run = dict(zip(state["scopes"], scopes, strict=True)).__getitem__
         for task, task_state in zip(members, state["tasks"]):
-            _restore_task(task, task_state, old_scope, scope)
+            _restore_task(task, task_state, in_this_run, scope)
 
 
-def _restore_task(task: StreamTask, state: dict[str, Any], old_scope: StreamScope, scope: StreamScope) -> None:
-    def in_this_run(element: Any) -> Any:
-        if type(element) is TerminationAttempt and element.scope == old_scope:
-            return dataclasses.replace(element, scope=scope)
+def _restore_task(task: StreamTask, state: dict[str, Any], in_this_run: ScopeMap, scope: StreamScope) -> None:
+    def element_in_this_run(element: Any) -> Any:
+        if type(element) is TerminationAttempt:
+            return dataclasses.replace(element, scope=in_this_run(element.scope))
         return element
 
     def restore_user_functions() -> None:
@@ -212,13 +230,13 @@ def _restore_task(task: StreamTask, state: dict[str, Any], old_scope: StreamScop
         restore_user_functions()  # never opened again; what it holds goes into the next checkpoints
     else:
         task.after_open.append(restore_user_functions)
-    task.restore_channels([None if channel is None else dict(channel, elements=[in_this_run(e) for e in
-                                                                                channel["elements"]])
+    task.restore_channels([None if channel is None else
+                           dict(channel, elements=[element_in_this_run(e) for e in channel["elements"]])
                            for channel in state["channels"]])
-    task.termination.restore(state["protocol"])
+    task.termination.restore(state["protocol"], in_this_run)
     for writer, writer_state in zip(task.writers, state["writers"], strict=True):
         writer.restore(writer_state)
-    if isinstance(task, IterationHeadTask):
+    if isinstance(task, LoopHeadTask):
         task.scope_terminated = state["scope_terminated"]
     if state["finished"]:
         task.finished = True
