@@ -6,6 +6,7 @@ and with checkpoints, a restart mid-iteration (records going round both cycles) 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,12 +20,14 @@ from slipstream.datastream import (
     ProcessFunction,
     StreamExecutionEnvironment,
 )
+from slipstream.datastream.checkpoint_config import ExternalizedCheckpointCleanup
 from slipstream.datastream.iteration import (
     DataStreamList,
     IterationBodyResult,
     IterationListener,
     iterate_bounded_streams_until_termination,
 )
+from slipstream.errors import UserFunctionError
 
 PARTIALS = OutputTag("partials")
 DONE = OutputTag("done")
@@ -166,4 +169,23 @@ def test_a_restart_with_records_in_both_cycles_gives_the_oracle(tmp_path_factory
     sink(build(env, n, budget, FailOnce(lambda r: r == failing)), tmp_path)
     stats = env.execute("loop in iteration").get_accumulator_result("checkpoints")
     assert stats["restarts"] == FailOnce.failures
+    assert_same(committed(tmp_path), oracle(n))
+
+
+def test_a_rebuilt_job_restores_the_loop_and_the_iteration_with_its_own_scopes(tmp_path: Path) -> None:
+    """The job fails without restarting; built again (its loop and iteration get new scope numbers,
+    as in a new process that built other jobs first) it restores from the latest checkpoint, whose
+    batons and held epochs name the old scopes, and commits the oracle's output."""
+    FailOnce.failures = FailOnce.seen = 0
+    n = 300
+    failing = (170, rounds(170) - 2)  # 170 goes round 3 epochs: it fails in its third
+    env = make_env(tmp_path, 2, 4, interval=15, records=None, restarts=0)
+    env.get_checkpoint_config().set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
+    sink(build(env, n, 2, FailOnce(lambda r: r == failing)), tmp_path)
+    with pytest.raises(UserFunctionError, match="injected failure"):
+        env.execute("first")
+    env = make_env(tmp_path, 2, 4, interval=15, records=None)
+    sink(build(env, n, 2, FailOnce(lambda r: r == failing)), tmp_path)  # the same job: it failed once already
+    stats = env.execute("again", restore_from="latest").get_accumulator_result("checkpoints")
+    assert stats["restored_from"] is not None
     assert_same(committed(tmp_path), oracle(n))
