@@ -10,7 +10,7 @@ the jobs until the time is up.
 
 Usage::
 
-    python benchmarks/checkpoint_soak.py --minutes 6 [--seed 1] [--jobs counts,union,windows,bad,hybrid,iteration]
+    python benchmarks/checkpoint_soak.py --minutes 6 [--seed 1] [--jobs counts,union,windows,bad,hybrid,iteration,iteration_loop]
 
 Prints one line per round and a summary (kills, restarts, input records, committed output
 lines, verification); exits 1 if any round's output differed from its oracle.
@@ -37,7 +37,7 @@ from crash_job import oracle  # noqa: E402
 
 JOB = os.path.join(TESTS, "crash_job.py")
 SIZES = {"counts": 1_000_000, "union": 500_000, "windows": 150_000, "bad": 200_000, "hybrid": 1_000_000,
-         "iteration": 300_000}
+         "iteration": 300_000, "iteration_loop": 100_000}
 """Input records per job: each runs 5-15 s uninterrupted, so a round survives many kills."""
 
 

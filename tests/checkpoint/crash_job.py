@@ -24,6 +24,8 @@ KIND:
            epochs; a keyed listener (key ``x % KEYS``) keeps each epoch's numbers in an attribute and, at
            its epoch watermark, sends them round and their count and sum on; a listener at parallelism 1
            writes one line per epoch and one when the iteration terminates (``iteration_lines``)
+  iteration_loop  as iteration, but in every epoch each number first goes round a FLIP-15 loop inside
+           the body ``inner_rounds(x, left)`` times (same oracle: an epoch passes the loop whole)
 
 Usage for the last three: python crash_job.py KIND OUT_DIR CHECKPOINT_DIR N [PARALLELISM]
 """
@@ -111,7 +113,7 @@ def iteration_lines(n: int) -> Counter:
 
 
 def oracle(kind: str, n: int) -> Counter:
-    if kind == "iteration":
+    if kind in ("iteration", "iteration_loop"):
         return iteration_lines(n)
     if kind in ("loop", "nested"):
         return loop_lines(n, kind == "nested")
@@ -252,13 +254,13 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
         (numbers.key_by(lambda x: x % KEYS).process(_counted("from-the-source")).uid("source-count")
          .map(lambda x: (x, rounds(x), 0)).uid("rounds").iterate(_loop_body(kind == "nested", hook))
          .flat_map(lambda r: [f"r,{r[0]},{r[2]}", f"c,{r[3]},{r[4]}"]).uid("format").sink_to(sink).uid("sink"))
-    elif kind == "iteration":
+    elif kind in ("iteration", "iteration_loop"):
         from slipstream.datastream.iteration import DataStreamList, iterate_bounded_streams_until_termination
 
         numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers")
         variables = numbers.map(lambda x: (x, rounds(x))).uid("rounds")
         outputs = iterate_bounded_streams_until_termination(DataStreamList.of(variables), DataStreamList.of(),
-                                                            _iteration_body(hook))
+                                                            _iteration_body(hook, kind == "iteration_loop"))
         outputs.get(0).union(outputs.get(1)).sink_to(sink).uid("sink")
     else:
         raise ValueError(kind)
@@ -316,7 +318,7 @@ def _loop_body(nested: bool, hook):
     return body
 
 
-def _iteration_body(hook):
+def _iteration_body(hook, inner_loop: bool):
     """The iteration job's body over variables ``(x, rounds left)`` (see the module docstring)."""
     from slipstream.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, ValueStateDescriptor
     from slipstream.datastream.iteration import IterationBodyResult, IterationListener
@@ -371,9 +373,17 @@ def _iteration_body(hook):
         def on_iteration_terminated(self, context, collector):
             collector.collect(f"final,{self.visits},{self.cumulative}")
 
+    def lap(records):
+        stepped = records.map(lambda r: (r[0], r[1], r[2] - 1)).uid("lap")
+        return stepped.filter(lambda r: r[2] > 0).uid("lap-again").rebalance(), \
+            stepped.filter(lambda r: r[2] == 0).uid("lap-done")
+
     def body(variables, data):
-        stepped = (variables.get(0).map(hook).uid("hook").key_by(lambda r: r[0] % KEYS).process(Step())
-                   .uid("step"))
+        entering = variables.get(0).map(hook).uid("hook")
+        if inner_loop:
+            entering = (entering.map(lambda r: (r[0], r[1], inner_rounds(r[0], r[1]))).uid("laps")
+                        .iterate(lap).map(lambda r: r[:2]).uid("laps-done"))
+        stepped = entering.key_by(lambda r: r[0] % KEYS).process(Step()).uid("step")
         epochs = stepped.get_side_output(partials).global_().process(Epochs()).uid("epochs").set_parallelism(1)
         return IterationBodyResult([stepped], [stepped.get_side_output(done), epochs])
 
