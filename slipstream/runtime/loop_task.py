@@ -184,7 +184,7 @@ def attach_termination(tasks: list[StreamTask]) -> TerminationCoordinator:
                     if baton.scope in iterations:
                         hook.on_epoch(baton.attempt_id)
             task.termination = TaskTermination(scope, task.inputs, broadcast, busy,
-                                               lambda task=task: task.finished, on_aligned)
+                                               lambda task=task: task.finished, on_aligned, iterations)
     return coordinator
 
 

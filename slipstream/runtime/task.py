@@ -75,6 +75,7 @@ class InputChannel:
     ended: bool = False
     backlog: bool = False
     blocked: bool = False  # delivered a checkpoint barrier; not read until all inputs did (alignment)
+    held: bool = False  # delivered an epoch of an iteration; not read until the epoch is aligned (termination)
 
 
 class StreamTask:
@@ -151,7 +152,7 @@ class StreamTask:
         """Each input channel's waiting elements and what the task knows of it (None where not
         ``internal``: a channel whose producer replays from the checkpoint by itself)."""
         return [{"elements": c.channel.snapshot_elements(), "producer_finished": c.channel.producer_finished,
-                 "ended": c.ended, "watermark": c.watermark, "idle": c.idle} if internal(c) else None
+                 "ended": c.ended, "watermark": c.watermark, "idle": c.idle, "held": c.held} if internal(c) else None
                 for c in self.inputs]
 
     def restore_channels(self, states: list[dict[str, Any] | None]) -> None:
@@ -164,7 +165,7 @@ class StreamTask:
                 input_channel.channel.push(element)
             input_channel.channel.producer_finished = state["producer_finished"]
             input_channel.ended, input_channel.watermark = state["ended"], state["watermark"]
-            input_channel.idle = state["idle"]
+            input_channel.idle, input_channel.held = state["idle"], state["held"]
         for index, channels in enumerate(self._by_input):
             self._input_ended[index] = all(c.ended for c in channels)
         self.after_open.append(self._reapply_watermarks)
@@ -182,7 +183,7 @@ class StreamTask:
 
     def has_input(self) -> bool:
         for input_channel in self.inputs:
-            if input_channel.channel.queue and not input_channel.blocked:
+            if input_channel.channel.queue and not input_channel.blocked and not input_channel.held:
                 return True
         return False
 
@@ -216,14 +217,15 @@ class StreamTask:
         """The next channel to read: the highest priority that has data, round robin within it
         (before them, a ``first_when_full`` channel whose in-memory buffer is at its budget)."""
         for candidate in self._first_when_full:
-            if candidate.channel.queue and not candidate.blocked and candidate.channel.is_at_budget():
+            if candidate.channel.queue and not candidate.blocked and not candidate.held \
+                    and candidate.channel.is_at_budget():
                 return candidate
         for group_index, group in enumerate(self._priority_groups):
             count = len(group)
             start = self._next_in_group[group_index]
             for offset in range(count):
                 candidate = group[(start + offset) % count]
-                if candidate.channel.queue and not candidate.blocked:
+                if candidate.channel.queue and not candidate.blocked and not candidate.held:
                     self._next_in_group[group_index] = (start + offset + 1) % count
                     return candidate
         return None

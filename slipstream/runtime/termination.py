@@ -4,8 +4,10 @@ This module knows scopes, channels, batons and head subtasks — never operators
 Three parts:
 
 * :class:`BatonAligner` — a baton is complete at a task once every channel of a group
-  delivered it (or ended). Alignment does not block channels: records behind a baton
-  on a channel that already delivered it are processed, which is safe (see below).
+  delivered it (or ended). Aligning a loop's baton does not block channels: records
+  behind it on a channel that already delivered it are processed, which is safe (see
+  below). An iteration's epoch baton does hold such a channel until the epoch is aligned
+  (see :class:`EpochProgress`).
 * :class:`TaskTermination` — what every task in a loop does: align a baton on all its
   inputs, add its status (BUSY while it holds processing-time timers, i.e. may emit
   without new input) and forward it on all its outputs — if the task lies inside the
@@ -66,7 +68,7 @@ only entry from outside is its head, whose regular inputs had ended.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -101,8 +103,10 @@ class BatonAligner:
     scopes, or successive attempts still in flight on some paths) align independently.
     """
 
-    def __init__(self, channels: Iterable[Any]) -> None:
+    def __init__(self, channels: Iterable[Any], holds: Callable[[TerminationAttempt], bool] = lambda baton: False
+                 ) -> None:
         self.channels = list(channels)
+        self._holds = holds
         self._pending: dict[tuple[StreamScope, int, int], _Alignment] = {}
 
     def deliver(self, channel: Any, baton: TerminationAttempt) -> TerminationAttempt | None:
@@ -111,10 +115,18 @@ class BatonAligner:
         if alignment is None:
             alignment = self._pending[key] = _Alignment()
         alignment.delivered.add(id(channel))
+        if not baton.is_completion and self._holds(baton):
+            channel.held = True  # what follows on this channel is of a later epoch: it waits (see "Epochs")
         if baton.status is TerminationStatus.BUSY:
             alignment.status = TerminationStatus.BUSY
         alignment.last_visited_level = max(alignment.last_visited_level, baton.last_visited_level)
         return self._complete(key, alignment)
+
+    def release(self) -> None:
+        """The epoch the channels held for is aligned (or, at a loop, gone on): read them again.
+        A channel holds for one epoch at a time, so every held channel held for that one."""
+        for channel in self.channels:
+            channel.held = False
 
     def channel_ended(self) -> list[TerminationAttempt]:
         """Batons that an ended channel completed (it will deliver none)."""
@@ -161,10 +173,11 @@ class TaskTermination:
 
     def __init__(self, scope: StreamScope, channels: Iterable[Any], broadcast: Broadcast,
                  busy: Callable[[], bool], finished: Callable[[], bool],
-                 on_aligned: Callable[[TerminationAttempt], None] | None = None) -> None:
+                 on_aligned: Callable[[TerminationAttempt], None] | None = None,
+                 iterations: Collection[StreamScope] = ()) -> None:
         self.scope = scope
         self.level = scope.get_level()
-        self._aligner = BatonAligner(channels)
+        self._aligner = BatonAligner(channels, lambda baton: baton.scope in iterations)
         self._broadcast = broadcast
         self._busy = busy
         self._finished = finished
@@ -192,6 +205,7 @@ class TaskTermination:
             if self._on_aligned is not None and not baton.is_completion:
                 self._on_aligned(baton)
             self._broadcast(baton.visited(self.level, self._busy()))
+        self._aligner.release()
 
 
 class HeadControl:
@@ -212,7 +226,7 @@ class HeadControl:
         self.scope = scope
         self.level = scope.get_level()
         self.coordinator = coordinator
-        self._regular = BatonAligner(regular)
+        self._regular = BatonAligner(regular, lambda baton: baton.scope in coordinator.iterations)
         self._regular_ids = {id(c) for c in self._regular.channels}
         self._feedback = BatonAligner(feedback)
         self._broadcast = broadcast
@@ -281,6 +295,7 @@ class HeadControl:
                 if self._on_epoch is not None:
                     self._on_epoch(epoch.attempt_id)
                 self._broadcast(epoch.visited(self.level, self._busy()))
+                self._regular.release()  # the next epoch's records may come in now
             else:
                 if attempt_id:  # decided here: announce it to the loops inside, ahead of end of input
                     self._broadcast(TerminationAttempt(self.scope, attempt_id, self.level, self.level))
@@ -551,8 +566,13 @@ class EpochProgress:
     the records it counted since the previous round. Records carry their epoch by
     position: a record between the batons N - 1 and N of a channel has epoch N at most,
     and none ever comes after the baton of its epoch, which is all the epoch watermark
-    promises. Unbounded data heads take no part in the counts: their records have the
-    maximum epoch.
+    promises. A channel that delivered baton N is not read again until N is aligned at
+    its task (the baton *holds* it), so every task takes its input epoch by epoch: what a
+    listener sends round at epoch N never reaches another subtask of the same operator
+    before that subtask's epoch watermark N, and a sync algorithm's rounds stay exact at
+    any parallelism. This cannot deadlock: a held channel's producer already sent the
+    baton on all its outputs, and feedback channels, which never fill, are never held.
+    Unbounded data heads take no part in the counts: their records have the maximum epoch.
 
     Decision, once every head reported round N: the iteration terminates when all its
     inputs ended and the round saw no termination-criteria record (with a criteria
