@@ -260,7 +260,8 @@ def snapshot_functions(operator: StreamOperator) -> list[bytes]:
     what ``__getstate__`` gives — by default the attributes — without state handles and
     the runtime context, which ``open`` gives back. A function holding a resource (a
     connection, a lock) leaves it out with its own ``__getstate__``, as for any pickling.
-    cloudpickle writes it, so lambdas and closures among the attributes are fine.
+    What pickle cannot write, cloudpickle does, so lambdas and closures among the
+    attributes are fine.
     """
     result = []
     for fn in operator.user_functions():
@@ -268,13 +269,21 @@ def snapshot_functions(operator: StreamOperator) -> list[bytes]:
         if isinstance(state, dict):
             state = {name: value for name, value in state.items() if not isinstance(value, (State, RuntimeContext))}
         try:
-            result.append(cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+            result.append(_dumps(state))
         except Exception as exc:  # noqa: BLE001 - any pickling failure names the operator and function
             raise CheckpointError(
                 f"operator '{operator.ctx.name}' (uid '{operator.ctx.uid}'), subtask {operator.ctx.subtask_index + 1}: "
                 f"the state of its function {type(fn).__name__} (its attributes, or what its __getstate__ "
                 f"returns) cannot be written to a checkpoint: {type(exc).__name__}: {exc}") from exc
     return result
+
+
+def _dumps(state: Any) -> bytes:
+    """pickle (fast, in C) when it can; cloudpickle for what it cannot (lambdas, local classes)."""
+    try:
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def restore_functions(operator: StreamOperator, states: list[bytes]) -> None:

@@ -26,6 +26,11 @@ KIND:
            writes one line per epoch and one when the iteration terminates (``iteration_lines``)
   iteration_loop  as iteration, but in every epoch each number first goes round a FLIP-15 loop inside
            the body ``inner_rounds(x, left)`` times (same oracle: an epoch passes the loop whole)
+  online   examples/iteration_online_logistic_regression.py's offline-then-online job: a bounded
+           iteration trains on ``HISTORY`` samples, then an unbounded one on N live samples from an
+           unbounded source; each model version is written as ``version;w1,w2,w3``. Its oracle is
+           numpy's (``online_models``), equal within floating-point error, so tests compare it
+           themselves (summation order may differ in the last bits)
 
 Usage for the last three: python crash_job.py KIND OUT_DIR CHECKPOINT_DIR N [PARALLELISM]
 """
@@ -37,6 +42,7 @@ import sys
 from collections import Counter
 
 KEYS = 13
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 
 
 def is_bad(i: int) -> int:
@@ -110,6 +116,26 @@ def iteration_lines(n: int) -> Counter:
         visits += len(numbers)
         lines.append(f"epoch,{epoch},{len(numbers)},{sum(numbers)},{cumulative}")
     return Counter(lines + [f"final,{visits},{cumulative}"])
+
+
+HISTORY = 1000
+"""Samples the online job trains on offline, before its N live ones."""
+
+
+def online_samples(n: int):
+    sys.path.insert(0, EXAMPLES)
+    import iteration_online_logistic_regression as online
+
+    return online, online.make_samples(HISTORY + n, 3, seed=7)
+
+
+def online_models(n: int) -> list:
+    """The online job's oracle: the model versions 1, 2, ... numpy's mini-batch SGD gives."""
+    import numpy as np
+
+    online, (X, y) = online_samples(n)
+    start = online.offline_numpy(X[:HISTORY], y[:HISTORY], np.zeros(3), 0.5, 12)
+    return online.online_numpy(X[HISTORY:], y[HISTORY:], start, 0.5, 40)
 
 
 def oracle(kind: str, n: int) -> Counter:
@@ -262,6 +288,14 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
         outputs = iterate_bounded_streams_until_termination(DataStreamList.of(variables), DataStreamList.of(),
                                                             _iteration_body(hook, kind == "iteration_loop"))
         outputs.get(0).union(outputs.get(1)).sink_to(sink).uid("sink")
+    elif kind == "online":
+        import numpy as np
+
+        online, (X, y) = online_samples(n)
+        history, live = (X[:HISTORY], y[:HISTORY]), (X[HISTORY:], y[HISTORY:])
+        models = online.build_offline_then_online(env, history, live, np.zeros(3), 0.5, 12, 40, block=100)
+        (models.map(lambda m: f"{m[0]};{','.join(repr(float(w)) for w in m[1])}").uid("format")
+         .sink_to(sink).uid("sink"))
     else:
         raise ValueError(kind)
     return env

@@ -22,7 +22,8 @@ import random
 from collections import Counter
 
 import pytest
-from crash_job import KEYS, oracle, rounds
+import numpy as np
+from crash_job import KEYS, online_models, oracle, rounds
 from test_kill_recovery import committed_output
 from test_loop_kills import keyed_counts, newest_checkpoint, run_with_kills
 
@@ -31,19 +32,26 @@ from slipstream.runtime.checkpoint.iteration_region import REGION_KIND
 from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
 
 
+def region_states(checkpoint: VerifiedCheckpoint) -> list[dict]:
+    """The state of each iteration in the checkpoint."""
+    return [pickle.loads(checkpoint.files[entry.subtasks[0].operator])
+            for entry in checkpoint.manifest.operators.values() if entry.kind == REGION_KIND]
+
+
 def region_state(checkpoint: VerifiedCheckpoint) -> dict:
-    (entry,) = [e for e in checkpoint.manifest.operators.values() if e.kind == REGION_KIND]
-    return pickle.loads(checkpoint.files[entry.subtasks[0].operator])
+    (state,) = region_states(checkpoint)
+    return state
 
 
 def records_in_flight(checkpoint: VerifiedCheckpoint) -> int:
-    """Records waiting in the iteration's channels at the checkpoint, counted while its epochs run."""
-    state = region_state(checkpoint)
-    progress = state["coordinator"][0]["progress"]
-    if progress["epoch_watermark"] < 1 or progress["terminated"]:
-        return 0
-    return sum(len(element) for task in state["tasks"] for channel in task["channels"] if channel
-               for element in channel["elements"] if type(element) is RecordBatch)
+    """Records waiting in the channels of iterations whose epochs run at the checkpoint."""
+    total = 0
+    for state in region_states(checkpoint):
+        progress = state["coordinator"][0]["progress"]
+        if progress["epoch_watermark"] >= 1 and not progress["terminated"]:
+            total += sum(len(element) for task in state["tasks"] for channel in task["channels"] if channel
+                         for element in channel["elements"] if type(element) is RecordBatch)
+    return total
 
 
 def check_iteration(kind: str, n: int, out: str, checkpoints: str, kills: list) -> None:
@@ -75,3 +83,26 @@ def test_sigkills_between_epochs_repeat_and_lose_no_listener_call(tmp_path, n, p
         if sum(k.in_flight > 0 for k in kills) >= wanted:
             break
     assert sum(k.in_flight > 0 for k in kills) >= wanted, kills
+
+
+def check_online(kind: str, n: int, out: str, checkpoints: str, kills: list) -> None:
+    """Every model version committed once, each equal to numpy's within floating-point error."""
+    lines = committed_output(out)
+    versions = sorted((int(v), [float(w) for w in weights.split(",")])
+                      for v, weights in (line.split(";") for line in lines.elements()))
+    expected = online_models(n)
+    assert [v for v, _ in versions] == list(range(1, len(expected) + 1)), f"after kills {kills}"
+    np.testing.assert_allclose(np.array([w for _, w in versions]), np.array(expected), rtol=1e-9, atol=1e-12)
+
+
+def test_sigkills_while_training_online_commit_each_model_version_once(tmp_path):
+    """The offline-then-online example, killed while its unbounded iteration trains on live samples
+    (models, samples and partial gradients in flight, the functions' attributes in the checkpoint)."""
+    rng = random.Random("online-kills")
+    kills: list = []
+    for attempt in range(6):
+        kills += run_with_kills("online", 5000, 2, str(tmp_path / f"round{attempt}"), rng,
+                                3 - sum(k.in_flight > 0 for k in kills), records_in_flight, check_online)
+        if sum(k.in_flight > 0 for k in kills) >= 3:
+            break
+    assert sum(k.in_flight > 0 for k in kills) >= 3, kills

@@ -70,7 +70,10 @@ def in_flight(checkpoint: VerifiedCheckpoint) -> int:
 
 
 def source_done(checkpoint: VerifiedCheckpoint) -> bool:
-    entry = checkpoint.manifest.operators["numbers"]
+    """Whether the job's "numbers" source had read everything (False for a job without one)."""
+    entry = checkpoint.manifest.operators.get("numbers")
+    if entry is None:
+        return False
     return all(not pickle.loads(checkpoint.files[s.operator])["position"] for s in entry.subtasks if s.operator)
 
 
