@@ -675,3 +675,49 @@ def test_a_restart_at_any_point_gives_the_oracle(tmp_path_factory: pytest.TempPa
     stats = env.execute("any point").get_accumulator_result("checkpoints")
     assert stats["restarts"] == FailOnce.failures
     assert_same(committed(tmp_path), epoch_lines(n))
+
+
+# -- an iteration that had ended restores at any parallelism --------------------------------------------------
+class CountPerKey(KeyedProcessFunction):
+    """Counts each key's numbers in keyed state: ``c,key,count``."""
+
+    def open(self, runtime_context: Any) -> None:
+        from slipstream.datastream import ValueStateDescriptor
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value: int, ctx: Any) -> Any:
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        return [f"c,{ctx.get_current_key()},{count}"]
+
+
+@pytest.mark.parametrize("new_parallelism", [1, 3])
+def test_an_iteration_that_had_ended_restores_at_another_parallelism(tmp_path: Path, new_parallelism: int) -> None:
+    """Training on the history (a bounded iteration) ends early; the streaming part of the job runs on.
+    Restored at another parallelism from a checkpoint taken after the training ended, the iteration
+    ends again at once (its lines were committed before), and the rest restores rescaled."""
+    n, numbers = 600, 6000
+    env = make_env(tmp_path, 2, 0, interval=None, records=500, restarts=0)
+    env.get_checkpoint_config().set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
+
+    def job(env: StreamExecutionEnvironment) -> None:
+        env.configure(backlog_sorting=False)  # the numbers stream record by record: checkpoints go on meanwhile
+        epochs_job(env, n, None, tmp_path)
+        counts = (env.from_collection(list(range(numbers))).map(FailOnce(lambda x: x == numbers - 100))
+                  .key_by(lambda x: x % KEYS).process(CountPerKey()))
+        sink(counts, tmp_path / "counts")
+
+    job(env)
+    with pytest.raises(UserFunctionError, match="injected failure"):
+        env.execute("first")
+    storage = CheckpointStorage(str(tmp_path / "chk"))
+    latest = region_state(storage.path_of(storage.complete_ids()[-1]))
+    assert all(task["finished"] for task in latest["tasks"]), "the training had ended at the latest checkpoint"
+    env = make_env(tmp_path, new_parallelism, 0, interval=None, records=500)
+    job(env)
+    stats = env.execute("rescaled", restore_from="latest").get_accumulator_result("checkpoints")
+    assert stats["restored_from"] is not None
+    assert_same(committed(tmp_path), epoch_lines(n))
+    per_key = Counter(x % KEYS for x in range(numbers))
+    assert_same(committed(tmp_path / "counts"),
+                Counter(f"c,{k},{i}" for k, count in per_key.items() for i in range(1, count + 1)))

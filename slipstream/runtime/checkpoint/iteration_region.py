@@ -24,7 +24,7 @@ between turns, so an iteration is captured whole instead:
 After a restore every task of the iteration resumes where it was, so each epoch's
 listener call happened before the cut or happens after it, never both. An iteration is
 restored only at the parallelism it was checkpointed at: its epochs in flight belong to
-subtasks.
+subtasks — unless it had ended by then: it then ends again at once, at any parallelism.
 """
 
 from __future__ import annotations
@@ -191,8 +191,14 @@ def attach_iteration_regions(tasks: list[StreamTask], listener: CheckpointListen
 
 
 def restore_iteration_regions(tasks: list[StreamTask], manifest: Manifest, files: dict[str, bytes],
-                              checkpoint: str) -> None:
-    """Put every iteration back as it was at the checkpoint (freshly built tasks, before they run)."""
+                              checkpoint: str) -> list[StreamTask]:
+    """Put every iteration back as it was at the checkpoint (freshly built tasks, before they run).
+
+    An iteration that had ended before the checkpoint (training on the history done) may be
+    restored at another parallelism: it ends again at once, and its tasks are returned — their
+    operators start without their old state, which nothing will read any more.
+    """
+    ended: list[StreamTask] = []
     for scope, members in iteration_regions(tasks):
         uid = _region_uid(members)
         entry = manifest.operators.get(uid)
@@ -201,6 +207,10 @@ def restore_iteration_regions(tasks: list[StreamTask], manifest: Manifest, files
                                          checkpoint=checkpoint, expected=f"an entry '{uid}'",
                                          actual=f"uids {sorted(manifest.operators)}")
         state = pickle.loads(files[entry.subtasks[0].operator])
+        if state["layout"] != _layout(members) and all(task_state["finished"] for task_state in state["tasks"]):
+            _restore_ended(scope, members)
+            ended += members
+            continue
         if state["layout"] != _layout(members):
             old = {uid: parallelism for uid, _, parallelism in state["layout"]}
             new = {uid: parallelism for uid, _, parallelism in _layout(members)}
@@ -214,6 +224,27 @@ def restore_iteration_regions(tasks: list[StreamTask], manifest: Manifest, files
         in_this_run = dict(zip(state["scopes"], scopes, strict=True)).__getitem__
         for task, task_state in zip(members, state["tasks"]):
             _restore_task(task, task_state, in_this_run, scope)
+    return ended
+
+
+def _restore_ended(scope: StreamScope, members: list[StreamTask]) -> None:
+    """An iteration that had ended: its tasks end at once; nothing of it runs again."""
+    coordinator = next(task for task in members if isinstance(task, IterationHeadTask)).control.coordinator
+    coordinator.iterations[scope].terminated = True
+    coordinator.completed.append(scope)
+    for task in members:
+        if isinstance(task, LoopHeadTask):
+            task.scope_terminated = True
+        _end_restored(task, scope)
+
+
+def _end_restored(task: StreamTask, scope: StreamScope) -> None:
+    """A task restored as finished: what follows the iteration starts afresh, so it gets the task's
+    final watermark and end of input again."""
+    task.finished = True
+    for writer in _leaving(task, scope):
+        writer.broadcast_event(MAX_WATERMARK)
+        writer.finish()
 
 
 def _restore_task(task: StreamTask, state: dict[str, Any], in_this_run: ScopeMap, scope: StreamScope) -> None:
@@ -239,7 +270,4 @@ def _restore_task(task: StreamTask, state: dict[str, Any], in_this_run: ScopeMap
     if isinstance(task, LoopHeadTask):
         task.scope_terminated = state["scope_terminated"]
     if state["finished"]:
-        task.finished = True
-        for writer in _leaving(task, scope):  # what follows the iteration starts afresh: end its input again
-            writer.broadcast_event(MAX_WATERMARK)
-            writer.finish()
+        _end_restored(task, scope)

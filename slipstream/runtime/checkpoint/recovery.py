@@ -101,8 +101,9 @@ def execute_with_recovery(env: StreamExecutionEnvironment, transformations: list
                     coordinator = CheckpointCoordinator(run.tasks, config, storage, fingerprint, job_name,
                                                         run.clock, (max(existing) + 1) if existing else 1)
                 if restore is not None:
-                    restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)
-                    restore_tasks(run.tasks, restore.manifest, restore.files, restore.path)
+                    ended = restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)
+                    restore_tasks([task for task in run.tasks if task not in ended], restore.manifest,
+                                  restore.files, restore.path)
                     log.info("restored job '%s' from %s", job_name, restore.path)
                 run.open()
                 scheduler = run.scheduler
