@@ -41,6 +41,9 @@ import os
 import sys
 from collections import Counter
 
+from slipstream.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, ValueStateDescriptor
+from slipstream.datastream.iteration import IterationListener
+
 KEYS = 13
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 
@@ -105,13 +108,14 @@ def loop_lines(n: int, nested: bool = False) -> Counter:
                    + [f"c,{k},{i}" for k, count in per_key.items() for i in range(1, count + 1)])
 
 
-def iteration_lines(n: int) -> Counter:
-    """The iteration job's oracle: ``r,x`` as each number leaves; per epoch e, the count, sum and
-    running sum of the numbers that go round in it; ``final,visits,running sum`` at the end."""
+def iteration_lines(n: int, rounds_of=rounds) -> Counter:
+    """The iteration job's oracle (numbers 1..n going round ``rounds_of(x)`` epochs): ``r,x`` as each
+    number leaves; per epoch e, the count, sum and running sum of the numbers that go round in it;
+    ``final,visits,running sum`` at the end."""
     lines = [f"r,{x}" for x in range(1, n + 1)]
     cumulative = visits = 0
-    for epoch in range(1, max(rounds(x) for x in range(1, n + 1)) + 1):
-        numbers = [x for x in range(1, n + 1) if rounds(x) >= epoch]
+    for epoch in range(1, max(rounds_of(x) for x in range(1, n + 1)) + 1):
+        numbers = [x for x in range(1, n + 1) if rounds_of(x) >= epoch]
         cumulative += sum(numbers)
         visits += len(numbers)
         lines.append(f"epoch,{epoch},{len(numbers)},{sum(numbers)},{cumulative}")
@@ -352,60 +356,69 @@ def _loop_body(nested: bool, hook):
     return body
 
 
+DONE, PARTIALS = OutputTag("done"), OutputTag("partials")
+
+
+class EpochStep(KeyedProcessFunction, IterationListener):
+    """Sync, over ``(x, rounds left)``: keeps the epoch's records in an attribute; at its epoch
+    watermark sends them round (or out as ``r,x`` on DONE, at their last round) and their count and
+    sum on PARTIALS. Counts each key's records in keyed state ``visits``."""
+
+    def __init__(self):
+        self.waiting = []
+
+    def open(self, runtime_context):
+        self.visits = runtime_context.get_state(ValueStateDescriptor("visits"))  # a handle among the attributes
+
+    def process_element(self, value, ctx):
+        self.visits.update((self.visits.value() or 0) + 1)
+        self.waiting.append(value)
+
+    def on_epoch_watermark_incremented(self, epoch_watermark, context, collector):
+        if not self.waiting:
+            return
+        for x, left in self.waiting:
+            if left > 1:
+                collector.collect((x, left - 1))
+            else:
+                context.output(DONE, f"r,{x}")
+        context.output(PARTIALS, (epoch_watermark, len(self.waiting), sum(x for x, _ in self.waiting)))
+        self.waiting = []
+
+
+class EpochLines(ProcessFunction, IterationListener):
+    """At parallelism 1: one line per epoch from EpochStep's partials, one when the iteration ends."""
+
+    def __init__(self):
+        self.parts, self.visits, self.cumulative = [], 0, 0
+
+    def process_element(self, value, ctx):
+        self.parts.append(value)
+
+    def on_epoch_watermark_incremented(self, epoch_watermark, context, collector):
+        # Off the feedback path, the next epoch's partials may be here already (the rounds do
+        # not wait for this branch); an earlier epoch's would mean the watermark came too soon.
+        due = [p for p in self.parts if p[0] <= epoch_watermark]
+        if not due:
+            return
+        if any(epoch < epoch_watermark for epoch, _, _ in due):
+            raise AssertionError(f"partials {due} at epoch watermark {epoch_watermark}")
+        self.parts = [p for p in self.parts if p[0] > epoch_watermark]
+        self.write(epoch_watermark, due, collector)
+
+    def write(self, epoch, due, collector):
+        count, total = sum(p[1] for p in due), sum(p[2] for p in due)
+        self.visits += count
+        self.cumulative += total
+        collector.collect(f"epoch,{epoch},{count},{total},{self.cumulative}")
+
+    def on_iteration_terminated(self, context, collector):
+        collector.collect(f"final,{self.visits},{self.cumulative}")
+
+
 def _iteration_body(hook, inner_loop: bool):
     """The iteration job's body over variables ``(x, rounds left)`` (see the module docstring)."""
-    from slipstream.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, ValueStateDescriptor
-    from slipstream.datastream.iteration import IterationBodyResult, IterationListener
-
-    done, partials = OutputTag("done"), OutputTag("partials")
-
-    class Step(KeyedProcessFunction, IterationListener):
-        """Sync: keeps the epoch's records in an attribute, sends them round at its epoch watermark."""
-
-        def __init__(self):
-            self.waiting = []
-
-        def open(self, runtime_context):
-            self.visits = runtime_context.get_state(ValueStateDescriptor("visits"))  # a handle among the attributes
-
-        def process_element(self, value, ctx):
-            self.visits.update((self.visits.value() or 0) + 1)
-            self.waiting.append(value)
-
-        def on_epoch_watermark_incremented(self, epoch_watermark, context, collector):
-            if not self.waiting:
-                return
-            for x, left in self.waiting:
-                if left > 1:
-                    collector.collect((x, left - 1))
-                else:
-                    context.output(done, f"r,{x}")
-            context.output(partials, (epoch_watermark, len(self.waiting), sum(x for x, _ in self.waiting)))
-            self.waiting = []
-
-    class Epochs(ProcessFunction, IterationListener):
-        def __init__(self):
-            self.parts, self.visits, self.cumulative = [], 0, 0
-
-        def process_element(self, value, ctx):
-            self.parts.append(value)
-
-        def on_epoch_watermark_incremented(self, epoch_watermark, context, collector):
-            # Off the feedback path, the next epoch's partials may be here already (the rounds do
-            # not wait for this branch); an earlier epoch's would mean the watermark came too soon.
-            due = [p for p in self.parts if p[0] <= epoch_watermark]
-            if not due:
-                return
-            if any(epoch < epoch_watermark for epoch, _, _ in due):
-                raise AssertionError(f"partials {due} at epoch watermark {epoch_watermark}")
-            self.parts = [p for p in self.parts if p[0] > epoch_watermark]
-            count, total = sum(p[1] for p in due), sum(p[2] for p in due)
-            self.visits += count
-            self.cumulative += total
-            collector.collect(f"epoch,{epoch_watermark},{count},{total},{self.cumulative}")
-
-        def on_iteration_terminated(self, context, collector):
-            collector.collect(f"final,{self.visits},{self.cumulative}")
+    from slipstream.datastream.iteration import IterationBodyResult
 
     def lap(records):
         stepped = records.map(lambda r: (r[0], r[1], r[2] - 1)).uid("lap")
@@ -417,9 +430,9 @@ def _iteration_body(hook, inner_loop: bool):
         if inner_loop:
             entering = (entering.map(lambda r: (r[0], r[1], inner_rounds(r[0], r[1]))).uid("laps")
                         .iterate(lap).map(lambda r: r[:2]).uid("laps-done"))
-        stepped = entering.key_by(lambda r: r[0] % KEYS).process(Step()).uid("step")
-        epochs = stepped.get_side_output(partials).global_().process(Epochs()).uid("epochs").set_parallelism(1)
-        return IterationBodyResult([stepped], [stepped.get_side_output(done), epochs])
+        stepped = entering.key_by(lambda r: r[0] % KEYS).process(EpochStep()).uid("step")
+        epochs = stepped.get_side_output(PARTIALS).global_().process(EpochLines()).uid("epochs").set_parallelism(1)
+        return IterationBodyResult([stepped], [stepped.get_side_output(DONE), epochs])
 
     return body
 

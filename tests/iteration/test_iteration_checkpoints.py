@@ -59,12 +59,12 @@ from slipstream.runtime.checkpoint.iteration_region import REGION_KIND, Iteratio
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checkpoint"))
 
 import iteration_kmeans as kmeans
+from crash_job import DONE, PARTIALS, EpochLines, EpochStep, iteration_lines
 
 KEYS = 7
-DONE = OutputTag("done")
-PARTIALS = OutputTag("partials")
 CRITERIA = OutputTag("criteria")
 LINES = OutputTag("lines")
 
@@ -169,71 +169,12 @@ def rounds(x: int) -> int:
 
 
 def epoch_lines(n: int) -> Counter:
-    """The oracle: ``r,x`` as each number leaves; per epoch, the count and sum of the numbers in it and
-    the running sum; ``final,visits,running sum`` once at the end."""
-    numbers = range(1, n + 1)
-    lines = [f"r,{x}" for x in numbers]
-    cumulative = visits = 0
-    for epoch in range(1, max(map(rounds, numbers)) + 1):
-        alive = [x for x in numbers if rounds(x) >= epoch]
-        cumulative, visits = cumulative + sum(alive), visits + len(alive)
-        lines.append(f"epoch,{epoch},{len(alive)},{sum(alive)},{cumulative}")
-    return Counter(lines + [f"final,{visits},{cumulative}"])
+    """The oracle of :func:`epochs_job`."""
+    return iteration_lines(n, rounds)
 
 
-class Step(KeyedProcessFunction, IterationListener):
-    """Sync: holds the epoch's ``(x, left)`` in an attribute; at the epoch watermark sends them round
-    (or out, at their last round) and reports the epoch's count and sum."""
-
-    def __init__(self) -> None:
-        self.waiting: list[tuple[int, int]] = []
-
-    def process_element(self, value: tuple[int, int], ctx: Any) -> None:
-        self.waiting.append(value)
-
-    def on_epoch_watermark_incremented(self, epoch_watermark: int, context: Any, collector: Any) -> None:
-        if not self.waiting:
-            return
-        for x, left in self.waiting:
-            if left > 1:
-                collector.collect((x, left - 1))
-            else:
-                context.output(DONE, f"r,{x}")
-        context.output(PARTIALS, (epoch_watermark, len(self.waiting), sum(x for x, _ in self.waiting)))
-        self.waiting = []
-
-
-class Epochs(ProcessFunction, IterationListener):
-    """At parallelism 1: merges the partials into one line per epoch; one line at termination."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[int, int, int]] = []
-        self.visits = self.cumulative = 0
-
-    def process_element(self, value: tuple[int, int, int], ctx: Any) -> None:
-        self.parts.append(value)
-
-    def on_epoch_watermark_incremented(self, epoch_watermark: int, context: Any, collector: Any) -> None:
-        # Off the feedback path, the next epoch's partials may be here already (the rounds do not
-        # wait for this branch); an earlier epoch's would mean the watermark came too soon.
-        due = [p for p in self.parts if p[0] <= epoch_watermark]
-        if not due:
-            return
-        assert all(epoch == epoch_watermark for epoch, _, _ in due), (due, epoch_watermark)
-        self.parts = [p for p in self.parts if p[0] > epoch_watermark]
-        self.write(epoch_watermark, due, collector)
-
-    def write(self, epoch: int, due: list[tuple[int, int, int]], collector: Any) -> None:
-        count, total = sum(p[1] for p in due), sum(p[2] for p in due)
-        self.visits, self.cumulative = self.visits + count, self.cumulative + total
-        collector.collect(f"epoch,{epoch},{count},{total},{self.cumulative}")
-
-    def on_iteration_terminated(self, context: Any, collector: Any) -> None:
-        collector.collect(f"final,{self.visits},{self.cumulative}")
-
-
-class ClosureEpochs(Epochs):
-    """Epochs, plus a closure in an attribute: ``pair,e,total(e) + total(e - 1)`` per epoch."""
+class ClosureEpochs(EpochLines):
+    """EpochLines, plus a closure in an attribute: ``pair,e,total(e) + total(e - 1)`` per epoch."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -254,13 +195,13 @@ def pair_lines(n: int) -> Counter:
 
 
 def epochs_job(env: StreamExecutionEnvironment, n: int, fail_at: Any, tmp_path: Path,
-               listener: type[Epochs] = Epochs) -> None:
+               listener: type[EpochLines] = EpochLines) -> None:
     """Numbers 1..n go round ``rounds(x)`` epochs; a FailOnce map sits in the body before the listeners,
     failing at the record ``fail_at`` (or at the first one, when ``fail_at`` is a predicate)."""
     matches = fail_at if callable(fail_at) else lambda r: r == fail_at
 
     def body(variables: DataStreamList, data: DataStreamList) -> IterationBodyResult:
-        stepped = variables.get(0).map(FailOnce(matches)).key_by(lambda r: r[0] % KEYS).process(Step())
+        stepped = variables.get(0).map(FailOnce(matches)).key_by(lambda r: r[0] % KEYS).process(EpochStep())
         epochs = stepped.get_side_output(PARTIALS).global_().process(listener()).set_parallelism(1)
         feedback = stepped.rebalance().map(lambda r: r)  # the listener's one big batch, rebatched
         return IterationBodyResult([feedback], [stepped.get_side_output(DONE), epochs])
