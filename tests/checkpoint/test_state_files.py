@@ -57,6 +57,26 @@ def round_trips(entries, kind):
     return data
 
 
+def flip_middle_byte(path: str, mask: int) -> None:
+    """Damage a file in place: its middle byte XOR ``mask``."""
+    with open(path, "rb") as handle:
+        data = bytearray(handle.read())
+    data[len(data) // 2] ^= mask
+    with open(path, "wb") as handle:
+        handle.write(bytes(data))
+
+
+def forbid_reading_state(monkeypatch) -> None:
+    """Make any read of checkpointed state (Arrow IPC or pickle) fail the test."""
+    from slipstream.runtime.checkpoint import snapshot
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a state file was read before the checkpoint was verified")
+    monkeypatch.setattr(state_files.pa.ipc, "open_file", refuse)
+    monkeypatch.setattr(state_files.pickle, "loads", refuse)
+    monkeypatch.setattr(snapshot.pickle, "loads", refuse)
+
+
 @pytest.mark.parametrize("entries", [
     {0: [(1, 10), (2, -3)], 5: [(7, 1 << 62)]},
     {1: [("a", 1.5), ("b", float("inf")), ("c", -0.0)]},
@@ -286,17 +306,8 @@ def test_a_damaged_arrow_state_file_is_caught_before_it_is_read(union_job, tmp_p
     storage = CheckpointStorage(os.path.join(copy, "chk"))
     latest = storage.path_of(storage.complete_ids()[-1])
     name = arrow_files(latest)[0]
-    path = os.path.join(latest, name)
-    with open(path, "rb") as handle:
-        data = bytearray(handle.read())
-    data[len(data) // 2] ^= 0xFF
-    with open(path, "wb") as handle:
-        handle.write(bytes(data))
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a state file was read before the checkpoint was verified")
-    monkeypatch.setattr(state_files.pa.ipc, "open_file", refuse)
-    monkeypatch.setattr(state_files.pickle, "loads", refuse)
+    flip_middle_byte(os.path.join(latest, name), 0xFF)
+    forbid_reading_state(monkeypatch)
     with pytest.raises(CorruptCheckpointError) as caught:
         run_union(copy, restore=latest)
     assert caught.value.file == name and "checksum" in str(caught.value)
@@ -448,19 +459,8 @@ def test_a_flipped_byte_in_a_list_state_file_is_caught_before_any_read(buffers_j
     storage = CheckpointStorage(os.path.join(copy, "chk"))
     latest = storage.path_of(storage.complete_ids()[-1])
     name = keyed_files(latest)["recent"][0][0]
-    path = os.path.join(latest, name)
-    with open(path, "rb") as handle:
-        data = bytearray(handle.read())
-    data[len(data) // 2] ^= 0x01
-    with open(path, "wb") as handle:
-        handle.write(bytes(data))
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a state file was read before the checkpoint was verified")
-    monkeypatch.setattr(state_files.pa.ipc, "open_file", refuse)
-    monkeypatch.setattr(state_files.pickle, "loads", refuse)
-    from slipstream.runtime.checkpoint import snapshot
-    monkeypatch.setattr(snapshot.pickle, "loads", refuse)
+    flip_middle_byte(os.path.join(latest, name), 0x01)
+    forbid_reading_state(monkeypatch)
     with pytest.raises(CorruptCheckpointError) as caught:
         build_buffers(copy).execute("restore", restore_from=latest)
     assert caught.value.file == name and "checksum" in str(caught.value)
