@@ -61,12 +61,9 @@ class LoopHeadTask(StreamTask):
     def _dispatch(self, source: Any, element: Any) -> None:
         if source.input_index == FEEDBACK_INPUT and type(element) is RecordBatch:
             self.control.on_feedback_records(len(element))
-            self._log_feedback(source, element)
+            if self.barrier_handler is not None:
+                self.barrier_handler.log(source, element)
         super()._dispatch(source, element)
-
-    def _log_feedback(self, source: Any, batch: RecordBatch) -> None:
-        if self.barrier_handler is not None:
-            self.barrier_handler.log(source, batch)
 
     def terminate_scope(self) -> None:
         """The loop is complete: finish the chain and send end of input into the body."""
@@ -111,9 +108,6 @@ class IterationHeadTask(LoopHeadTask):
             elif self.control.role == "data":
                 self.control.count(len(element))
         super()._dispatch(source, element)
-
-    def _log_feedback(self, source: Any, batch: RecordBatch) -> None:
-        """Nothing to log: an iteration is checkpointed whole (:mod:`runtime.checkpoint.iteration_region`)."""
 
     def terminate_scope(self) -> None:
         super().terminate_scope()

@@ -85,6 +85,10 @@ class BarrierHandler:
         if self.pending_id is not None:
             self._check_complete()
 
+    def log(self, channel: Any, batch: Any) -> None:
+        """A record came back round a loop: only a loop head checkpointed by FLINK-3257 keeps it
+        (``runtime.loop_task.FeedbackLogBarrierHandler``); everyone else needs nothing of it."""
+
     # -- internals --------------------------------------------------------------------------------
     def _check_complete(self) -> None:
         if self.pending_id is None:

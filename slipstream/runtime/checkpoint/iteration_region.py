@@ -180,9 +180,6 @@ class IterationMemberBarrierHandler(BarrierHandler):
         raise SlipstreamError(f"task {self.task}: checkpoint barrier {barrier.checkpoint_id} reached the inside "
                               "of an iteration (only its heads align barriers)")
 
-    def log(self, channel: Any, batch: Any) -> None:
-        """A loop head inside the iteration: its feedback channel is captured whole, nothing to log."""
-
 
 def attach_iteration_regions(tasks: list[StreamTask], listener: CheckpointListener,
                              exactly_once: bool) -> list[IterationRegion]:
