@@ -56,6 +56,7 @@ class KeyedReduceOperator(BacklogSortingOperator):
             return
         reduce = self.function.reduce
         key_selector = self.key_selector
+        set_key = self.ctx.keyed_backend.set_current_key
         table = self.accumulators
         get = table.get
         out: list = []
@@ -66,6 +67,7 @@ class KeyedReduceOperator(BacklogSortingOperator):
                 key = key_selector(value)
                 current = get(key)
                 if current is not None:
+                    set_key(key)  # keyed state the function opened is the key's
                     current = reduce(current, value)
                     if current is None:  # stored, None would silently restart the key's fold
                         raise TypeError("the reduce function returned None; it must return the "
@@ -117,6 +119,7 @@ class KeyedReduceOperator(BacklogSortingOperator):
         """Fold ``partial`` (the reduce of the key's backlog) into the key's accumulator."""
         current = self.accumulators.get(key)
         if current is not None:
+            self.ctx.keyed_backend.set_current_key(key)
             try:
                 partial = self.function.reduce(current, partial)
             except SlipstreamError:
@@ -134,7 +137,9 @@ class KeyedReduceOperator(BacklogSortingOperator):
         every intermediate value (``rolling``) or only the key's final one."""
         reduce = self.function.reduce
         table = self.accumulators
+        set_key = self.ctx.keyed_backend.set_current_key
         for key, stamps, values in buffer.groups():
+            set_key(key)
             current = table.get(key)
             value: Any = None
             try:
