@@ -45,6 +45,51 @@ class Output(ABC):
     def emit_watermark_status(self, status: WatermarkStatus) -> None: ...
 
 
+class DeclaredTypeOutput(Output):
+    """Checks what an operator emits against the type the user declared for it (``output_type``,
+    a source's ``type_info``, an ``OutputTag``'s type), then passes it on unchanged.
+
+    Only the first record of each batch is checked, which keeps the cost per batch, not per
+    record, and still stops a function that returns the wrong kind of value at its first output.
+    """
+
+    def __init__(self, inner: Output, operator: StreamOperator, declared: Any) -> None:
+        self._inner = inner
+        self._operator = operator
+        self._declared = declared
+
+    def _check(self, batch: RecordBatch, declared: Any, what: str) -> None:
+        if not _is_type_information(declared) or batch.is_columnar or not len(batch):
+            return
+        record = batch.values[0]
+        try:
+            declared.from_python(record)
+        except TypeError as exc:
+            raise self._operator.user_error(record, TypeError(
+                f"the {what} does not match the declared type {declared!r}: {exc}"), what=what) from None
+
+    def collect_batch(self, batch: RecordBatch) -> None:
+        self._check(batch, self._declared, "output record")
+        self._inner.collect_batch(batch)
+
+    def collect_side(self, tag: OutputTag, batch: RecordBatch) -> None:
+        self._check(batch, tag.type_info, f"side output record for '{tag.tag_id}'")
+        self._inner.collect_side(tag, batch)
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        self._inner.emit_watermark(watermark)
+
+    def emit_record_attributes(self, attributes: RecordAttributes) -> None:
+        self._inner.emit_record_attributes(attributes)
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None:
+        self._inner.emit_watermark_status(status)
+
+
+def _is_type_information(declared: Any) -> bool:
+    return callable(getattr(declared, "from_python", None))
+
+
 class KeyedStateBackend(Protocol):
     """Keyed state of one operator subtask, scoped to the current key."""
 
@@ -143,6 +188,9 @@ class StreamOperator(ABC):
     """
 
     transformation_type: ClassVar[type[Transformation] | None] = None
+    emits_declared_type: ClassVar[bool] = False
+    """Whether this kind makes new records whose type the user may declare (``output_type``),
+    so its output is checked against it; pass-through kinds (filter, partitioning) are not."""
     registry: ClassVar[dict[type[Transformation], type[StreamOperator]]] = {}
     num_inputs: ClassVar[int] = 1
 
@@ -178,7 +226,8 @@ class StreamOperator(ABC):
     # -- life cycle ---------------------------------------------------------------------------
     def setup(self, ctx: OperatorContext) -> None:
         self.ctx = ctx
-        self.output = ctx.output
+        self.output = DeclaredTypeOutput(ctx.output, self, self.transformation.output_type) \
+            if self.emits_declared_type else ctx.output
 
     def open(self) -> None:
         """Called once before the first element; opens user functions."""

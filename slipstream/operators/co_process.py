@@ -34,6 +34,7 @@ def _as_process(kind: str, method: Callable[[Any], Any]) -> Callable[[Any, Any],
 
 class CoProcessOperator(OnTimerOperator):
     transformation_type = CoProcessTransformation
+    emits_declared_type = True
     num_inputs = 2
 
     _methods = {"map": ("map1", "map2"), "flat_map": ("flat_map1", "flat_map2"),

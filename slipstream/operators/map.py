@@ -34,6 +34,7 @@ class _RecordFunctionOperator(StreamOperator):
 
 class MapOperator(_RecordFunctionOperator):
     transformation_type = MapTransformation
+    emits_declared_type = True
     method_name = "map"
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
@@ -59,6 +60,7 @@ class MapOperator(_RecordFunctionOperator):
 
 class FlatMapOperator(_RecordFunctionOperator):
     transformation_type = FlatMapTransformation
+    emits_declared_type = True
     method_name = "flat_map"
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:

@@ -207,6 +207,7 @@ class ProcessOperator(StreamOperator):
     """Runs a ``ProcessFunction`` on an unkeyed stream (or a keyed one, with state but no timers)."""
 
     transformation_type = ProcessTransformation
+    emits_declared_type = True
 
     def __init__(self, transformation: ProcessTransformation) -> None:
         super().__init__(transformation)
@@ -231,6 +232,7 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
     """
 
     transformation_type = KeyedProcessTransformation
+    emits_declared_type = True
 
     def __init__(self, transformation: KeyedProcessTransformation) -> None:
         super().__init__(transformation)

@@ -37,6 +37,7 @@ REDUCE_STATE = ValueStateDescriptor("_reduce_accumulator")
 
 class KeyedReduceOperator(BacklogSortingOperator):
     transformation_type = ReduceTransformation
+    emits_declared_type = True
 
     def __init__(self, transformation: ReduceTransformation) -> None:
         super().__init__(transformation)

@@ -34,6 +34,7 @@ class InputStatus(Enum):
 
 class SourceOperator(StreamOperator):
     transformation_type = SourceTransformation
+    emits_declared_type = True
     num_inputs = 0
 
     def __init__(self, transformation: SourceTransformation) -> None:

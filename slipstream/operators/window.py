@@ -172,6 +172,7 @@ class WindowOperator(BacklogSortingOperator):
     """Keyed windows: assign, trigger, evaluate, clean up (all-windows use one constant key)."""
 
     transformation_type = WindowTransformation
+    emits_declared_type = True
 
     def __init__(self, transformation: WindowTransformation) -> None:
         super().__init__(transformation)
