@@ -60,3 +60,17 @@ def rows_from_arrow(data: pa.RecordBatch | pa.Table) -> list[Row]:
     if not names:
         return [named_row([], []) for _ in range(data.num_rows)]
     return rows_from_columns(names, [column_values(column) for column in data.columns])
+
+
+def unfit_field(schema: pa.Schema, row: Any) -> str | None:
+    """Why ``row`` (a mapping by field name) does not fit ``schema``, naming the first field at
+    fault; None when it fits. Used to find the record behind a failed bulk conversion."""
+    for field in schema:
+        value = row.get(field.name)
+        if value is None and not field.nullable:
+            return f"field {field.name!r} is missing or null, and the schema does not allow nulls"
+        try:
+            pa.array([value], type=field.type)
+        except (pa.ArrowException, TypeError, ValueError) as error:
+            return f"field {field.name!r} = {value!r} does not fit {field.type}: {error}"
+    return None

@@ -45,11 +45,16 @@ class SinkOperator(StreamOperator):
         except SlipstreamError:
             raise
         except RecordWriteError as exc:
-            raise self.user_error(exc.record, exc.cause, what="write of") from exc.cause
+            raise self._write_error(exc) from exc.cause
         except Exception as exc:
             record = batch.values[0] if len(batch.values) == 1 else \
                 f"a batch of {len(batch.values)} records starting with {batch.values[0]!r}"
             raise self.user_error(record, exc, what="write of") from exc
+
+    def _write_error(self, exc: RecordWriteError) -> SlipstreamError:
+        """Name this sink and the record a writer could not write (also when it fails later,
+        at a flush or a checkpoint, on a record it had buffered)."""
+        return self.user_error(exc.record, exc.cause, what="write of")
 
     @classmethod
     def attributes_for(cls, transformation: SinkTransformation) -> OperatorAttributes:
@@ -63,7 +68,10 @@ class SinkOperator(StreamOperator):
 
     def finish(self) -> None:
         if not self._two_phase:  # a two-phase-commit writer commits at the final checkpoint
-            self.writer.flush()
+            try:
+                self.writer.flush()
+            except RecordWriteError as exc:
+                raise self._write_error(exc) from exc.cause
 
     # -- checkpoints ----------------------------------------------------------------------------
     def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
@@ -72,7 +80,10 @@ class SinkOperator(StreamOperator):
     def snapshot_state(self) -> Any:
         if not self._two_phase or self.writer is None:
             return None
-        return {"writer": self.writer.prepare_commit(self._checkpoint_id)}
+        try:
+            return {"writer": self.writer.prepare_commit(self._checkpoint_id)}
+        except RecordWriteError as exc:
+            raise self._write_error(exc) from exc.cause
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         if self._two_phase and self.writer is not None:

@@ -4,6 +4,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from slipstream.datastream.connectors.base import RecordWriteError
 from slipstream.datastream.connectors.errors import SinkFormatError
 from slipstream.datastream.connectors.file_system import (
     Encoder,
@@ -126,8 +127,9 @@ def test_parquet_bulk_sink_round_trip(tmp_path):
 def test_parquet_writer_names_a_record_it_cannot_write(tmp_path):
     writer = FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_schema()).build().create_writer()
     writer.open(0, 1)
-    with pytest.raises(SinkFormatError, match="expected a dict or a named Row"):
+    with pytest.raises(RecordWriteError, match="expected a dict or a named Row") as raised:
         writer.write([("no", "names")], None)
+    assert raised.value.record == ("no", "names") and isinstance(raised.value.cause, SinkFormatError)
 
 
 def test_text_sink_output_read_back_by_source(tmp_path):

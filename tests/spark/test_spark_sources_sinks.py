@@ -9,12 +9,14 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pytest
 
 from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.connectors.file_system import FileSink
 from slipstream.datastream.connectors.hybrid import HybridSource
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.connectors.spark import SparkSource
+from slipstream.errors import UserFunctionError
 from slipstream.datastream.formats.parquet import ParquetBulkWriters
 from slipstream.datastream.functions import KeyedProcessFunction
 from slipstream.datastream.state import ValueStateDescriptor
@@ -150,3 +152,10 @@ def test_the_active_session_is_reused(spark: Any) -> None:
     from slipstream.runtime.batch import make_batch_engine
     engine = make_batch_engine("spark")
     assert engine.session is spark and engine.startup_seconds == 0.0
+
+
+def test_to_spark_names_the_record_and_the_field(spark: Any) -> None:
+    env = env_for()
+    stream = env.from_collection([("a", 1), ("b", 2), ("c", "three")])
+    with pytest.raises(UserFunctionError, match=r"operator 'To Spark'.*\('c', 'three'\).*field 'f1'"):
+        stream.to_spark(session=spark)

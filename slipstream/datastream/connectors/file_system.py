@@ -22,6 +22,7 @@ every flush.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -29,6 +30,7 @@ import time
 import uuid
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from slipstream.attributes import Boundedness
@@ -36,6 +38,7 @@ from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
     NOTHING_AVAILABLE,
     SHARE_FINISHED,
+    RecordWriteError,
     Sink,
     SinkWriter,
     Source,
@@ -43,7 +46,11 @@ from slipstream.datastream.connectors.base import (
     SourceReader,
     SourceReaderContext,
 )
-from slipstream.datastream.connectors.errors import SourcePathNotFoundError, SourceRestoreError
+from slipstream.datastream.connectors.errors import (
+    SinkFormatError,
+    SourcePathNotFoundError,
+    SourceRestoreError,
+)
 from slipstream.datastream.formats.base import (
     BulkFormat,
     BulkWriter,
@@ -600,13 +607,23 @@ class _PartFileWriter(SinkWriter):
         if self._stream is None:
             return
         if self._bulk_writer is not None:
-            self._bulk_writer.finish()
+            with self._naming_the_part():
+                self._bulk_writer.finish()
             self._bulk_writer = None
         self._stream.flush()
         os.fsync(self._stream.fileno())
         self._stream.close()
         self._stream = None
         self._pending.append((self._in_progress_path, self._final_path))
+
+    @contextlib.contextmanager
+    def _naming_the_part(self) -> Iterator[None]:
+        """Add the part file's name to a bulk writer's complaint about a record."""
+        try:
+            yield
+        except RecordWriteError as exc:
+            raise RecordWriteError(exc.record, SinkFormatError(
+                f"{exc.cause} (writing part file '{self._final_path}')")) from exc.cause
 
     def write(self, values: list, timestamps: list | None) -> None:
         if not values:
@@ -624,7 +641,8 @@ class _PartFileWriter(SinkWriter):
         if self._writer_factory is not None:
             if self._stream is None:
                 self._open_part()
-            self._bulk_writer.add_elements(values)
+            with self._naming_the_part():
+                self._bulk_writer.add_elements(values)
         else:
             encode = self._encoder.encode
             part_size = self._policy.part_size

@@ -43,6 +43,7 @@ import pyarrow as pa
 from slipstream.attributes import Boundedness
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
+    RecordWriteError,
     Sink,
     SinkWriter,
     Source,
@@ -50,7 +51,9 @@ from slipstream.datastream.connectors.base import (
     SourceReaderContext,
     _Signal,
 )
+from slipstream.datastream.columnar import unfit_field
 from slipstream.datastream.connectors.columnar import ArrowSourceBatch
+from slipstream.datastream.connectors.errors import SinkFormatError
 from slipstream.datastream.connectors.number_seq import slice_bounds
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, TupleTypeInfo
 from slipstream.errors import InvalidProgramError
@@ -251,38 +254,83 @@ class _PartitionReader(SourceReader):
 
 # -- out -----------------------------------------------------------------------------------------
 class ArrowCollectSink(Sink):
-    """Keeps everything written to it, columnar where it arrives columnar (for ``to_spark``)."""
+    """Keeps everything written to it as Arrow tables (for ``to_spark``): columnar batches as they
+    arrive, rows converted by ``type_info`` (or by their fields) when the input ends, so a record
+    that does not convert fails in this sink, named with its field."""
 
-    def __init__(self) -> None:
-        self.parts: list[pa.Table | list] = []
+    def __init__(self, type_info: Any = None) -> None:
+        self.parts: list[pa.Table] = []
+        self.type_info = type_info
 
     def default_name(self) -> str:
         return "Collect (Arrow)"
 
     def create_writer(self) -> SinkWriter:
-        return _ArrowCollectWriter(self.parts)
+        return _ArrowCollectWriter(self.parts, self.type_info)
 
-    def table(self, type_info: Any = None) -> pa.Table:
-        """Everything collected as one Arrow table (rows converted by ``type_info`` when given)."""
-        tables = [part if isinstance(part, pa.Table) else records_to_arrow(part, type_info)
-                  for part in self.parts if len(part)]
+    def table(self) -> pa.Table:
+        """Everything collected as one Arrow table."""
+        tables = [part for part in self.parts if len(part)]
         if not tables:
-            return records_to_arrow([], type_info)
+            return records_to_arrow([], self.type_info)
         return pa.concat_tables(tables, promote_options="permissive")
 
 
 class _ArrowCollectWriter(SinkWriter):
-    def __init__(self, parts: list) -> None:
+    def __init__(self, parts: list[pa.Table], type_info: Any) -> None:
         self._parts = parts
+        self._type_info = type_info
+        self._rows: list = []
 
     def write(self, values: list, timestamps: list | None) -> None:
-        if self._parts and isinstance(self._parts[-1], list):
-            self._parts[-1].extend(values)
-        else:
-            self._parts.append(list(values))
+        self._rows.extend(values)
 
     def write_arrow(self, batch: pa.RecordBatch | pa.Table, timestamps: list | None) -> None:
+        self._convert_rows()
         self._parts.append(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
+
+    def flush(self) -> None:
+        self._convert_rows()
+
+    def _convert_rows(self) -> None:
+        if not self._rows:
+            return
+        try:
+            table = records_to_arrow(self._rows, self._type_info)
+        except (pa.ArrowException, TypeError, ValueError) as error:
+            raise _record_at_fault(self._rows, self._type_info, error) from None
+        self._parts.append(table)
+        self._rows = []
+
+
+def _record_at_fault(records: list, type_info: Any, error: Exception) -> Exception:
+    """The :class:`RecordWriteError` naming the first of ``records`` that cannot become a row of
+    the table (by ``type_info``, or by the fields of the first record); ``error`` if none is found."""
+    if type_info is not None:
+        for record in records:
+            try:
+                type_info.from_python(record)
+            except TypeError as mismatch:
+                return RecordWriteError(record, SinkFormatError(f"to_spark: {mismatch}"))
+    else:
+        schema = records_to_arrow(records[:1]).schema
+        for record in records:
+            problem = unfit_field(schema, _as_mapping(record, schema.names))
+            if problem is not None:
+                return RecordWriteError(record, SinkFormatError(
+                    f"to_spark: {problem} (the first record gave the schema {schema})"))
+    return SinkFormatError(f"to_spark: the records do not form one table: {error}")
+
+
+def _as_mapping(record: Any, names: list[str]) -> dict:
+    """``record`` by the field names ``records_to_arrow`` gives its kind of record."""
+    if isinstance(record, dict):
+        return record
+    if isinstance(record, Row) and record._fields is not None:
+        return record.as_dict()
+    if isinstance(record, (tuple, list, Row)):
+        return dict(zip(names, record)) if len(record) == len(names) else {}
+    return {names[0]: record}
 
 
 def records_to_arrow(records: list, type_info: Any = None) -> pa.Table:
@@ -308,11 +356,11 @@ def records_to_arrow(records: list, type_info: Any = None) -> pa.Table:
 def stream_to_spark(stream: DataStream, session: Any = None, job_name: str | None = None) -> Any:
     """Run the job of ``stream`` and return what it produced as a Spark DataFrame (see
     :meth:`DataStream.to_spark`)."""
-    sink = ArrowCollectSink()
+    sink = ArrowCollectSink(stream.get_type())
     env = stream.get_execution_environment()
     stream.sink_to(sink).name("To Spark")
     env.execute(job_name or "slipstream job")
-    table = sink.table(stream.get_type())
+    table = sink.table()
     if session is None:
         session = env.runtime_options.engine_options.get("session")
     if session is None:

@@ -14,6 +14,8 @@ from typing import Any, BinaryIO, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from slipstream.datastream.connectors.base import RecordWriteError
+from slipstream.datastream.columnar import unfit_field
 from slipstream.datastream.connectors.columnar import ArrowSourceBatch
 from slipstream.datastream.connectors.errors import SinkFormatError, SourceFormatError
 from slipstream.datastream.formats.base import (
@@ -105,13 +107,19 @@ class _RowGroupReader(FileRecordReader):
 
 
 class _ParquetBulkWriter(BulkWriter):
-    """Buffers records and writes them as row groups of up to ``row_group_size`` rows."""
+    """Buffers records and writes them as row groups of up to ``row_group_size`` rows.
+
+    A record that does not fit the schema fails with a :class:`RecordWriteError` naming the
+    record and the field: the first record of every batch is checked as it arrives, and a row
+    group Arrow refuses is searched for the record at fault.
+    """
 
     def __init__(self, stream: BinaryIO, schema: pa.Schema | None, row_group_size: int) -> None:
         self._stream = stream
         self._schema = schema
         self._row_group_size = row_group_size
-        self._rows: list[dict] = []
+        self._rows: list[Mapping] = []
+        self._records: list[Any] = []  # as given, parallel to _rows, to name one that does not fit
         self._writer: pq.ParquetWriter | None = None
 
     def _as_dict(self, element: Any) -> Mapping:
@@ -121,16 +129,28 @@ class _ParquetBulkWriter(BulkWriter):
             return element.as_dict()
         if isinstance(element, (Row, tuple, list)) and self._schema is not None:
             if len(element) != len(self._schema.names):
-                raise SinkFormatError(f"Parquet: record {element!r} has {len(element)} field(s), "
-                                      f"the schema has {len(self._schema.names)}: {self._schema.names}")
+                raise RecordWriteError(element, SinkFormatError(
+                    f"Parquet: the record has {len(element)} field(s), the schema has "
+                    f"{len(self._schema.names)}: {self._schema.names}"))
             return dict(zip(self._schema.names, element))
-        raise SinkFormatError(f"Parquet: cannot write record {element!r}: expected a dict or a named Row"
-                              + ("" if self._schema is not None else ", or a schema to name positional fields"))
+        raise RecordWriteError(element, SinkFormatError(
+            "Parquet: expected a dict or a named Row"
+            + ("" if self._schema is not None else ", or a schema to name positional fields")))
 
     def add_element(self, element: Any) -> None:
-        self._rows.append(self._as_dict(element))
-        if len(self._rows) >= self._row_group_size:
-            self._write_rows()
+        self.add_elements([element])
+
+    def add_elements(self, elements: list) -> None:
+        if not elements:
+            return
+        if self._schema is not None:
+            first = self._as_dict(elements[0])
+            _check_fits(self._schema, first, elements[0])
+        for element in elements:
+            self._rows.append(self._as_dict(element))
+            self._records.append(element)
+            if len(self._rows) >= self._row_group_size:
+                self._write_rows()
 
     def _write_rows(self) -> None:
         if not self._rows:
@@ -138,12 +158,16 @@ class _ParquetBulkWriter(BulkWriter):
         try:
             table = pa.Table.from_pylist(self._rows, schema=self._schema)
         except (pa.ArrowException, TypeError, ValueError) as error:
-            raise SinkFormatError(f"Parquet: records do not fit the schema {self._schema}: {error}") from None
+            schema = self._schema or pa.Table.from_pylist(self._rows[:1]).schema
+            for row, record in zip(self._rows, self._records):
+                _check_fits(schema, row, record)
+            raise SinkFormatError(f"Parquet: records do not fit the schema {schema}: {error}") from None
         if self._writer is None:
             self._schema = table.schema
             self._writer = pq.ParquetWriter(self._stream, table.schema)
         self._writer.write_table(table, row_group_size=self._row_group_size)
         self._rows = []
+        self._records = []
 
     def finish(self) -> None:
         self._write_rows()
@@ -152,6 +176,13 @@ class _ParquetBulkWriter(BulkWriter):
                 raise SinkFormatError("Parquet: cannot write a file with no records and no schema")
             self._writer = pq.ParquetWriter(self._stream, self._schema)
         self._writer.close()
+
+
+def _check_fits(schema: pa.Schema, row: Mapping, record: Any) -> None:
+    """Raise :class:`RecordWriteError` naming ``record`` when ``row`` does not fit ``schema``."""
+    problem = unfit_field(schema, row)
+    if problem is not None:
+        raise RecordWriteError(record, SinkFormatError(f"Parquet: {problem} (schema {schema})"))
 
 
 class _ParquetBulkWriterFactory(BulkWriterFactory):
