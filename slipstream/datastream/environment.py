@@ -19,6 +19,10 @@ from slipstream.datastream.transformations import SourceTransformation, Transfor
 from slipstream.errors import InvalidProgramError
 
 
+ALREADY_RUN = ("was already handed to an earlier execute() or execute_and_collect(), which takes the "
+               "graph built so far and leaves the environment empty (as Flink's execute does)")
+
+
 class RuntimeExecutionMode(Enum):
     """STREAMING processes record by record; BATCH as sorted batch work; AUTOMATIC picks by sources.
 
@@ -121,6 +125,7 @@ class StreamExecutionEnvironment:
         self._transformations: list[Transformation] = []
         self._ids = itertools.count(1)
         self._uids: dict[str, Transformation] = {}
+        self._executed: set[int] = set()  # ids of transformations an earlier run took
         self._checkpoint_config = CheckpointConfig()
         self._restart_strategy: RestartStrategyConfiguration | None = None
 
@@ -315,22 +320,36 @@ class StreamExecutionEnvironment:
 
     def _take_graph(self) -> list[Transformation]:
         """Hand the graph to a run; the environment starts afresh, as Flink clears it on execute."""
+        if not self._transformations and self._executed:
+            raise InvalidProgramError(f"nothing to execute: every stream of this environment {ALREADY_RUN}; "
+                                      "build the job again, from its sources, to run it again")
         if not any(type(t).__name__ == "SinkTransformation" for t in self._transformations):
             raise InvalidProgramError("the job has no sink: add print(), sink_to(...) or use "
                                       "execute_and_collect()")
         graph, self._transformations = self._transformations, []
+        self._executed.update(t.id for t in graph)
         return graph
 
     # -- graph building (used by the stream handles) ---------------------------------------------
     def _add_transformation(self, cls: type[Transformation], name: str, inputs: list[Transformation],
                             output_type: Any = None, key_selectors: list | None = None,
                             **fields: Any) -> Transformation:
+        self._check_not_executed(name, inputs)
         scope = inputs[0].scope if inputs else None
         extra = {"scope": scope} if scope is not None else {}
         transformation = cls(id=next(self._ids), name=name, inputs=list(inputs), output_type=output_type,
                              key_selectors=list(key_selectors or []), **extra, **fields)
         self._transformations.append(transformation)
         return transformation
+
+    def _check_not_executed(self, name: str, inputs: list[Transformation]) -> None:
+        """Refuse to build on a stream whose graph a run already took (a second collect of the
+        same stream, a sink added after execute()): that stream no longer belongs to any job."""
+        for upstream in inputs:
+            if upstream.id in self._executed:
+                raise InvalidProgramError(f"cannot add '{name}' after '{upstream.name}': '{upstream.name}' "
+                                          f"{ALREADY_RUN}; build the stream again from its source for a new "
+                                          "job, or keep the records the first run returned")
 
     def _claim_uid(self, uid: str, transformation: Transformation) -> None:
         owner = self._uids.get(uid)
