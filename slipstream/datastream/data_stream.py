@@ -330,7 +330,11 @@ class DataStream(Generic[T]):
     def execute_and_collect(self, job_execution_name: str | None = None,
                             limit: int | None = None) -> Any:
         """Run the job and return its records: an iterator (a context manager too), or a list of
-        at most ``limit`` records when ``limit`` is given."""
+        at most ``limit`` records when ``limit`` is given.
+
+        The job checkpoints and restarts as with ``execute``. With checkpoints a record is
+        handed out once the checkpoint after it completes, exactly once across restarts;
+        without, at once, and a restart starts the job over (at-least-once)."""
         from slipstream.datastream.connectors.sinks import CollectSink
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise InvalidProgramError(f"limit must be a non-negative integer, got {limit!r}")

@@ -300,13 +300,13 @@ class StreamExecutionEnvironment:
         variable is read, so the same script restarts from the command line.
         """
         import os
-        from slipstream.runtime.executor import execute_job
+        from slipstream.runtime.driver import execute_job
         if restore_from is None:
             restore_from = os.environ.get(RESTORE_ENV_VAR) or None
         return execute_job(self, self._take_graph(), job_name or "slipstream job", restore_from=restore_from)
 
     def _execute_collecting(self, sink: Any, job_name: str | None) -> CloseableIterator:
-        from slipstream.runtime.executor import collect_job
+        from slipstream.runtime.driver import collect_job
         return collect_job(self, self._take_graph(), job_name or "slipstream job", sink)
 
     def get_execution_plan(self) -> str:

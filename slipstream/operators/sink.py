@@ -33,8 +33,10 @@ class SinkOperator(StreamOperator):
         self.writer = self.sink.create_writer()
         self.writer.open(self.ctx.subtask_index, self.ctx.parallelism)
         self._two_phase = self.ctx.checkpointing and self.writer.supports_two_phase_commit()
-        if self._restored is not None and self._two_phase:
-            self.writer.restore_commit_state(self._restored)
+        if self._two_phase:
+            self.writer.begin_two_phase_commit()
+            if self._restored is not None:
+                self.writer.restore_commit_state(self._restored)
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         try:

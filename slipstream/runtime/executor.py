@@ -1,24 +1,21 @@
-"""The embedded executor: turns a job graph into tasks and channels and runs them.
+"""The embedded executor: turns a job graph into the tasks and channels of one run.
 
-``execute_job`` runs to the end; ``collect_job`` runs lazily, one scheduler turn at
-a time, as the caller pulls records from the returned iterator.
+A :class:`JobRun` is opened, driven turn by turn and closed by the driver
+(:mod:`slipstream.runtime.driver`), which every way of running a job goes through.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import slipstream.operators  # noqa: F401  (registers every operator kind)
-from slipstream.datastream.connectors.sinks import CollectSink
-from slipstream.datastream.data_stream import CloseableIterator
 from slipstream.datastream.environment import JobExecutionResult, RuntimeExecutionMode, RuntimeOptions
 from slipstream.datastream.transformations import (
     IterationHeadTransformation,
     LoopHeadTransformation,
     SourceTransformation,
-    Transformation,
 )
 from slipstream.operators.base import OperatorContext, StreamOperator
 from slipstream.operators.iteration import create_operator
@@ -28,7 +25,6 @@ from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
 from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach_termination
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
-from slipstream.runtime.planner import plan_job
 from slipstream.runtime.progress import BacklogProgress
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
 from slipstream.runtime.scheduler import Scheduler
@@ -191,48 +187,4 @@ class JobRun:
         if task.finished_at is not None:
             finished = (task.finished_at - self._started) * 1000
             values["finished_ms"] = max(values.get("finished_ms", finished), finished)
-
-
-def execute_job(env: StreamExecutionEnvironment, transformations: list[Transformation],
-                job_name: str, restore_from: str | None = None) -> JobExecutionResult:
-    """Plan and run a job to its end (with checkpoints, restarts or a restore: see
-    :mod:`slipstream.runtime.checkpoint.recovery`)."""
-    if restore_from is not None or env.get_restart_strategy() is not None or \
-            env.get_checkpoint_config().is_checkpointing_enabled():
-        from slipstream.runtime.checkpoint.recovery import execute_with_recovery
-        return execute_with_recovery(env, transformations, job_name, restore_from)
-    run = JobRun(env, plan_job(env, transformations), job_name)
-    try:
-        run.open()
-        run.scheduler.run()
-    except BaseException:
-        run.close_quietly()
-        raise
-    run.close()
-    return run.result()
-
-
-def collect_job(env: StreamExecutionEnvironment, transformations: list[Transformation], job_name: str,
-                sink: CollectSink) -> CloseableIterator:
-    """Plan a job and return an iterator that runs it as records are pulled."""
-    run = JobRun(env, plan_job(env, transformations), job_name)
-
-    def records() -> Iterator[Any]:
-        buffer = sink.buffer
-        run.open()
-        try:
-            while True:
-                while buffer:
-                    yield buffer.popleft()
-                if not run.scheduler.run_turn():
-                    break
-            while buffer:
-                yield buffer.popleft()
-        except BaseException:
-            run.close_quietly()
-            raise
-        run.close()
-
-    return CloseableIterator(records(), run.close_quietly)
-
 

@@ -155,10 +155,15 @@ class SinkWriter(ABC):
     def supports_two_phase_commit(self) -> bool:
         """Whether this writer can hold output back until a checkpoint completes.
 
-        Writers that cannot (print, collect, a callable) are at-least-once: after a
-        restore from a checkpoint they may show records again.
+        Writers that cannot (print, a callable) are at-least-once: after a restore from a
+        checkpoint they may show records again.
         """
         return False
+
+    def begin_two_phase_commit(self) -> None:
+        """Called after ``open`` when the job takes checkpoints and this writer supports
+        two-phase commit: what it writes from now on waits for :meth:`commit`. Writers whose
+        output is never visible before a commit (files in progress) need not override it."""
 
     def prepare_commit(self, checkpoint_id: int) -> Any:
         """Phase one, at a checkpoint: make what was written so far durable but not yet visible,
@@ -181,7 +186,7 @@ class Sink(ABC):
     def is_transactional(self) -> bool:
         """Whether its writers commit output only when a checkpoint completes (two-phase
         commit), so that what it writes becomes visible at checkpoints (FLIP-327's
-        ``is_output_on_checkpoint``). False for print, collect and callables."""
+        ``is_output_on_checkpoint``). False for print and callables."""
         return False
 
     @abstractmethod

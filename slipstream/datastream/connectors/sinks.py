@@ -1,7 +1,8 @@
 """Sinks that live in memory or on the terminal: print, collect, and a per-record callable.
 
-These are at-least-once: after a restore from a checkpoint they may show a record
-again. Use ``FileSink`` for output that must be exactly-once.
+Print and callables are at-least-once: after a restore from a checkpoint they may show a
+record again. Collect commits at checkpoints, as ``FileSink`` does, and is exactly-once
+with them (see :class:`CollectSink`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections import deque
 from typing import Any, Callable
 
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
+from slipstream.errors import CheckpointError
 
 
 class PrintSink(Sink):
@@ -51,24 +53,79 @@ class _PrintWriter(SinkWriter):
 
 
 class CollectSink(Sink):
-    """Hands records to the caller of ``execute_and_collect`` through an in-memory queue."""
+    """Hands records to the caller of ``execute_and_collect`` through an in-memory queue.
+
+    With checkpoints it commits like ``FileSink`` (two-phase commit): a record joins the
+    queue when the checkpoint after it completes, and a restart from a checkpoint hands
+    out only what that checkpoint had not committed, so every record is handed out
+    exactly once. Without checkpoints a record joins the queue at once, and a restart runs
+    the job from its start, so what was collected before the failure comes again.
+    """
 
     def __init__(self) -> None:
         self.buffer: deque[Any] = deque()
+        self._committed: dict[int, int] = {}  # subtask -> the last checkpoint whose records joined the queue
 
     def default_name(self) -> str:
         return "Collect"
 
+    def is_transactional(self) -> bool:
+        return True
+
     def create_writer(self) -> SinkWriter:
-        return _CollectWriter(self.buffer)
+        return _CollectWriter(self)
+
+    def commit(self, subtask: int, checkpoint_id: int, records: list) -> None:
+        """Checkpoint ``checkpoint_id`` completed: subtask ``subtask``'s records up to it join the queue."""
+        self.buffer.extend(records)
+        self._committed[subtask] = checkpoint_id
+
+    def restore(self, subtask: int, checkpoint_id: int, pending: list) -> None:
+        """A run restores checkpoint ``checkpoint_id``: commit what it had pending for ``subtask``
+        unless an earlier run did already; refuse if records past it were handed out."""
+        committed = self._committed.get(subtask, 0)
+        if committed > checkpoint_id:
+            raise CheckpointError(
+                f"execute_and_collect: subtask {subtask + 1} already handed out the records of checkpoint "
+                f"{committed}; restoring the older checkpoint {checkpoint_id} would hand them out twice")
+        if committed < checkpoint_id:
+            self.commit(subtask, checkpoint_id, pending)
 
 
 class _CollectWriter(SinkWriter):
-    def __init__(self, buffer: deque[Any]) -> None:
-        self._buffer = buffer
+    def __init__(self, sink: CollectSink) -> None:
+        self._sink = sink
+        self._subtask = 0
+        self._open: list | None = None  # under two-phase commit: written since the last checkpoint
+        self._prepared: list[tuple[int, list]] = []  # (checkpoint id, its records), not yet committed
+
+    def open(self, subtask_index: int, parallelism: int) -> None:
+        self._subtask = subtask_index
 
     def write(self, values: list, timestamps: list | None) -> None:
-        self._buffer.extend(values)
+        (self._sink.buffer if self._open is None else self._open).extend(values)
+
+    def supports_two_phase_commit(self) -> bool:
+        return True
+
+    def begin_two_phase_commit(self) -> None:
+        self._open = []
+
+    def prepare_commit(self, checkpoint_id: int) -> dict[str, Any]:
+        """The records not yet committed, so a restore of this checkpoint can commit them."""
+        self._prepared.append((checkpoint_id, self._open or []))
+        self._open = []
+        return {"subtask": self._subtask, "checkpoint": checkpoint_id,
+                "pending": [record for _, records in self._prepared for record in records]}
+
+    def commit(self, checkpoint_id: int) -> None:
+        done = [records for prepared_id, records in self._prepared if prepared_id <= checkpoint_id]
+        self._prepared = [entry for entry in self._prepared if entry[0] > checkpoint_id]
+        self._sink.commit(self._subtask, checkpoint_id, [record for records in done for record in records])
+
+    def restore_commit_state(self, states: list[Any]) -> None:
+        for state in states:
+            self._sink.restore(int(state["subtask"]), int(state["checkpoint"]), state["pending"])
 
 
 class FunctionSink(Sink):

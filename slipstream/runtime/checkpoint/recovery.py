@@ -1,12 +1,12 @@
-"""Running a job with checkpoints, restarts and restores.
+"""Checkpoints, restarts and restores of a job's runs.
 
-``execute_with_recovery`` plans the job once and runs it; when a task fails and the
-restart strategy allows another attempt, it builds the job afresh and restores it
-from the latest completed checkpoint (from the start when there is none). A job
-started with ``restore_from`` first restores from the given checkpoint — ``"latest"``
-picks the newest complete one in the storage directory, falling back to an older
-one if the newest fails verification (a sink that committed output past the older
-one refuses the fallback, so nothing is silently produced twice).
+:class:`Recovery` is what the driver (:mod:`slipstream.runtime.driver`) consults around
+every run: when a task fails and the restart strategy allows another attempt, the job is
+built afresh and restored from the latest completed checkpoint (from the start when
+there is none). A job started with ``restore_from`` first restores from the given
+checkpoint — ``"latest"`` picks the newest complete one in the storage directory,
+falling back to an older one if the newest fails verification (a sink that committed
+output past the older one refuses the fallback, so nothing is silently produced twice).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from slipstream.runtime.checkpoint.storage import CheckpointStorage, VerifiedChe
 
 if TYPE_CHECKING:
     from slipstream.datastream.environment import JobExecutionResult, StreamExecutionEnvironment
-    from slipstream.datastream.transformations import Transformation
+    from slipstream.runtime.executor import JobRun
+    from slipstream.runtime.job_graph import JobGraph
 
 log = logging.getLogger("slipstream.checkpoint")
 
@@ -62,84 +63,107 @@ def find_restore_point(storage: CheckpointStorage, restore_from: str, fingerprin
     return None
 
 
-def execute_with_recovery(env: StreamExecutionEnvironment, transformations: list[Transformation], job_name: str,
-                          restore_from: str | None, fs: FileSystem | None = None) -> JobExecutionResult:
-    from slipstream.runtime.executor import JobRun
-    from slipstream.runtime.planner import plan_job
+class Recovery:
+    """What the runs of one job share: its checkpoint storage, the checkpoint the next run
+    restores from, and the restarts its strategy has left.
 
-    graph = plan_job(env, transformations)
-    config = env.get_checkpoint_config()
-    enabled = config.is_checkpointing_enabled()
-    strategy = env.get_restart_strategy()
-    max_restarts = strategy.max_restarts() if strategy is not None else 0
-    fingerprint = job_fingerprint(graph)
-    directory = config.get_checkpoint_storage_dir()
-    temporary = None
-    if directory is None:
-        if restore_from is not None and restore_from != LATEST:
-            directory = os.path.dirname(os.path.abspath(restore_from))
-        elif restore_from is not None:
-            raise InvalidProgramError("restore_from='latest' needs a checkpoint directory: "
-                                      "env.get_checkpoint_config().set_checkpoint_storage_dir(...)")
-        else:
-            directory = temporary = tempfile.mkdtemp(prefix="slipstream-checkpoints-")
-    storage = CheckpointStorage(directory, config.get_num_retained_checkpoints(), fs)
-    storage.ensure_directory()
-    restore = None if restore_from is None else find_restore_point(storage, restore_from, fingerprint)
-    storage.remove_incomplete()
-    attempt = 0
-    try:
-        while True:
-            run = JobRun(env, graph, job_name)
-            coordinator = None
-            try:
-                for task in run.tasks:
-                    for operator in task.operators:
-                        operator.ctx.attempt_number = attempt
-                if enabled:
-                    existing = storage.checkpoint_ids()
-                    coordinator = CheckpointCoordinator(run.tasks, config, storage, fingerprint, job_name,
-                                                        run.clock, (max(existing) + 1) if existing else 1)
-                if restore is not None:
-                    ended = restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)
-                    restore_tasks([task for task in run.tasks if task not in ended], restore.manifest,
-                                  restore.files, restore.path)
-                    log.info("restored job '%s' from %s", job_name, restore.path)
-                run.open()
-                scheduler = run.scheduler
-                if coordinator is None:
-                    scheduler.run()
-                else:
-                    clock = run.clock
-                    on_turn = coordinator.on_turn
-                    while True:
-                        on_turn(clock.now_ms())
-                        if not scheduler.run_turn():
-                            break
-                    coordinator.final_checkpoint()
-            except BaseException as exc:
-                run.close_quietly()
-                if not isinstance(exc, Exception) or isinstance(exc, NOT_RESTARTABLE) or attempt >= max_restarts:
-                    raise
-                attempt += 1
-                log.warning("job '%s' failed (%s: %s); restart %d of %d", job_name, type(exc).__name__, exc,
-                            attempt, max_restarts)
-                time.sleep(strategy.delay_ms() / 1000 if strategy is not None else 0)
-                restore = find_restore_point(storage, LATEST, fingerprint) if enabled else restore
-                continue
-            run.close()
-            if coordinator is not None:
-                run.metrics["checkpoints"] = dict(coordinator.metrics, restarts=attempt,
-                                                  directory=storage.directory,
-                                                  restored_from=None if restore is None else restore.path)
-            result = run.result()
-            if temporary is None and config.get_externalized_checkpoint_cleanup() is \
-                    ExternalizedCheckpointCleanup.DELETE_ON_CANCELLATION:
-                storage.remove_all()
-            return result
-    finally:
-        if temporary is not None:
-            shutil.rmtree(temporary, ignore_errors=True)
+    The driver (:mod:`slipstream.runtime.driver`) calls :meth:`open` once, :meth:`prepare`
+    before every run, :meth:`restart_after` when a run failed, :meth:`finish` when one
+    succeeded and :meth:`release` at the very end, whatever happened.
+    """
+
+    def __init__(self, env: StreamExecutionEnvironment, graph: JobGraph, job_name: str,
+                 restore_from: str | None, fs: FileSystem | None = None) -> None:
+        self.config = env.get_checkpoint_config()
+        self.enabled = self.config.is_checkpointing_enabled()
+        self.strategy = env.get_restart_strategy()
+        self.max_restarts = self.strategy.max_restarts() if self.strategy is not None else 0
+        self.job_name = job_name
+        self.restore_from = restore_from
+        self.fingerprint = job_fingerprint(graph) if self.enabled or restore_from is not None else ""
+        self.storage: CheckpointStorage | None = None
+        self.restore: VerifiedCheckpoint | None = None
+        self.attempt = 0
+        self._fs = fs
+        self._temporary: str | None = None
+
+    def open(self) -> None:
+        """Find (or make) the checkpoint storage and the checkpoint the first run restores
+        from; a job that neither takes checkpoints nor restores needs none."""
+        if not self.enabled and self.restore_from is None:
+            return
+        restore_from = self.restore_from
+        directory = self.config.get_checkpoint_storage_dir()
+        if directory is None:
+            if restore_from is not None and restore_from != LATEST:
+                directory = os.path.dirname(os.path.abspath(restore_from))
+            elif restore_from is not None:
+                raise InvalidProgramError("restore_from='latest' needs a checkpoint directory: "
+                                          "env.get_checkpoint_config().set_checkpoint_storage_dir(...)")
+            else:
+                directory = self._temporary = tempfile.mkdtemp(prefix="slipstream-checkpoints-")
+        storage = self.storage = CheckpointStorage(directory, self.config.get_num_retained_checkpoints(), self._fs)
+        storage.ensure_directory()
+        self.restore = None if restore_from is None else find_restore_point(storage, restore_from, self.fingerprint)
+        storage.remove_incomplete()
+
+    def prepare(self, run: JobRun) -> CheckpointCoordinator | None:
+        """Before ``run`` opens: number its attempt, attach the checkpoint coordinator (None
+        without checkpoints) and restore it from the checkpoint found for it."""
+        for task in run.tasks:
+            for operator in task.operators:
+                operator.ctx.attempt_number = self.attempt
+        coordinator = None
+        if self.enabled:
+            assert self.storage is not None
+            existing = self.storage.checkpoint_ids()
+            coordinator = CheckpointCoordinator(run.tasks, self.config, self.storage, self.fingerprint,
+                                                self.job_name, run.clock, (max(existing) + 1) if existing else 1)
+        restore = self.restore
+        if restore is not None:
+            ended = restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)
+            restore_tasks([task for task in run.tasks if task not in ended], restore.manifest,
+                          restore.files, restore.path)
+            log.info("restored job '%s' from %s", self.job_name, restore.path)
+        return coordinator
+
+    def restart_after(self, failure: BaseException) -> bool:
+        """Whether a run that failed with ``failure`` is followed by another; if so, wait the
+        strategy's delay and find what it restores from: the latest checkpoint (without
+        checkpoints, what the first run restored from)."""
+        if not isinstance(failure, Exception) or isinstance(failure, NOT_RESTARTABLE) or \
+                self.attempt >= self.max_restarts:
+            return False
+        self.attempt += 1
+        log.warning("job '%s' failed (%s: %s); restart %d of %d", self.job_name, type(failure).__name__,
+                    failure, self.attempt, self.max_restarts)
+        time.sleep(self.strategy.delay_ms() / 1000 if self.strategy is not None else 0)
+        if self.enabled:
+            assert self.storage is not None
+            self.restore = find_restore_point(self.storage, LATEST, self.fingerprint)
+        return True
+
+    def finish(self, run: JobRun, coordinator: CheckpointCoordinator | None) -> JobExecutionResult:
+        """The result of the run that succeeded, with the checkpoints' figures; checkpoints the
+        configuration does not retain are deleted."""
+        storage = self.storage
+        if coordinator is not None:
+            assert storage is not None
+            run.metrics["checkpoints"] = dict(coordinator.metrics, restarts=self.attempt,
+                                              directory=storage.directory,
+                                              restored_from=None if self.restore is None else self.restore.path)
+        result = run.result()
+        cleanup = self.config.get_externalized_checkpoint_cleanup()
+        if storage is not None and self._temporary is None and \
+                cleanup is ExternalizedCheckpointCleanup.DELETE_ON_CANCELLATION:
+            storage.remove_all()
+        return result
+
+    def release(self) -> None:
+        """Delete the checkpoint directory made for this job alone (none was configured)."""
+        if self._temporary is not None:
+            shutil.rmtree(self._temporary, ignore_errors=True)
+            self._temporary = None
 
 
-__all__ = ["LATEST", "execute_with_recovery", "find_restore_point"]
+__all__ = ["LATEST", "Recovery", "find_restore_point"]
