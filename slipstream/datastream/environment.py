@@ -65,6 +65,8 @@ class RuntimeOptions:
     together; ``channel_capacity`` how many batches a channel holds before its
     producer waits (backpressure); ``quantum`` how many batches a task takes per turn;
     ``clock`` a processing-time clock (``slipstream.testing.ManualClock`` in tests).
+    BLOCKING and FEEDBACK channels never make their producer wait: past
+    ``channel_memory_budget`` records or ``channel_memory_budget_bytes`` bytes they spill.
     """
 
     scheduler_seed: int = 0
@@ -73,6 +75,7 @@ class RuntimeOptions:
     quantum: int = 4
     clock: Any = None  # processing time source; None means the wall clock
     channel_memory_budget: int = 100_000  # records an unbounded (blocking or feedback) channel keeps in memory
+    channel_memory_budget_bytes: int = 64 * 1024 * 1024  # and bytes (estimated) it keeps in memory
     # FLIP-327: operators with an internal sorter buffer their backlog and run it as sorted batch
     # work (polars) at the switch; False processes backlog record by record instead.
     backlog_sorting: bool = True
@@ -169,9 +172,11 @@ class StreamExecutionEnvironment:
     def configure(self, *, scheduler_seed: int | None = None, batch_size: int | None = None,
                   channel_capacity: int | None = None, quantum: int | None = None,
                   clock: Any = None, backlog_sorting: bool | None = None,
-                  sort_memory_budget: int | None = None, spill_dir: str | None = None,
+                  sort_memory_budget: int | None = None, channel_memory_budget: int | None = None,
+                  channel_memory_budget_bytes: int | None = None, spill_dir: str | None = None,
                   show_progress: bool | None = None) -> StreamExecutionEnvironment:
-        """Set the embedded runtime's knobs (see :class:`RuntimeOptions`); None leaves one as it is."""
+        """Set the embedded runtime's knobs (see :class:`RuntimeOptions`; the batch engine has
+        :meth:`set_batch_engine`); None leaves one as it is."""
         options = self.runtime_options
         if clock is not None:
             options.clock = clock
@@ -184,7 +189,9 @@ class StreamExecutionEnvironment:
                 setattr(options, name, value)
         for name, value in (("scheduler_seed", scheduler_seed), ("batch_size", batch_size),
                             ("channel_capacity", channel_capacity), ("quantum", quantum),
-                            ("sort_memory_budget", sort_memory_budget)):
+                            ("sort_memory_budget", sort_memory_budget),
+                            ("channel_memory_budget", channel_memory_budget),
+                            ("channel_memory_budget_bytes", channel_memory_budget_bytes)):
             if value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or (name != "scheduler_seed" and value < 1):

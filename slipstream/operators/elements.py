@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from enum import Enum
 
@@ -11,6 +12,7 @@ from slipstream.attributes import RecordAttributes
 from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.scope import StreamScope
 from slipstream.datastream.time import MAX_WATERMARK, Watermark
+from slipstream.datastream.typeinfo import Row
 
 __all__ = ["RecordBatch", "Watermark", "MAX_WATERMARK", "WatermarkStatus", "RecordAttributes",
            "EndOfInput", "END_OF_INPUT", "TerminationAttempt", "TerminationStatus", "StreamElement"]
@@ -49,6 +51,35 @@ class RecordBatch:
     def __len__(self) -> int:
         return len(self._values) if self._values is not None else self.arrow.num_rows
 
+    def split(self, max_records: int) -> list[RecordBatch]:
+        """This batch as consecutive batches of at most ``max_records`` records (itself when it
+        fits); Arrow batches are sliced without copying."""
+        count = len(self)
+        if count <= max_records:
+            return [self]
+        timestamps, arrow = self.timestamps, self.arrow
+        pieces = []
+        for start in range(0, count, max_records):
+            end = min(start + max_records, count)
+            piece_ts = None if timestamps is None else timestamps[start:end]
+            pieces.append(RecordBatch(arrow=arrow.slice(start, end - start), timestamps=piece_ts)
+                          if arrow is not None else RecordBatch(self._values[start:end], piece_ts))
+        return pieces
+
+    def estimated_bytes(self) -> int:
+        """Roughly the memory its records take: Arrow's own count for columns; for Python
+        records, the sizes of a few records spread over the batch (each with what it directly
+        holds), times the number of records."""
+        if self.arrow is not None:
+            return self.arrow.nbytes
+        values = self._values
+        count = len(values)
+        if not count:
+            return 0
+        sample = values[::max(1, count // SIZE_SAMPLE)][:SIZE_SAMPLE]
+        per_record = sum(_record_bytes(value) for value in sample) / len(sample)
+        return int(sys.getsizeof(values) + per_record * count)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RecordBatch) and other.values == self.values and \
             other.timestamps == self.timestamps
@@ -73,6 +104,21 @@ class RecordBatch:
             data, is_table = arrow
             reader = pa.ipc.open_stream(data)
             self.arrow = reader.read_all() if is_table else reader.read_next_batch()
+
+
+SIZE_SAMPLE = 8
+"""How many records of a batch :meth:`RecordBatch.estimated_bytes` measures."""
+
+
+def _record_bytes(value: object) -> int:
+    """A record's size with the fields it directly holds (nested objects count shallowly)."""
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        return size + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in value.items())
+    if isinstance(value, (tuple, list, Row)):
+        return size + sum(sys.getsizeof(field) for field in value)
+    fields = getattr(value, "__dict__", None)
+    return size if fields is None else size + _record_bytes(fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ by what a single input batch produced.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from typing import Any
 
@@ -46,17 +47,29 @@ class Channel:
 class SpillingChannel(Channel):
     """A channel that never refuses its producer: unbounded in records, bounded in memory.
 
-    Up to ``memory_budget`` records stay in memory; beyond that, whole batches go to a
-    private spill file (:class:`SpillFile`) and are read back in order. Feedback edges of
-    loops use it, so a cycle can never deadlock on a full channel.
+    At most ``memory_budget`` records, and about ``memory_budget_bytes`` bytes (estimated:
+    :meth:`RecordBatch.estimated_bytes`), stay in memory — more only when a single record is
+    larger than the byte budget. Past that, elements go to a private spill file
+    (:class:`SpillFile`) and are read back in order, one at a time. A batch is split into
+    pieces that fit the budget, so a batch far larger than it (a multiplying ``flat_map``, a
+    listener's whole output) never holds more than the budget in memory, whether pushed or
+    read back. (An Arrow piece kept in memory is a slice: it shares its batch's buffers.)
+    Feedback edges of loops and iterations, and BLOCKING edges, use it, so a cycle can
+    never deadlock on a full channel.
     """
 
-    __slots__ = ("memory_budget", "_in_memory_records", "_file")
+    __slots__ = ("memory_budget", "memory_budget_bytes", "peak_in_memory_records", "_in_memory_records",
+                 "_in_memory_bytes", "_bytes", "_file")
 
-    def __init__(self, memory_budget: int, name: str = "", spill_dir: str | None = None) -> None:
+    def __init__(self, memory_budget: int, name: str = "", spill_dir: str | None = None,
+                 memory_budget_bytes: int = sys.maxsize) -> None:
         super().__init__(capacity=0, name=name)
         self.memory_budget = memory_budget
+        self.memory_budget_bytes = memory_budget_bytes
+        self.peak_in_memory_records = 0  # the most records it held in memory at once
         self._in_memory_records = 0
+        self._in_memory_bytes = 0
+        self._bytes: deque[int] = deque()  # the estimated bytes of each element in the queue
         self._file = SpillFile(f"channel {name}", spill_dir)
 
     @property
@@ -68,28 +81,49 @@ class SpillingChannel(Channel):
 
     def is_at_budget(self) -> bool:
         """Whether its in-memory buffer is at its budget (what comes next is spilled)."""
-        return bool(self._file.count) or self._in_memory_records >= self.memory_budget
+        return bool(self._file.count) or self._in_memory_records >= self.memory_budget or \
+            self._in_memory_bytes >= self.memory_budget_bytes
 
     def push(self, element: Any) -> None:
-        size = len(element) if isinstance(element, RecordBatch) else 0  # len: no rows built for Arrow
-        if self._file.count or (size and self._in_memory_records + size > self.memory_budget):
+        if type(element) is not RecordBatch:
+            self._admit(element, 0, 0)
+            return
+        size = len(element)  # len: no rows built for Arrow
+        estimated = element.estimated_bytes()
+        per_record = estimated / size if size else 0
+        piece = min(self.memory_budget, int(self.memory_budget_bytes // per_record) if per_record else size)
+        for part in element.split(max(1, piece)):
+            self._admit(part, len(part), int(per_record * len(part)))
+
+    def _admit(self, element: Any, records: int, estimated: int) -> None:
+        """Keep ``element`` in memory if nothing waits on disk and it fits the budget, else spill it."""
+        if self._file.count or (records and (self._in_memory_records + records > self.memory_budget or
+                                             self._in_memory_bytes + estimated > self.memory_budget_bytes)):
             self._file.append(element)
             if not self.queue:
                 self._load_one()
         else:
-            self._in_memory_records += size
-            self.queue.append(element)
+            self._keep(element, records, estimated)
+
+    def _keep(self, element: Any, records: int, estimated: int) -> None:
+        self.queue.append(element)
+        self._bytes.append(estimated)
+        self._in_memory_records += records
+        self._in_memory_bytes += estimated
+        self.peak_in_memory_records = max(self.peak_in_memory_records, self._in_memory_records)
 
     def _load_one(self) -> None:
         """Move the oldest spilled element into memory, so the queue shows there is data."""
         element = self._file.take()
-        if isinstance(element, RecordBatch):
-            self._in_memory_records += len(element)
-        self.queue.append(element)
+        if type(element) is RecordBatch:
+            self._keep(element, len(element), element.estimated_bytes())
+        else:
+            self._keep(element, 0, 0)
 
     def pop(self) -> Any:
         element = self.queue.popleft()
-        if isinstance(element, RecordBatch):
+        self._in_memory_bytes -= self._bytes.popleft()
+        if type(element) is RecordBatch:
             self._in_memory_records -= len(element)
         if not self.queue and self._file.count:
             self._load_one()

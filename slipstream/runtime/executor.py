@@ -71,8 +71,9 @@ class JobRun:
                     for j in target_subtasks(edge.partitioning, i, edge.source.parallelism,
                                              edge.target.parallelism):
                         name = f"{edge.source.name}[{i}]->{edge.target.name}[{j}]"
-                        channels[(edge, i, j)] = SpillingChannel(options.channel_memory_budget, name) \
-                            if edge.kind is not EdgeKind.PIPELINED else Channel(capacity, name)
+                        channels[(edge, i, j)] = Channel(capacity, name) if edge.kind is EdgeKind.PIPELINED \
+                            else SpillingChannel(options.channel_memory_budget, name, options.spill_dir,
+                                                 options.channel_memory_budget_bytes)
         tasks: list[StreamTask] = []
         for vertex in self.graph.vertices:
             for subtask in range(vertex.parallelism):

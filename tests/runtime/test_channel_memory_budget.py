@@ -1,0 +1,117 @@
+"""BLOCKING and FEEDBACK channels honour their memory budget, in records and in bytes, even when
+one batch holds far more than the budget (a multiplying ``flat_map``): what does not fit is
+split and spilled, and every record still arrives exactly once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+from slipstream.runtime.channels import SpillingChannel
+from slipstream.runtime.executor import JobRun
+from slipstream.runtime.planner import plan_job
+
+FAN_OUT = 100
+BUDGET = 20
+
+
+def make_env(parallelism: int, seed: int, mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING
+             ) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.set_runtime_mode(mode)
+    return env.configure(scheduler_seed=seed, batch_size=8, channel_capacity=2, channel_memory_budget=BUDGET)
+
+
+def run_watching(env: StreamExecutionEnvironment) -> list[SpillingChannel]:
+    """Run the job to its end; its spilling channels (FEEDBACK edges in a loop, BLOCKING edges in
+    BATCH mode), with what they held."""
+    run = JobRun(env, plan_job(env, env._take_graph()), "budget")
+    run.open()
+    try:
+        run.scheduler.run()
+    finally:
+        run.close()
+    return [channel for channel in run.channels if isinstance(channel, SpillingChannel)]
+
+
+def countdown(numbers: Any) -> tuple[Any, Any]:
+    """Each (id, rounds) record becomes FAN_OUT records with one round less, until none is left."""
+    children = numbers.flat_map(lambda r: [(r[0] * FAN_OUT + i, r[1] - 1) for i in range(FAN_OUT)]
+                                if r[1] > 0 else [r])
+    return children.filter(lambda r: r[1] > 0), children.filter(lambda r: r[1] <= 0)
+
+
+def countdown_oracle(starts: list[tuple[int, int]]) -> Counter:
+    out: Counter = Counter()
+    for ident, rounds in starts:
+        ids = [ident]
+        for _ in range(rounds):
+            ids = [i * FAN_OUT + child for i in ids for child in range(FAN_OUT)]
+        out.update((i, 0) for i in ids)
+    return out
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_multiplying_flat_map_into_a_feedback_edge_keeps_the_budget(parallelism: int, seed: int) -> None:
+    starts = [(i, 2) for i in range(6)]
+    env = make_env(parallelism, seed)
+    got: list = []
+    env.from_collection(starts).iterate(countdown).add_sink(got.append)
+    feedback = run_watching(env)
+    assert feedback and max(channel.peak_in_memory_records for channel in feedback) <= BUDGET
+    assert sum(channel.spilled_bytes for channel in feedback) > 0  # one input batch made ~FAN_OUT batches' worth
+    assert Counter(got) == countdown_oracle(starts)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_multiplying_flat_map_into_a_blocking_edge_keeps_the_budget(parallelism: int, seed: int) -> None:
+    numbers = list(range(40))
+    env = make_env(parallelism, seed, RuntimeExecutionMode.BATCH)
+    got: list = []
+    (env.from_collection(numbers)
+     .flat_map(lambda x: [(x % 5, x * FAN_OUT + i) for i in range(FAN_OUT)])
+     .key_by(lambda r: r[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))
+     .add_sink(got.append))
+    blocking = run_watching(env)
+    assert blocking and max(channel.peak_in_memory_records for channel in blocking) <= BUDGET
+    sums: Counter = Counter()
+    for x in numbers:
+        sums[x % 5] += sum(x * FAN_OUT + i for i in range(FAN_OUT))
+    assert sorted(got) == sorted(sums.items())
+
+
+def test_large_records_are_bounded_by_the_byte_budget() -> None:
+    record_bytes = 10_000
+    env = make_env(1, 0).configure(channel_memory_budget=100_000, channel_memory_budget_bytes=20 * record_bytes)
+    got: list = []
+
+    def grow(numbers: Any) -> tuple[Any, Any]:
+        children = numbers.flat_map(lambda r: [(r[0] * 100 + i, r[1] - 1, "x" * record_bytes) for i in range(100)]
+                                    if r[1] > 0 else [r])
+        return children.filter(lambda r: r[1] > 0), children.filter(lambda r: r[1] <= 0)
+
+    env.from_collection([(i, 2, "") for i in range(4)]).iterate(grow).add_sink(got.append)
+    feedback = run_watching(env)
+    assert 0 < max(channel.peak_in_memory_records for channel in feedback) <= 20
+    assert sorted(r[0] for r in got) == sorted(i * 10_000 + j * 100 + k for i in range(4)
+                                                for j in range(100) for k in range(100))
+
+
+def test_spilling_channels_spill_under_the_configured_spill_dir(tmp_path: Any) -> None:
+    env = make_env(1, 0).configure(spill_dir=str(tmp_path))
+    env.from_collection([(i, 2) for i in range(3)]).iterate(countdown).add_sink(lambda record: None)
+    run = JobRun(env, plan_job(env, env._take_graph()), "spill dir")
+    run.open()
+    try:
+        run.scheduler.run()
+        spilled = [channel._file.path for channel in run.channels
+                   if isinstance(channel, SpillingChannel) and channel.spilled_bytes]
+        assert spilled and all(path.startswith(str(tmp_path)) for path in spilled)
+    finally:
+        run.close()
+    assert not any(tmp_path.iterdir())  # closing the run deleted them
