@@ -188,4 +188,3 @@ class JobRun:
         if task.finished_at is not None:
             finished = (task.finished_at - self._started) * 1000
             values["finished_ms"] = max(values.get("finished_ms", finished), finished)
-

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from slipstream.datastream import MapFunction, RestartStrategies, StreamExecutionEnvironment
+from slipstream.datastream.connectors.base import Sink, SinkWriter
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.connectors.sinks import CollectSink
 from slipstream.errors import CheckpointError, UserFunctionError
@@ -120,6 +121,53 @@ def test_without_checkpoints_a_restart_starts_over_and_collects_at_least_once() 
     assert fail.failed_after[0] > 0 and first_run
     assert Counter(second_run) == expected  # the restarted run's whole output, after the first run's
     assert not Counter(first_run) - expected  # what came before the failure came again
+
+
+class CommitFailsOnce(Sink):
+    """A two-phase-commit sink whose first commit of checkpoint ``at`` or later raises: the run fails
+    after that checkpoint completed but before the sinks notified after it committed."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.failed = False
+
+    def create_writer(self) -> SinkWriter:
+        return _CommitFailsOnceWriter(self)
+
+
+class _CommitFailsOnceWriter(SinkWriter):
+    def __init__(self, sink: CommitFailsOnce) -> None:
+        self._sink = sink
+
+    def write(self, values: list, timestamps: list | None) -> None:
+        pass
+
+    def supports_two_phase_commit(self) -> bool:
+        return True
+
+    def prepare_commit(self, checkpoint_id: int) -> None:
+        return None
+
+    def commit(self, checkpoint_id: int) -> None:
+        if checkpoint_id >= self._sink.at and not self._sink.failed:
+            self._sink.failed = True
+            raise RuntimeError(f"commit of checkpoint {checkpoint_id} failed")
+
+    def restore_commit_state(self, states: list[Any]) -> None:
+        pass
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_records_of_a_checkpoint_that_completed_but_was_not_committed_are_handed_out_once(
+        tmp_path: Any, parallelism: int) -> None:
+    env = make_env(parallelism, 2, str(tmp_path / "chk"))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 0))
+    failing = CommitFailsOnce(at=3)
+    counts = running_counts(env)
+    counts.sink_to(failing)
+    got = list(counts.execute_and_collect())
+    assert failing.failed
+    assert Counter(got) == oracle()
 
 
 def test_collect_gives_up_after_the_configured_restarts_and_closes_every_run(tmp_path: Any) -> None:
