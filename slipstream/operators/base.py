@@ -314,6 +314,12 @@ class StreamOperator(ABC):
             f"parallelism: the checkpoint has {len(states)} subtask(s), the job now "
             f"{self.ctx.parallelism}; give it its old parallelism with set_parallelism()")
 
+    def check_restore(self) -> None:
+        """Step one of a restore, once every operator of the job has its state and before any
+        opens: raise if this operator cannot resume from it, reading only. Opening applies a
+        restore (a file sink renames and deletes part files), so checking every operator first
+        means a refused restore changes nothing."""
+
     # -- checkpoints ----------------------------------------------------------------------------
     def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
         """Called before the snapshot of checkpoint ``checkpoint_id``, before its barrier goes

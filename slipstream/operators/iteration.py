@@ -183,6 +183,9 @@ class PerRoundOperator(StreamOperator):
     def initialize_state(self, state: Any) -> None:
         self.inner.initialize_state(state)
 
+    def check_restore(self) -> None:
+        self.inner.check_restore()
+
 
 def create_operator(transformation: Transformation) -> StreamOperator:
     """The operator of ``transformation``: wrapped per round when its iteration asks for it."""

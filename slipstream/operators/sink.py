@@ -24,15 +24,23 @@ class SinkOperator(StreamOperator):
     def __init__(self, transformation: SinkTransformation) -> None:
         super().__init__(transformation)
         self.sink: Sink = transformation.sink
-        self.writer: SinkWriter | None = None
+        self.writer: SinkWriter = self.sink.create_writer()
         self._two_phase = False
         self._checkpoint_id = 0
         self._restored: list[Any] | None = None
 
+    def _uses_two_phase_commit(self) -> bool:
+        return self.ctx.checkpointing and self.writer.supports_two_phase_commit()
+
+    def check_restore(self) -> None:
+        """The writer refuses a restore that would lose output or write it twice, before any
+        sink subtask of the job commits or deletes anything (that happens in :meth:`open`)."""
+        if self._restored is not None and self._uses_two_phase_commit():
+            self.writer.check_commit_state(self._restored)
+
     def open(self) -> None:
-        self.writer = self.sink.create_writer()
         self.writer.open(self.ctx.subtask_index, self.ctx.parallelism)
-        self._two_phase = self.ctx.checkpointing and self.writer.supports_two_phase_commit()
+        self._two_phase = self._uses_two_phase_commit()
         if self._two_phase:
             self.writer.begin_two_phase_commit()
             if self._restored is not None:
@@ -80,7 +88,7 @@ class SinkOperator(StreamOperator):
         self._checkpoint_id = checkpoint_id
 
     def snapshot_state(self) -> Any:
-        if not self._two_phase or self.writer is None:
+        if not self._two_phase:
             return None
         try:
             return {"writer": self.writer.prepare_commit(self._checkpoint_id)}
@@ -88,7 +96,7 @@ class SinkOperator(StreamOperator):
             raise self._write_error(exc) from exc.cause
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        if self._two_phase and self.writer is not None:
+        if self._two_phase:
             self.writer.commit(checkpoint_id)
 
     def initialize_state(self, state: Any) -> None:
@@ -102,5 +110,4 @@ class SinkOperator(StreamOperator):
                           if state and old % parallelism == index]
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        self.writer.close()

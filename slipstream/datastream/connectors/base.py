@@ -174,9 +174,17 @@ class SinkWriter(ABC):
         """Phase two: checkpoint ``checkpoint_id`` completed; make what it covers visible."""
         raise NotImplementedError
 
+    def check_commit_state(self, states: list[Any]) -> None:
+        """Step one of a restore, before ``open``: raise if restoring ``states`` would lose output
+        or write it twice (output committed after the checkpoint), changing nothing. Every
+        writer of the job checks before any of them applies :meth:`restore_commit_state`, so a
+        refused restore leaves the newer checkpoints' pending output in place."""
+        raise NotImplementedError
+
     def restore_commit_state(self, states: list[Any]) -> None:
-        """After ``open``, on a restore: commit what the checkpoint's ``states`` had pending,
-        discard what was written after it, and refuse (raise) if output was committed after it."""
+        """Step two of a restore, after ``open`` (once every writer passed
+        :meth:`check_commit_state`): commit what the checkpoint's ``states`` had pending and
+        discard what was written after it."""
         raise NotImplementedError
 
 

@@ -675,10 +675,13 @@ class _PartFileWriter(SinkWriter):
     # -- two-phase commit (exactly-once when the job checkpoints) ----------------------------------
     # At a checkpoint the open part is closed (fsynced) and, with every other closed part not yet
     # committed, listed in the checkpoint; when the checkpoint completes those parts are renamed
-    # to their final names. A restore renames what the checkpoint lists (if not done already),
-    # deletes in-progress files it does not list, and fails if a final part exists beyond the
-    # checkpoint's counter: that output was committed by a later checkpoint, so falling back to
-    # this one would produce it twice.
+    # to their final names. A restore first checks, before any subtask of any sink touches a
+    # file: every part the checkpoint lists still exists (in progress or final), and no final
+    # part exists beyond the checkpoint's counter — that output was committed by a later
+    # checkpoint, so falling back to this one would produce it twice. Only once every subtask
+    # passed does each rename what the checkpoint lists (if not done already) and delete the
+    # in-progress files it does not list, so a refused restore leaves a newer checkpoint's
+    # pending parts in place and that checkpoint can still be restored.
     def supports_two_phase_commit(self) -> bool:
         return True
 
@@ -698,43 +701,64 @@ class _PartFileWriter(SinkWriter):
         for cid in sorted(done):
             for in_progress, final in self._prepared.pop(cid):
                 if (in_progress, final) not in committed:
-                    self._commit_one(in_progress, final, must_exist=False)
+                    _commit_part(in_progress, final)
                     committed.add((in_progress, final))
         if committed:
             self._pending = [entry for entry in self._pending if entry not in committed]
             _fsync_dir(self._base_path)
 
-    def _commit_one(self, in_progress: str, final: str, must_exist: bool) -> None:
-        if os.path.exists(in_progress):
-            os.replace(in_progress, final)
-        elif not os.path.exists(final) and must_exist:
-            from slipstream.errors import CheckpointError
-            raise CheckpointError(f"FileSink: the part file '{in_progress}' a checkpoint says is pending is "
-                                  f"gone, and its final name '{final}' does not exist either: output is lost")
+    def _listed_parts(self, states: list[Any]) -> list[tuple[str, str]]:
+        """The (in-progress, final) paths of the parts ``states`` had pending."""
+        return [(os.path.join(self._base_path, in_progress), os.path.join(self._base_path, final))
+                for state in states for in_progress, final in state["pending"]]
+
+    def _parts_of(self, counters: dict[int, int]) -> list[tuple[str, int, int, bool]]:
+        """``(path, subtask, counter, in_progress)`` of every part file written by the subtasks
+        of ``counters`` (the subtasks whose state is being restored)."""
+        if not os.path.isdir(self._base_path):
+            return []
+        prefix, suffix = self._config.get_part_prefix(), self._config.get_part_suffix()
+        parts = []
+        for name in sorted(os.listdir(self._base_path)):
+            owner = _part_owner(name, prefix, suffix)
+            if owner is not None and owner[0] in counters:
+                parts.append((os.path.join(self._base_path, name), *owner))
+        return parts
+
+    def check_commit_state(self, states: list[Any]) -> None:
+        from slipstream.errors import CheckpointError
+        for in_progress, final in self._listed_parts(states):
+            if not os.path.exists(in_progress) and not os.path.exists(final):
+                raise CheckpointError(f"FileSink: the part file '{in_progress}' a checkpoint says is pending is "
+                                      f"gone, and its final name '{final}' does not exist either: output is lost")
+        counters = _restored_counters(states)
+        for path, subtask, counter, in_progress in self._parts_of(counters):
+            if not in_progress and counter >= counters[subtask]:
+                raise CheckpointError(
+                    f"FileSink: part file '{path}' was committed after the checkpoint being restored (which "
+                    f"ends subtask {subtask}'s parts before number {counters[subtask]}): restoring it would "
+                    "write that output twice. Restore the latest checkpoint, or remove the output directory "
+                    "to start afresh")
 
     def restore_commit_state(self, states: list[Any]) -> None:
-        from slipstream.errors import CheckpointError
-        counters: dict[int, int] = {}
-        for state in states:
-            for in_progress, final in state["pending"]:
-                self._commit_one(os.path.join(self._base_path, in_progress),
-                                 os.path.join(self._base_path, final), must_exist=True)
-            counters[int(state["subtask"])] = int(state["counter"])
-        prefix, suffix = self._config.get_part_prefix(), self._config.get_part_suffix()
-        for name in os.listdir(self._base_path):
-            owner = _part_owner(name, prefix, suffix)
-            if owner is None or owner[0] not in counters:
-                continue
-            subtask, counter, hidden = owner
-            if hidden:
-                os.unlink(os.path.join(self._base_path, name))  # written after the checkpoint
-            elif counter >= counters[subtask]:
-                raise CheckpointError(
-                    f"FileSink: part file '{os.path.join(self._base_path, name)}' was committed after the "
-                    f"checkpoint being restored (which ends subtask {subtask}'s parts before number "
-                    f"{counters[subtask]}): restoring it would write that output twice. Restore the "
-                    "latest checkpoint, or remove the output directory to start afresh")
+        for in_progress, final in self._listed_parts(states):
+            _commit_part(in_progress, final)
+        counters = _restored_counters(states)
+        for path, _, _, in_progress in self._parts_of(counters):
+            if in_progress:
+                os.unlink(path)  # written after the checkpoint
         _fsync_dir(self._base_path)
         own = counters.get(self._subtask_index)
         if own is not None:
             self._counter = max(self._counter, own)
+
+
+def _commit_part(in_progress: str, final: str) -> None:
+    """Give a pending part its final name, unless an earlier commit already did."""
+    if os.path.exists(in_progress):
+        os.replace(in_progress, final)
+
+
+def _restored_counters(states: list[Any]) -> dict[int, int]:
+    """The part counter each old subtask of ``states`` had reached at the checkpoint."""
+    return {int(state["subtask"]): int(state["counter"]) for state in states}

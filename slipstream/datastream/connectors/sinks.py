@@ -80,15 +80,19 @@ class CollectSink(Sink):
         self.buffer.extend(records)
         self._committed[subtask] = checkpoint_id
 
-    def restore(self, subtask: int, checkpoint_id: int, pending: list) -> None:
-        """A run restores checkpoint ``checkpoint_id``: commit what it had pending for ``subtask``
-        unless an earlier run did already; refuse if records past it were handed out."""
+    def check_restore(self, subtask: int, checkpoint_id: int) -> None:
+        """Refuse to restore checkpoint ``checkpoint_id`` if ``subtask`` already handed out records
+        past it: they would be handed out twice."""
         committed = self._committed.get(subtask, 0)
         if committed > checkpoint_id:
             raise CheckpointError(
                 f"execute_and_collect: subtask {subtask + 1} already handed out the records of checkpoint "
                 f"{committed}; restoring the older checkpoint {checkpoint_id} would hand them out twice")
-        if committed < checkpoint_id:
+
+    def restore(self, subtask: int, checkpoint_id: int, pending: list) -> None:
+        """A run restores checkpoint ``checkpoint_id`` (checked by :meth:`check_restore`): commit
+        what it had pending for ``subtask`` unless an earlier run did already."""
+        if self._committed.get(subtask, 0) < checkpoint_id:
             self.commit(subtask, checkpoint_id, pending)
 
 
@@ -122,6 +126,10 @@ class _CollectWriter(SinkWriter):
         done = [records for prepared_id, records in self._prepared if prepared_id <= checkpoint_id]
         self._prepared = [entry for entry in self._prepared if entry[0] > checkpoint_id]
         self._sink.commit(self._subtask, checkpoint_id, [record for records in done for record in records])
+
+    def check_commit_state(self, states: list[Any]) -> None:
+        for state in states:
+            self._sink.check_restore(int(state["subtask"]), int(state["checkpoint"]))
 
     def restore_commit_state(self, states: list[Any]) -> None:
         for state in states:

@@ -7,6 +7,8 @@ there is none). A job started with ``restore_from`` first restores from the give
 checkpoint — ``"latest"`` picks the newest complete one in the storage directory,
 falling back to an older one if the newest fails verification (a sink that committed
 output past the older one refuses the fallback, so nothing is silently produced twice).
+A restore is checked whole before it is applied: every operator sees its state and may
+refuse it before any task opens, so a refused restore deletes or renames nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from slipstream.errors import CheckpointError, CorruptCheckpointError, InvalidPr
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator
 from slipstream.runtime.checkpoint.fs import FileSystem
 from slipstream.runtime.checkpoint.iteration_region import restore_iteration_regions
-from slipstream.runtime.checkpoint.snapshot import job_fingerprint, restore_tasks
+from slipstream.runtime.checkpoint.snapshot import check_restore, job_fingerprint, restore_tasks
 from slipstream.runtime.checkpoint.storage import CheckpointStorage, VerifiedCheckpoint
 
 if TYPE_CHECKING:
@@ -124,6 +126,7 @@ class Recovery:
             ended = restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)
             restore_tasks([task for task in run.tasks if task not in ended], restore.manifest,
                           restore.files, restore.path)
+            check_restore(run.tasks)
             log.info("restored job '%s' from %s", self.job_name, restore.path)
         return coordinator
 

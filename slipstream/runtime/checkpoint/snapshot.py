@@ -171,3 +171,14 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
 
             operator.initialize_rescaled_state(
                 [None if old.operator is None else load(old.operator) for old in entry.subtasks], owns_key)
+
+
+def check_restore(tasks: list[Any]) -> None:
+    """Step one of applying a restore (state loaded, nothing opened): every operator of the job
+    may refuse the state it was given. Only when all accept do the tasks open, which is where
+    operators act on their state (a file sink commits and deletes part files), so a refused
+    restore — a sink whose output went past the checkpoint, a source whose input is gone —
+    leaves every file as it was."""
+    for task in tasks:
+        for operator in task.operators:
+            operator.check_restore()
