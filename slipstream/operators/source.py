@@ -85,12 +85,14 @@ class SourceOperator(StreamOperator):
             raise
         except Exception as exc:
             raise self.user_error(f"poll of {type(self.reader).__name__}", exc, what="read") from exc
+        if self._reports_backlog_changes:
+            # After every poll, also one that found nothing: a watched directory's backlog ends
+            # when the files present at start are consumed, not when the next file appears.
+            self._report_backlog()
         if result is END_OF_INPUT:
             return InputStatus.END_OF_INPUT
         if result is NOTHING_AVAILABLE:
             return InputStatus.NOTHING_AVAILABLE
-        if self._reports_backlog_changes:
-            self._report_backlog()
         arrow = getattr(result, "record_batch", None)
         if arrow is not None:
             if arrow.num_rows:

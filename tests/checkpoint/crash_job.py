@@ -26,6 +26,8 @@ KIND:
            writes one line per epoch and one when the iteration terminates (``iteration_lines``)
   iteration_loop  as iteration, but in every epoch each number first goes round a FLIP-15 loop inside
            the body ``inner_rounds(x, left)`` times (same oracle: an epoch passes the loop whole)
+  watched  a watched directory (``monitor_continuously``) ``watched/`` beside OUT_DIR -> a word count
+           (keyed reduce, backlog sorted): unbounded, so the tests stop it with SIGKILL; N is unused
   online   examples/iteration_online_logistic_regression.py's offline-then-online job: a bounded
            iteration trains on ``HISTORY`` samples, then an unbounded one on N live samples from an
            unbounded source; each model version is written as ``version;w1,w2,w3``. Its oracle is
@@ -264,6 +266,17 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
         source = HybridSource.builder(history).add_source(NumberSequenceSource(n // 2 + 1, n)).build()
         numbers = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(2)
         (numbers.map(int).uid("int").map(hook).uid("hook").map(lambda x: (x % KEYS, 1)).uid("pairs")
+         .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")
+         .map(lambda p: f"{p[0]},{p[1]}").uid("format").sink_to(sink).uid("sink"))
+    elif kind == "watched":
+        from slipstream.datastream.time import Duration
+
+        env.configure(backlog_sorting=True)  # the reduce sorts the files present at start, emits at their end
+        source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(),
+                                                      os.path.join(os.path.dirname(out), "watched"))
+                  .monitor_continuously(Duration.of_millis(20)).build())
+        words = env.from_source(source, None, "words").uid("words")
+        (words.map(hook).uid("hook").map(lambda w: (w, 1)).uid("pairs")
          .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")
          .map(lambda p: f"{p[0]},{p[1]}").uid("format").sink_to(sink).uid("sink"))
     elif kind == "windows":

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 from crash_job import oracle
@@ -94,3 +95,45 @@ def test_hybrid_source_resumes_in_its_phase_when_killed_before_and_after_the_swi
     got, expected = committed_output(out), oracle("hybrid", n)
     assert not expected - got and not got - expected, (
         f"lost {sum((expected - got).values())}, duplicated {sum((got - expected).values())}")
+
+
+def rolling_counts(words: list[str]) -> Counter:
+    """A rolling word count's output: ``word,k`` for the k-th occurrence of each word."""
+    return Counter(f"{word},{k}" for word, n in Counter(words).items() for k in range(1, n + 1))
+
+
+def wait_for_output(out: str, expected: Counter, process: subprocess.Popen, seconds: float = 30) -> None:
+    """Until the committed output equals ``expected`` and stays so a moment (nothing duplicated after)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the job ended: {process.communicate()[1].decode()}")
+        if committed_output(out) == expected:
+            time.sleep(0.3)
+            assert committed_output(out) == expected
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"after {seconds} s the committed output is {committed_output(out)}, expected {expected}")
+
+
+def test_a_watched_directory_ends_its_backlog_without_a_new_file_at_start_and_after_a_restore(tmp_path):
+    """Regression: the files present at start (or at a restore) stayed backlog until another file
+    appeared, so the keyed reduce, which sorts its backlog, emitted nothing. Each run here sees
+    its directory unchanged while it runs: the output must come anyway, and be exactly-once."""
+    watched, out, checkpoints = tmp_path / "watched", str(tmp_path / "out"), str(tmp_path / "chk")
+    watched.mkdir()
+    env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest")
+    files = {"a.txt": ["apple", "pear", "apple"], "b.txt": ["pear", "plum", "apple"]}
+    words: list[str] = []
+    for name, lines in files.items():  # the second run restores the first's latest checkpoint
+        (watched / f".{name}").write_text("".join(f"{line}\n" for line in lines))
+        (watched / f".{name}").rename(watched / name)
+        words += lines
+        process = subprocess.Popen([sys.executable, JOB, "watched", out, checkpoints, "0"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for_output(out, rolling_counts(words), process)
+        finally:
+            process.kill()
+            process.communicate()
+    assert CheckpointStorage(checkpoints).complete_ids(), "the second run restored from a checkpoint"

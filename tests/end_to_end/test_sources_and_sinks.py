@@ -618,6 +618,33 @@ def test_watched_directory_reads_initial_then_new_files_exactly_once(tmp_path: P
     assert owners_of_initial, "some subtask read the initial files"
 
 
+@pytest.mark.parametrize("parallelism", PARALLELISMS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_watched_directory_ends_its_backlog_once_the_files_present_at_start_are_read(
+        tmp_path: Path, parallelism: int, seed: int) -> None:
+    """Regression: the backlog ended only when a new file appeared, so a keyed reduce (which
+    sorts its backlog and emits at its end) emitted nothing while the directory stayed as it was."""
+    lines = ["apple", "pear", "apple"]
+    write_whole(tmp_path / "fruit.txt", lines)
+    source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path))
+              .monitor_continuously(Duration.of_millis(20)).build())
+    stream = (make_env(parallelism, seed).from_source(source, None, "watched")
+              .map(lambda word: (word, 1)).key_by(lambda pair: pair[0])
+              .reduce(lambda a, b: (a[0], a[1] + b[1])))
+    received: list[tuple[str, int]] = []
+
+    def consume() -> None:
+        with stream.execute_and_collect() as records:
+            for record in records:
+                received.append(record)
+                if len(received) == len(lines):
+                    return  # closing the iterator cancels the job, as no new file will ever come
+
+    within(10, consume)
+    assert sorted(received) == expected_keyed_updates(Counter(lines))
+    assert sorted(os.listdir(tmp_path)) == ["fruit.txt"], "no other file appeared meanwhile"
+
+
 # -- bad input ---------------------------------------------------------------------------------------------
 
 
