@@ -347,6 +347,11 @@ class StreamOperator(ABC):
         return operator_attributes(self.transformation)
 
     # -- helpers --------------------------------------------------------------------------------
+    def where(self) -> str:
+        """This operator subtask as error messages name it."""
+        return (f"operator '{self.ctx.name}' (uid '{self.ctx.uid}'), "
+                f"subtask {self.ctx.subtask_index + 1}/{self.ctx.parallelism}")
+
     def user_error(self, record: Any, cause: BaseException, what: str = "record") -> UserFunctionError:
         return UserFunctionError(self.ctx.name, self.ctx.subtask_index, self.ctx.parallelism,
                                  record, cause, uid=self.ctx.uid, what=what)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
 from slipstream.datastream.transformations import SinkTransformation
-from slipstream.errors import SlipstreamError
+from slipstream.errors import CheckpointError, SlipstreamError
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.base import StreamOperator
 
@@ -35,8 +35,12 @@ class SinkOperator(StreamOperator):
     def check_restore(self) -> None:
         """The writer refuses a restore that would lose output or write it twice, before any
         sink subtask of the job commits or deletes anything (that happens in :meth:`open`)."""
-        if self._restored is not None and self._uses_two_phase_commit():
+        if self._restored is None or not self._uses_two_phase_commit():
+            return
+        try:
             self.writer.check_commit_state(self._restored)
+        except CheckpointError as error:
+            raise CheckpointError(f"{self.where()}: {error}") from None
 
     def open(self) -> None:
         self.writer.open(self.ctx.subtask_index, self.ctx.parallelism)

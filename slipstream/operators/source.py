@@ -17,6 +17,7 @@ from slipstream.datastream.connectors.base import (
     SourceReader,
     SourceReaderContext,
 )
+from slipstream.datastream.connectors.errors import SourceRestoreError
 from slipstream.attributes import Boundedness, RecordAttributes
 from slipstream.datastream.transformations import SourceTransformation
 from slipstream.errors import SlipstreamError
@@ -56,6 +57,15 @@ class SourceOperator(StreamOperator):
         self.reader.open(SourceReaderContext(self.ctx.subtask_index, self.ctx.parallelism,
                                              self.notify_available, pts.get_current_processing_time))
         self._report_backlog()
+
+    def check_restore(self) -> None:
+        """The source refuses a restored position whose input is gone, before any task opens."""
+        if self._restored_position is None:
+            return
+        try:
+            self.source.check_position(self._restored_position)
+        except SourceRestoreError as error:
+            raise SourceRestoreError(f"{self.where()}: {error}") from None
 
     def _report_backlog(self) -> None:
         """Tell downstream when the source starts or stops emitting backlog (FLIP-327).

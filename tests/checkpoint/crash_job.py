@@ -171,9 +171,17 @@ def oracle(kind: str, n: int) -> Counter:
     raise ValueError(kind)
 
 
-def text_input(directory: str, n: int) -> str:
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "lines.txt")
+FILE_INPUTS = {"union": "lines.txt", "bad": "csv", "hybrid": "history", "watched": "watched"}
+
+
+def file_input(kind: str, out: str) -> str:
+    """The path the FileSource of job ``kind`` reads (a file or a directory), beside OUT_DIR."""
+    return os.path.join(os.path.dirname(out), FILE_INPUTS[kind])
+
+
+def text_input(path: str, n: int) -> str:
+    """The numbers 1..n/2 as the lines of the text file ``path``."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     if not os.path.exists(path):
         with open(path + ".tmp", "w") as handle:
             handle.write("".join(f"{i}\n" for i in range(1, n // 2 + 1)))
@@ -234,7 +242,7 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
 
         numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers").set_parallelism(2)
         lines = env.from_source(FileSource.for_record_stream_format(
-            StreamFormat.text_line_format(), text_input(os.path.dirname(out), n)).build(), None, "lines").uid("lines").set_parallelism(2)
+            StreamFormat.text_line_format(), text_input(file_input(kind, out), n)).build(), None, "lines").uid("lines").set_parallelism(2)
         (numbers.union(lines.map(int).uid("parse")).map(hook).uid("hook").key_by(lambda v: v % KEYS)
          .process(Count()).uid("count").sink_to(sink).uid("sink"))
     elif kind == "bad":
@@ -247,7 +255,7 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
                   .set_use_header().build())
         bad = OutputTag("bad-records")
         source = (FileSource.for_record_stream_format(CsvReaderFormat.for_schema(schema),
-                                                      csv_input(os.path.join(os.path.dirname(out), "csv"), n))
+                                                      csv_input(file_input(kind, out), n))
                   .with_bad_record_output(bad).build())
         rows = env.from_source(source, None, "rows").uid("rows").set_parallelism(2)
         (rows.map(lambda row: row.id).uid("ids").map(hook).uid("hook").map(lambda x: (x % KEYS, 1)).uid("pairs")
@@ -261,7 +269,7 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
         from slipstream.datastream.connectors.hybrid import HybridSource
 
         history = FileSource.for_record_stream_format(
-            StreamFormat.text_line_format(), text_numbers(os.path.join(os.path.dirname(out), "history"), 1, n // 2)
+            StreamFormat.text_line_format(), text_numbers(file_input(kind, out), 1, n // 2)
         ).build()
         source = HybridSource.builder(history).add_source(NumberSequenceSource(n // 2 + 1, n)).build()
         numbers = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(2)
@@ -273,7 +281,7 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
 
         env.configure(backlog_sorting=True)  # the reduce sorts the files present at start, emits at their end
         source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(),
-                                                      os.path.join(os.path.dirname(out), "watched"))
+                                                      file_input(kind, out))
                   .monitor_continuously(Duration.of_millis(20)).build())
         words = env.from_source(source, None, "words").uid("words")
         (words.map(hook).uid("hook").map(lambda w: (w, 1)).uid("pairs")

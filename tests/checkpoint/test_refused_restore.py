@@ -85,7 +85,7 @@ def test_a_refused_restore_deletes_nothing_and_the_newer_checkpoint_still_restor
     before = directory_contents(out)
 
     if route == "explicit":
-        with pytest.raises(CheckpointError, match="committed after the checkpoint"):
+        with pytest.raises(CheckpointError, match=r"\(uid 'sink'\), subtask \d/\d: .*committed after the checkpoint"):
             job().execute("refused", restore_from=older)
     else:  # the newest checkpoint cannot be read for now: "latest" falls back to the older one
         damaged = os.path.join(newer, biggest_state_file(newer))
@@ -93,7 +93,7 @@ def test_a_refused_restore_deletes_nothing_and_the_newer_checkpoint_still_restor
         shutil.copy(damaged, saved)
         with open(damaged, "r+b") as handle:
             handle.truncate(3)
-        with pytest.raises(CheckpointError, match="committed after the checkpoint"):
+        with pytest.raises(CheckpointError, match=r"\(uid 'sink'\), subtask \d/\d: .*committed after the checkpoint"):
             job().execute("refused", restore_from="latest")
         shutil.copy(saved, damaged)
     assert directory_contents(out) == before, "the refused restore changed the sink's files"

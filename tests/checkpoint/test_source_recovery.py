@@ -15,14 +15,17 @@ import time
 from collections import Counter
 
 import pytest
-from crash_job import oracle
+from crash_job import build, file_input, oracle
 from test_kill_recovery import JOB, committed_output, run_until_done
+from test_recovery_in_process import FailOnce
+from test_refused_restore import directory_contents
 
 from slipstream.datastream import RestartStrategies, StreamExecutionEnvironment
-from slipstream.datastream.connectors.errors import SourceFormatError
+from slipstream.datastream.connectors.errors import SourceFormatError, SourceRestoreError
 from slipstream.datastream.connectors.file_system import FileSource
 from slipstream.datastream.formats.csv import CsvReaderFormat, CsvSchema
 from slipstream.datastream.typeinfo import Types
+from slipstream.errors import UserFunctionError
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 
 
@@ -137,3 +140,87 @@ def test_a_watched_directory_ends_its_backlog_without_a_new_file_at_start_and_af
             process.kill()
             process.communicate()
     assert CheckpointStorage(checkpoints).complete_ids(), "the second run restored from a checkpoint"
+
+
+# -- input that moved or went away between runs ---------------------------------------------------
+MOVED_INPUT_JOBS = [  # kind, the file source's uid, numbers
+    ("hybrid", "numbers", 8_000),  # a HybridSource's file phase: a directory of text files
+    ("union", "lines", 8_000),  # a FileSource given one file
+    ("bad", "rows", 8_000),  # a FileSource given a directory of CSV files
+]
+
+
+class FailAfter:
+    """Raises at the ``records``-th record it sees (in each subtask's copy)."""
+
+    def __init__(self, records: int) -> None:
+        self.left = records
+
+    def __call__(self, value) -> None:
+        self.left -= 1
+        if self.left == 0:
+            raise RuntimeError(f"injected failure at {value}")
+
+
+def fail_midway(run, kind: str, n: int) -> None:
+    """Run ``kind`` with its input, output and checkpoints under ``run`` until it fails, about
+    halfway through its file input, after some checkpoints."""
+    with pytest.raises(UserFunctionError, match="injected failure"):
+        build(kind, str(run / "out"), str(run / "chk"), n, interval_ms=None, records=500,
+              fail=FailAfter(n // 4)).execute("fails midway")
+
+
+def has_read_files(position) -> bool:
+    """Whether a FileSource position (or a HybridSource's, in its file phase) names files it read."""
+    if "source" in position:
+        return position["source"] == 0 and has_read_files(position["position"])
+    return bool(position["finished"] or position["current"] or position.get("partial"))
+
+
+def input_files(kind: str, run) -> list[str]:
+    """The files job ``kind`` reads (its input is one file, or a directory of them)."""
+    path = file_input(kind, str(run / "out"))
+    return [path] if os.path.isfile(path) else sorted(os.path.join(path, name) for name in os.listdir(path))
+
+
+@pytest.mark.parametrize("kind,uid,n", MOVED_INPUT_JOBS)
+def test_a_job_whose_input_moved_resumes_where_it_was(tmp_path, kind, uid, n):
+    """Regression: positions held absolute paths, so the job built with the moved input read it
+    all again and reported success with duplicated output."""
+    fail_midway(tmp_path / "run", kind, n)
+    assert any(has_read_files(p) for p in source_positions(str(tmp_path / "run" / "chk"), uid)), \
+        "the checkpoint restored names files already read"
+    moved = tmp_path / "moved"
+    os.rename(tmp_path / "run", moved)  # input, output and checkpoints, all in a new place
+    env = build(kind, str(moved / "out"), str(moved / "chk"), n, interval_ms=None, records=500)
+    result = env.execute("moved", restore_from="latest")
+    assert result.get_accumulator_result("checkpoints")["restored_from"] is not None
+    got, expected = committed_output(str(moved / "out")), oracle(kind, n)
+    assert not expected - got and not got - expected, (
+        f"lost {sum((expected - got).values())}, duplicated {sum((got - expected).values())}")
+
+
+@pytest.mark.parametrize("kind,uid,n", MOVED_INPUT_JOBS)
+def test_a_restore_whose_read_input_is_gone_fails_naming_a_file_and_changes_nothing(tmp_path, kind, uid, n):
+    """The input files are taken away (the directory stays): the restore fails naming a file the
+    checkpoint says was read, before any sink commits or deletes a part file."""
+    run = tmp_path / "run"
+    fail_midway(run, kind, n)
+    assert any(has_read_files(p) for p in source_positions(str(run / "chk"), uid))
+    env = build(kind, str(run / "out"), str(run / "chk"), n, interval_ms=None, records=500)
+    files = input_files(kind, run)
+    away = tmp_path / "away"
+    away.mkdir()
+    for path in files:  # after build, which writes missing input files
+        os.rename(path, away / os.path.basename(path))
+    before = directory_contents(str(run / "out"))
+    with pytest.raises(SourceRestoreError) as caught:
+        env.execute("input gone", restore_from="latest")
+    assert any(f"'{path}' does not exist" in str(caught.value) for path in files), str(caught.value)
+    assert f"(uid '{uid}')" in str(caught.value), "the error names the source operator"
+    assert directory_contents(str(run / "out")) == before, "the refused restore changed the sink's files"
+    for path in files:  # the files are back: the same checkpoint restores
+        os.rename(away / os.path.basename(path), path)
+    build(kind, str(run / "out"), str(run / "chk"), n, interval_ms=None, records=500).execute(
+        "input back", restore_from="latest")
+    assert committed_output(str(run / "out")) == oracle(kind, n)

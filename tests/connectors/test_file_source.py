@@ -10,8 +10,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from slipstream.attributes import Boundedness
 from slipstream.datastream.connectors.base import END_OF_INPUT, NOTHING_AVAILABLE, SourceReaderContext
 from slipstream.datastream.connectors.columnar import ArrowSourceBatch
-from slipstream.datastream.connectors.errors import SourceFormatError, SourcePathNotFoundError
+from slipstream.datastream.connectors.errors import SourceFormatError, SourcePathNotFoundError, SourceRestoreError
 from slipstream.datastream.connectors.file_system import FileSource, StreamFormat
+from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.iterator import CollectionSource
 from slipstream.datastream.formats.csv import CsvReaderFormat, CsvSchema
 from slipstream.datastream.formats.json import JsonLinesReaderFormat, JsonRowDeserializationSchema
 from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
@@ -260,3 +262,85 @@ def test_monitoring_splits_new_files_across_subtasks(tmp_path):
     for reader in readers:
         reader.close()
     assert sorted(seen, key=int) == [str(i) for i in range(12)]
+
+
+# -- positions are relative to the source's paths: moved input ---------------------------------------------
+def _read_some(source, parallelism: int, polls: int) -> tuple[list[list[str]], list]:
+    """What each subtask's reader of ``source`` reads in ``polls`` polls, and its position after."""
+    read, positions = [], []
+    for index in range(parallelism):
+        reader = source.create_reader(index, parallelism)
+        reader.open(SourceReaderContext(index, parallelism))
+        values = []
+        for _ in range(polls):
+            batch = reader.poll(7)
+            if batch is END_OF_INPUT or batch is NOTHING_AVAILABLE:
+                break
+            values.extend(batch.values)
+        read.append(values)
+        positions.append(json.loads(json.dumps(reader.snapshot_position())))
+        reader.close()
+    return read, positions
+
+
+def _resume(source, parallelism: int, positions: list) -> list[list[str]]:
+    """What each subtask's reader of ``source`` reads to the end, restored at ``positions``."""
+    read = []
+    for index, position in enumerate(positions):
+        reader = source.create_reader(index, parallelism)
+        reader.restore_position(position)
+        reader.open(SourceReaderContext(index, parallelism))
+        read.append(drain(reader, switches=True))
+        reader.close()
+    return read
+
+
+def _many_files(directory) -> list[str]:
+    files = {f"d{d}/f{i}.txt": [f"{d}.{i}.{j}" for j in range(9)] for d in range(2) for i in range(4)}
+    _write_text_files(directory, files)
+    return sorted(line for lines in files.values() for line in lines)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+@pytest.mark.parametrize("polls", [0, 3, 1000])  # from the start, mid-file, every file read
+def test_a_position_resumes_where_it_was_after_the_input_directory_moved(tmp_path, parallelism, polls):
+    """Regression: positions held absolute paths, so a source given the moved directory read
+    every file again (or failed on the one it was in the middle of)."""
+    lines = _many_files(tmp_path / "before")
+    before, positions = _read_some(_text_source(tmp_path / "before"), parallelism, polls)
+    (tmp_path / "before").rename(tmp_path / "after")
+    after = _resume(_text_source(tmp_path / "after"), parallelism, positions)
+    assert sorted(line for part in before + after for line in part) == lines
+
+
+@pytest.mark.parametrize("polls", [0, 3])
+def test_a_hybrid_source_in_its_file_phase_resumes_after_its_directory_moved(tmp_path, polls):
+    lines = _many_files(tmp_path / "before")
+
+    def hybrid(directory):
+        return HybridSource.builder(_text_source(directory)).add_source(CollectionSource(["live"])).build()
+
+    before, positions = _read_some(hybrid(tmp_path / "before"), 2, polls)
+    assert all(position["source"] == 0 for position in positions), "still reading the files"
+    (tmp_path / "before").rename(tmp_path / "after")
+    after = _resume(hybrid(tmp_path / "after"), 2, positions)
+    assert sorted(line for part in before + after for line in part) == sorted(lines + ["live"])  # the collection is read once
+
+
+@pytest.mark.parametrize("how", ["read", "partly read"])
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_a_position_naming_a_file_that_is_gone_is_refused_naming_it(tmp_path, how, hybrid):
+    _write_text_files(tmp_path, {"a.txt": ["a1", "a2"], "b.txt": [f"b{i}" for i in range(20)]})
+    source = _text_source(tmp_path)
+    if hybrid:
+        source = HybridSource.builder(source).add_source(CollectionSource(["live"])).build()
+    reader = source.create_reader(0, 1)
+    reader.open(SourceReaderContext(0, 1))
+    assert reader.poll(5).values == ["a1", "a2"] and reader.poll(3).values == ["b0", "b1", "b2"]
+    position = reader.snapshot_position()
+    reader.close()
+    gone = tmp_path / ("a.txt" if how == "read" else "b.txt")
+    gone.unlink()
+    with pytest.raises(SourceRestoreError) as caught:
+        source.check_position(position)
+    assert f"'{gone}' does not exist" in str(caught.value) and f") was {how}, but" in str(caught.value)

@@ -107,6 +107,11 @@ class Source(ABC):
         """The most subtasks this source can use, or None when unlimited."""
         return None
 
+    def check_position(self, position: Any) -> None:
+        """Raise if a reader cannot resume at ``position`` because what it names is gone (a file
+        it read), reading only. A restored job calls it for every reader before any task opens,
+        so a refused restore changes nothing. By default every position is accepted."""
+
     def redistribute_positions(self, positions: list[Any], parallelism: int) -> list[Any]:
         """Reader positions for ``parallelism`` subtasks, restoring a checkpoint taken at another one.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slipstream.errors import JobExecutionError
+from slipstream.errors import CheckpointError, JobExecutionError
 
 
 class SourceFormatError(JobExecutionError, ValueError):
@@ -41,8 +41,9 @@ class SourcePathNotFoundError(JobExecutionError, FileNotFoundError):
     """A path given to a file source does not exist when the source starts reading."""
 
 
-class SourceRestoreError(JobExecutionError):
-    """A reader cannot resume from the position it was asked to restore."""
+class SourceRestoreError(CheckpointError):
+    """A reader cannot resume from the position it was asked to restore (a checkpoint that cannot
+    be used: a restart would not cure it)."""
 
 
 class SinkFormatError(JobExecutionError, ValueError):

@@ -7,10 +7,24 @@ splits: a whole file, or a Parquet row group. A split belongs to the subtask
 each split is read exactly once however and whenever it is discovered. A
 reader's position names the splits it finished and where it is in the current
 one. With ``monitor_continuously`` the source is unbounded: the files present
-at start are read first and reported as backlog, and a thread lists the paths
-again at each interval and wakes the reader for new files. Files must appear
-whole (written elsewhere, or under a hidden name, then moved in); a file that
-changes after it was read is not read again.
+at start are read first and reported as backlog (until they are read, without
+waiting for a new file), and a thread lists the paths again at each interval and
+wakes the reader for new files. Files must appear whole (written elsewhere, or
+under a hidden name, then moved in); a file that changes after it was read is
+not read again.
+
+Positions and moved input. A split is named by the source path it was found
+under (its index among the paths the source was built with) and its path
+relative to that one, never by its absolute path; which subtask reads it is
+decided by that name too. So a job whose input directory moved restores its
+checkpoint when it is built with the new location, and resumes exactly where
+it was. A restore fails, naming the file, when a file its position says was
+read (wholly or in part) is not under the source's paths: reading the input
+again, or skipping what is left of a file, would duplicate or lose records
+without a word. Absolute paths could not tell a moved input from a new one,
+and would silently re-read the whole input of a job pointed at the new place.
+A file that was read must therefore stay (or be moved with its directory) for
+as long as checkpoints that name it may be restored.
 
 Writing. Each sink subtask writes part files named
 ``<prefix>-<subtask>-<counter><suffix>`` into the base path. A part is written
@@ -69,33 +83,65 @@ __all__ = [
     "FileSourceBuilder", "OnCheckpointRollingPolicy", "OutputFileConfig", "RollingPolicy", "StreamFormat",
 ]
 
-Split = tuple[str, int | None]
-"""A file and the part of it (a Parquet row group) to read, or None for the whole file."""
+Split = tuple[int, str, int | None]
+"""A part of a file to read, as positions name it: the index of the source path the file lies
+under, the file's path relative to that one (``.`` when the source path is the file), and the
+part (a Parquet row group) or None for the whole file."""
 
 
 def _is_hidden(name: str) -> bool:
     return name.startswith(".") or name.startswith("_")
 
 
-def list_files(paths: list[str]) -> list[str]:
-    """The visible files under ``paths``, sorted; directories are walked recursively."""
+def list_files(paths: list[str]) -> list[tuple[str, int, str]]:
+    """The visible files under ``paths``, sorted by path: each as its absolute path, the index
+    of the source path it lies under and its path relative to that one. Directories are walked
+    recursively."""
     found = []
-    for path in paths:
-        if not os.path.exists(path):
-            raise SourcePathNotFoundError(f"FileSource: path '{path}' does not exist")
-        if os.path.isfile(path):
-            found.append(path)
+    for index, root in enumerate(paths):
+        if not os.path.exists(root):
+            raise SourcePathNotFoundError(f"FileSource: path '{root}' does not exist")
+        if os.path.isfile(root):
+            found.append((root, index, os.curdir))
             continue
-        for directory, subdirectories, names in os.walk(path):
+        for directory, subdirectories, names in os.walk(root):
             subdirectories[:] = sorted(d for d in subdirectories if not _is_hidden(d))
-            found.extend(os.path.join(directory, name) for name in names if not _is_hidden(name))
+            for name in names:
+                if not _is_hidden(name):
+                    path = os.path.join(directory, name)
+                    found.append((path, index, os.path.relpath(path, root)))
     return sorted(found)
 
 
+def split_path(paths: list[str], split: Split) -> str:
+    """Where the file of ``split`` is under the source paths ``paths``."""
+    index, relative, _ = split
+    return os.path.normpath(os.path.join(paths[index], relative))
+
+
 def split_owner(split: Split, parallelism: int) -> int:
-    """The subtask that reads ``split``: the same answer in every subtask and every run."""
-    path, part = split
-    return zlib.crc32(f"{path}\0{part}".encode("utf-8", "surrogatepass")) % parallelism
+    """The subtask that reads ``split``: the same answer in every subtask and every run, wherever
+    the input lies (the split's name is relative to its source path)."""
+    index, relative, part = split
+    return zlib.crc32(f"{index}\0{relative}\0{part}".encode("utf-8", "surrogatepass")) % parallelism
+
+
+def read_position(position: Any) -> tuple[set[Split], dict[Split, Any]]:
+    """The splits a reader position says were read, and those begun with where each stopped."""
+    try:
+        finished = {(int(index), relative, part) for index, relative, part in position["finished"]}
+        begun = list(position.get("partial", ()))
+        if position["current"] is not None:
+            begun.append(position["current"])
+        partial = {(int(index), relative, part): at for (index, relative, part), at in begun}
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise SourceRestoreError(f"FileSource cannot resume at position {position!r}: {error!r}") from None
+    return finished, partial
+
+
+def _position_entries(partial: dict[Split, Any]) -> list[list[Any]]:
+    """``partial`` as JSON-friendly ``[[index, relative, part], at]`` entries, in a stable order."""
+    return [[list(split), at] for split, at in sorted(partial.items(), key=repr)]
 
 
 class FileSource(Source):
@@ -146,27 +192,41 @@ class FileSource(Source):
         old_parallelism = len(positions)
         finished: set[Split] = set()
         partial: dict[Split, Any] = {}
-        for index, position in enumerate(positions):
+        for old, position in enumerate(positions):
             if position is None:
                 continue
             if position is SHARE_FINISHED:  # that reader had read every split it owned
-                for path in list_files(self._paths):
-                    finished.update(split for split in ((path, part) for part in self._format.split_file(path))
-                                    if split_owner(split, old_parallelism) == index)
+                for path, index, relative in list_files(self._paths):
+                    splits = [(index, relative, part) for part in self._format.split_file(path)]
+                    finished.update(split for split in splits if split_owner(split, old_parallelism) == old)
                 continue
-            try:
-                finished.update((path, part) for path, part in position["finished"])
-                begun = list(position.get("partial", ()))
-                if position["current"] is not None:
-                    begun.append(position["current"])
-                partial.update(((split[0], split[1]), at) for split, at in begun)
-            except (KeyError, TypeError, ValueError, IndexError) as error:
-                raise SourceRestoreError(f"FileSource cannot resume at position {position!r}: {error!r}") from None
+            read, begun = read_position(position)
+            finished.update(read)
+            partial.update(begun)
         finished_list = sorted([list(split) for split in finished], key=repr)
         return [{"finished": finished_list, "current": None,
-                 "partial": [[list(split), at] for split, at in sorted(partial.items(), key=repr)
-                             if split_owner(split, parallelism) == subtask]}
+                 "partial": _position_entries({split: at for split, at in partial.items()
+                                               if split_owner(split, parallelism) == subtask})}
                 for subtask in range(parallelism)]
+
+    def check_position(self, position: Any) -> None:
+        """Fail, naming the file, if a file ``position`` says was read wholly or in part is not
+        under the source's paths (see the module docstring: positions are relative to them)."""
+        finished, partial = read_position(position)
+        for split in sorted(finished | set(partial), key=repr):
+            index, relative, _ = split
+            said = f"the checkpoint says file '{relative}' under the source's path number {index + 1}"
+            how = "read" if split in finished else "partly read"
+            if index >= len(self._paths):
+                raise SourceRestoreError(f"{self.default_name()} cannot resume: {said} was {how}, but the "
+                                         f"source has {len(self._paths)} path(s)")
+            path = split_path(self._paths, split)
+            if not os.path.isfile(path):
+                raise SourceRestoreError(
+                    f"{self.default_name()} cannot resume: {said} ('{self._paths[index]}') was {how}, but "
+                    f"'{path}' does not exist. If the input moved, build the source with the path that now "
+                    "holds it (positions are relative to the source's paths); else put the file back, or "
+                    "start without the checkpoint")
 
     def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader:
         return _FileSourceReader(self._format, self._paths, subtask_index, parallelism,
@@ -271,12 +331,12 @@ class _FileSourceReader(SourceReader):
     def _discover(self) -> list[Split]:
         """This subtask's unfinished splits of files not seen before, in file order."""
         splits = []
-        for path in list_files(self._paths):
+        for path, index, relative in list_files(self._paths):
             if path in self._seen_files:
                 continue
             self._seen_files.add(path)
             for part in self._format.split_file(path):
-                split = (path, part)
+                split = (index, relative, part)
                 if split_owner(split, self._parallelism) == self._subtask_index and split not in self._finished:
                     splits.append(split)
         return splits
@@ -320,7 +380,7 @@ class _FileSourceReader(SourceReader):
             split = self._pending.popleft()
         position = self._restored_partial.pop(split, None)
         self._current = split
-        self._current_reader = self._format.create_reader(split[0], split[1], position)
+        self._current_reader = self._format.create_reader(split_path(self._paths, split), split[2], position)
         if self._bad_record_output is not None:
             self._current_reader.bad_records = []
         return True
@@ -344,20 +404,13 @@ class _FileSourceReader(SourceReader):
             current = [list(self._current), self._current_reader.position()]
         position = {"finished": sorted([list(split) for split in self._finished], key=repr), "current": current}
         if self._restored_partial:
-            position["partial"] = [[list(split), at] for split, at in sorted(self._restored_partial.items(),
-                                                                              key=repr)]
+            position["partial"] = _position_entries(self._restored_partial)
         return position
 
     def restore_position(self, position: Any) -> None:
         if self._thread is not None or self._current_reader is not None:
             raise SourceRestoreError("FileSource: restore_position must come before open")
-        try:
-            self._finished = {(path, part) for path, part in position["finished"]}
-            current = position["current"]
-            partial = list(position.get("partial", ())) + ([] if current is None else [current])
-            self._restored_partial = {(split[0], split[1]): at for split, at in partial}
-        except (KeyError, TypeError, ValueError, IndexError) as error:
-            raise SourceRestoreError(f"FileSource cannot resume at position {position!r}: {error!r}") from None
+        self._finished, self._restored_partial = read_position(position)
 
     def close(self) -> None:
         self._stop.set()

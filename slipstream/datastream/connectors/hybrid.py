@@ -60,6 +60,15 @@ class HybridSource(Source):
     def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader:
         return HybridSourceReader(self.sources, subtask_index, parallelism)
 
+    def check_position(self, position: Any) -> None:
+        """The source of the reader's phase checks its position, and each later source the share
+        it carries for it (a file phase fails if the files it read are gone)."""
+        phases = [(int(position["source"]), position["position"])] + \
+            [(int(k), at) for k, at in position.get("later", ())]
+        for phase, at in phases:
+            if at is not None:
+                self.sources[phase].check_position(at)
+
     def redistribute_positions(self, positions: list[Any], parallelism: int) -> list[Any]:
         """Each subtask switches sources on its own, so old readers may be in different phases.
 
