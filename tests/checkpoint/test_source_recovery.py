@@ -1,6 +1,8 @@
 """Sources under failure: bad records routed to a side output are exactly-once across SIGKILLs;
 a bad line that fails every attempt ends the job after the configured restarts; HybridSource
-positions carry the phase, so a job killed before and after the switch resumes where it was."""
+positions carry the phase, so a job killed before and after the switch resumes where it was; a
+watched directory ends its backlog without a new file, also after a restore; a job whose input
+moved resumes where it was, and one whose read input is gone is refused naming the file."""
 
 from __future__ import annotations
 
