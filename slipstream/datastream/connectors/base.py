@@ -183,8 +183,8 @@ class SinkWriter(ABC):
         """Step one of a restore, before ``open``: raise if restoring ``states`` would lose output
         or write it twice (output committed after the checkpoint), changing nothing. Every
         writer of the job checks before any of them applies :meth:`restore_commit_state`, so a
-        refused restore leaves the newer checkpoints' pending output in place."""
-        raise NotImplementedError
+        refused restore leaves the newer checkpoints' pending output in place. By default every
+        state is accepted (a writer that can refuse overrides this)."""
 
     def restore_commit_state(self, states: list[Any]) -> None:
         """Step two of a restore, after ``open`` (once every writer passed
