@@ -9,9 +9,10 @@ gradient operator keeps its blocks for the whole iteration (ALL_ROUND).
   watermark into the next weights — exactly full-batch gradient descent, so the result
   equals numpy's (:func:`gd_numpy`) within floating-point error. The termination
   criteria stream stops it after ``rounds`` rounds.
-* **Async** (:func:`build_async`): nothing waits for an epoch watermark after the first.
-  Each subtask's gradient is applied as soon as it arrives and the new weights go back to
-  that subtask only, which at once computes its next gradient — like a parameter server.
+* **Async** (:func:`build_async`): no function waits for an epoch watermark after the
+  first. Each subtask's gradient is applied as soon as it arrives and the new weights go
+  back to that subtask only, which computes its next gradient as soon as they reach it
+  (the next round, as all feedback) — like a parameter server, gradients never summed.
   There is no criteria stream: the updater stops sending weights after ``updates``
   updates, and the iteration ends after the first round with no feedback. It converges
   to the least-squares solution (within 1e-2 on the weights of the test data).

@@ -10,7 +10,7 @@ updater, once it has all subtasks' parts of version b, emits version b + 1 — r
 to the gradient operator and out as the job's output. So the global mini-batch b is the
 samples ``[b·B, (b+1)·B)`` of the stream whatever the interleaving, and the models equal
 numpy's mini-batch SGD (:func:`online_numpy`) within floating-point error. Asynchronous:
-everything is emitted from ``process_element``; epochs are never waited for. The
+everything is emitted from ``process_element``; no function waits for an epoch. The
 iteration never ends while the stream is open; when a finite "live" stream ends, it ends
 once nothing goes round any more (a last partial mini-batch is not used).
 

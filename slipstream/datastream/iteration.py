@@ -30,13 +30,16 @@ Semantics (see :class:`slipstream.runtime.termination.EpochProgress` for the mec
   unbounded iteration has the maximum epoch (it never holds back an epoch watermark). A
   record an operator emits inherits the epoch of the record it processes (or the epoch
   watermark, when a listener emits it); through the feedback edge it goes round with
-  epoch + 1. A replayed data stream is sent again at the start of every round N ≥ 2, with
-  epoch N, once the epoch watermark N − 1 went round the whole body.
+  epoch + 1, and waits at the head until round epoch + 1 starts — async bodies' records
+  too, so no record runs ahead of its round. A replayed data stream is sent again at the
+  start of every round N ≥ 2, with epoch N, once the epoch watermark N − 1 went round the
+  whole body.
 * **Epoch watermarks.** Every operator of the body has one: when it reaches N, every
-  record of epoch ≤ N has arrived from every input and subtask, and the operator's user
-  functions that are :class:`IterationListener` get
-  ``on_epoch_watermark_incremented(N, context, collector)`` — exactly once per epoch, in
-  order. Records the listener collects have epoch N.
+  record of epoch ≤ N has arrived from every input and subtask (and, data of an unbounded
+  iteration aside, none of a later epoch), and the operator's user functions that are
+  :class:`IterationListener` get ``on_epoch_watermark_incremented(N, context, collector)``
+  — exactly once per epoch, in order. Records the listener collects have epoch N. The
+  last call gets the largest epoch of any record the body took in.
 * **Termination** (bounded iterations): once all inputs ended, the iteration ends after
   the first round in which no record reached the termination-criteria stream (when the
   body returned one) or no record went round through the feedback (when it did not).
@@ -49,18 +52,15 @@ Semantics (see :class:`slipstream.runtime.termination.EpochProgress` for the mec
   whole iteration. ``PER_ROUND`` (and ``IterationBody.for_each_round``): a fresh instance
   every round, whose input ends with the round — so a window over ``EndOfStreamWindows``
   or another end-of-input operator emits once per round; with replayed data, each round's
-  instance sees the whole data set. In a body with per-round operators the heads hold
-  what comes back through the feedback until the next round starts, so each round's
-  instance gets exactly the records of its epoch, async algorithms included (in an
-  ALL_ROUND body feedback goes round at once, and an async record may arrive before the
-  epoch watermark of the epoch before its own, which FLIP-176 allows).
+  instance sees the whole data set. Since feedback waits at the head for its round, each
+  round's instance gets exactly the records of its epoch, async algorithms included.
 * **Feedback.** The head reads feedback before new input (``FeedbackReading.FEEDBACK_FIRST``,
   the default); with ``IterationConfig.new_builder().set_feedback_reading(
   FeedbackReading.FEEDBACK_FIRST_WHEN_FULL)`` (FLIP-15's option) it reads its inputs in turn
   and the feedback first only while the feedback channel's in-memory buffer is at its
-  budget. Either way the results are the same: epochs travel with the batons, not with the
-  reading order. The feedback channel is unbounded in records and spills to disk past
-  ``channel_memory_budget`` records.
+  budget. Either way the body sees the same: the feedback waits at the head until its
+  round starts. The feedback channel, and the feedback waiting at the head, are unbounded
+  in records and spill to disk past ``channel_memory_budget`` records each.
 
 * **Loops in a body.** A FLIP-15 loop (``DataStream.iterate``) may run inside a body: an
   epoch goes past the loop only once nothing of it goes round the loop any more (see
@@ -183,11 +183,11 @@ class OperatorLifeCycle(Enum):
 class FeedbackReading(Enum):
     """When an iteration's heads read their feedback before their other input.
 
-    ``FEEDBACK_FIRST`` (the default): whenever feedback is waiting — records going round
-    finish before new ones come in. ``FEEDBACK_FIRST_WHEN_FULL`` (FLIP-15's option): the
-    head reads its inputs in turn, and the feedback first only while the feedback channel's
-    in-memory buffer is at its budget (``channel_memory_budget`` records), so new input is
-    taken in sooner and the feedback spills to disk less. Results do not depend on it.
+    ``FEEDBACK_FIRST`` (the default): whenever feedback is waiting. ``FEEDBACK_FIRST_WHEN_FULL``
+    (FLIP-15's option): the head reads its inputs in turn, and the feedback first only while
+    the feedback channel's in-memory buffer is at its budget (``channel_memory_budget``
+    records), so new input is taken in sooner. What the body sees does not depend on it:
+    the feedback waits at the head until its round starts either way.
     """
 
     FEEDBACK_FIRST = "FEEDBACK_FIRST"
@@ -520,9 +520,6 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
         for transformation in created:
             if not transformation.is_virtual:
                 transformation.per_round = True
-    if any(transformation.per_round for transformation in created):
-        for variable_head in variable_heads:
-            variable_head.hold_feedback = True  # each round's records reach that round's operators only
     for index, (stream, variable_head) in enumerate(zip(feedback, variable_heads)):
         tail = env._add_transformation(FeedbackTailTransformation, f"Iteration Tail {scope} variable {index}",
                                        [stream.get_transformation()], output_type=stream.get_type(),

@@ -240,7 +240,6 @@ class IterationHeadTransformation(LoopHeadTransformation):
     replay: bool = False
     bounded: bool = True
     feedback_first_when_full: bool = False  # FeedbackReading.FEEDBACK_FIRST_WHEN_FULL: see IterationConfig
-    hold_feedback: bool = False  # the body has PER_ROUND operators: feedback waits for its round to start
 
     @property
     def expects_feedback(self) -> bool:

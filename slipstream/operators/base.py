@@ -133,6 +133,7 @@ class OperatorContext:
     batch_engine: Any = None  # runs sorted backlog work (FLIP-327); None disables the batch path
     batch_mode: bool = False  # the job runs in BATCH mode: rolling operators emit final values only
     sort_memory_budget: int = 1_000_000  # records a sorting operator (or a replay cache) buffers before spilling
+    channel_memory_budget: int = 100_000  # records feedback (in a channel, or held at an iteration head) keeps in memory
     spill_dir: str | None = None  # where sorting operators spill; None means the system temp dir
 
 

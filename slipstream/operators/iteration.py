@@ -6,10 +6,12 @@ nested scope, heads and feedback tails joined by FEEDBACK edges, exits into the 
 scope. What is particular to iterations:
 
 * :class:`IterationHeadOperator` — one per variable stream (its records and, through the
-  feedback edge, the next round's), per data stream (no feedback; a replayed one keeps its
-  records — in memory up to ``sort_memory_budget`` records, then spilled to disk — and
-  sends them again at the start of every round after the first), and one that
-  swallows the termination-criteria stream (its task only counts those records).
+  feedback edge, the next round's: what comes back waits at the head until its round
+  starts, in memory up to ``channel_memory_budget`` records, then spilled to disk), per
+  data stream (no feedback; a replayed one keeps its records — in memory up to
+  ``sort_memory_budget`` records, then spilled to disk — and sends them again at the
+  start of every round after the first), and one that swallows the termination-criteria
+  stream (its task only counts those records).
 * :class:`PerRoundOperator` — wraps an operator of a ``PER_ROUND`` body (or of
   ``IterationBody.for_each_round``): a fresh instance each round, whose input ends with
   the round, so operators that emit at end of input (windows over ``EndOfStreamWindows``,
@@ -57,22 +59,25 @@ class IterationHeadOperator(LoopHeadOperator):
         super().__init__(transformation)
         self.role = transformation.role
         self.replay = transformation.replay
-        self.hold_feedback = transformation.hold_feedback
         self._cache: ReplayCache | None = None  # a replayed data stream's records, made in setup
-        self._held: list[RecordBatch] = []
+        self._held: ReplayCache | None = None  # a variable's feedback, until its round starts; made in setup
 
     def setup(self, ctx: Any) -> None:
         super().setup(ctx)
         if self.replay:
             self._cache = ReplayCache(ctx.sort_memory_budget, f"the replay cache of '{ctx.name}'", ctx.spill_dir)
+        if self.role == "variable":
+            self._held = ReplayCache(ctx.channel_memory_budget, f"the feedback held at '{ctx.name}'", ctx.spill_dir)
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        """Records of the input go into the body; what comes back waits for its round (see
+        :meth:`on_epoch`); the criteria stream ends here (its task counted it)."""
         if self.role == "criteria":
-            return  # counted by the task; the criteria stream ends here
-        if input_index == FEEDBACK and self.hold_feedback:
-            self._held.append(batch)  # its epoch is the next round's: it goes in when that round starts
             return
-        if self._cache is not None and input_index != FEEDBACK:
+        if input_index == FEEDBACK:
+            self._held.append(batch)  # type: ignore[union-attr]  # only a variable head has feedback
+            return
+        if self._cache is not None:
             self._keep(batch)
         self.output.collect_batch(batch)
 
@@ -84,27 +89,35 @@ class IterationHeadOperator(LoopHeadOperator):
         """A replayed data stream's records so far (its source replays only what came after), and
         the feedback held for the next round."""
         cache = list(self._cache) if self._cache else []
-        return {"replay_cache": cache, "held": self._held} if cache or self._held else None
+        held = list(self._held) if self._held else []
+        return {"replay_cache": cache, "held": held} if cache or held else None
 
     def initialize_state(self, state: Any) -> None:
         if state:
             for batch in state["replay_cache"]:
                 self._keep(batch)
-            self._held = list(state["held"])
+            for batch in state["held"]:
+                self._held.append(batch)  # type: ignore[union-attr]  # only a variable head holds feedback
 
     def close(self) -> None:
         super().close()
-        if self._cache is not None:
-            self._cache.close()
+        for kept in (self._cache, self._held):
+            if kept is not None:
+                kept.close()
 
     def on_epoch(self, epoch: int) -> None:
         """Round ``epoch`` ≥ 2 starts: the feedback held since the last round started (all of epoch
-        ``epoch``) goes in, and a replayed data stream is sent again, with that epoch."""
+        ``epoch``) goes in, then a replayed data stream again, with that epoch, ahead of its baton.
+
+        Holding the feedback keeps every record in its round, async bodies' too: a record sent
+        round at once would reach the body ahead of the baton of an earlier epoch, be counted
+        in an earlier round, and the iteration could end before its epoch watermark (FLIP-176:
+        the last watermark is the largest epoch of any record)."""
         if epoch == 1:
             return  # round 1 is the initial records'; what came back already is epoch 2's
-        held, self._held = self._held, []
-        for batch in held:
-            self.output.collect_batch(batch)
+        if self._held is not None:
+            for batch in self._held.drain():
+                self.output.collect_batch(batch)
         if self._cache is not None:
             for batch in self._cache:
                 self.output.collect_batch(batch)

@@ -1,9 +1,10 @@
-"""What a replayed data stream of an iteration keeps to send again every round.
+"""What an iteration head keeps to send later: a replayed data stream (sent again every
+round) or the feedback that waits for its round to start (sent once).
 
 Like Flink ML's data cache: the batches stay in memory up to a budget of records, and
 the rest goes to a spill file (:class:`slipstream.operators.spill_file.SpillFile`) that
-each round reads again from the start, so replaying a data set larger than memory takes
-disk, not RAM.
+each round reads again from the start (or, for held feedback, takes once), so keeping
+more than memory holds takes disk, not RAM.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from slipstream.operators.spill_file import SpillFile
 
 
 class ReplayCache:
-    """Batches in arrival order, read again as often as needed."""
+    """Batches in arrival order, read again as often as needed (or taken out once: :meth:`drain`)."""
 
     def __init__(self, memory_budget: int, owner: str, spill_dir: str | None = None) -> None:
         self.memory_budget = memory_budget
@@ -37,6 +38,14 @@ class ReplayCache:
     def __iter__(self) -> Iterator[RecordBatch]:
         yield from list(self._in_memory)
         yield from self._file.remaining()
+
+    def drain(self) -> Iterator[RecordBatch]:
+        """Every batch kept so far, oldest first, taken out: what is appended meanwhile stays."""
+        in_memory, spilled = self._in_memory, self._file.count
+        self._in_memory, self._in_memory_records = [], 0
+        yield from in_memory
+        for _ in range(spilled):
+            yield self._file.take()
 
     def __bool__(self) -> bool:
         return bool(self._in_memory) or bool(self._file.count)

@@ -112,6 +112,7 @@ class JobRun:
                 metrics=node_metrics[position], batch_engine=self.batch_engine,
                 batch_mode=self.graph.mode is RuntimeExecutionMode.BATCH,
                 sort_memory_budget=self.env.runtime_options.sort_memory_budget,
+                channel_memory_budget=self.env.runtime_options.channel_memory_budget,
                 spill_dir=self.env.runtime_options.spill_dir))
         writers = list(writers_by_edge.values())
         task = self._make_task(vertex, subtask, operators, writers, timers, channels, quantum)

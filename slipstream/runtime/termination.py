@@ -557,21 +557,26 @@ class EpochProgress:
     """Epochs of one FLIP-176 iteration scope: the globally aligned epoch watermark and the rule
     that ends the iteration.
 
-    Epochs (the seed's numbering: initial variables and data have epoch 1; Flink ML starts at
-    0): each round N starts when every head subtask of the scope sends the baton
+    Epochs (the seed's numbering: initial variables and data have epoch 1; Flink ML starts
+    at 0): each round N starts when every head subtask of the scope sends the baton
     ``(scope, N)`` into the body after every record of epoch N it emits. Every task aligns
     it on all its inputs — that is its epoch watermark reaching N — calls its operators'
     listeners and forwards it; it comes back through the feedback edges (and the
-    termination-criteria edge) after every record of epoch N + 1, and each head reports
-    the records it counted since the previous round. Records carry their epoch by
-    position: a record between the batons N - 1 and N of a channel has epoch N at most,
-    and none ever comes after the baton of its epoch, which is all the epoch watermark
-    promises. A channel that delivered baton N is not read again until N is aligned at
-    its task (the baton *holds* it), so every task takes its input epoch by epoch: what a
-    listener sends round at epoch N never reaches another subtask of the same operator
-    before that subtask's epoch watermark N, and a sync algorithm's rounds stay exact at
-    any parallelism. This cannot deadlock: a held channel's producer already sent the
-    baton on all its outputs, and feedback channels, which never fill, are never held.
+    termination-criteria edge) after every record of epoch N + 1, and each head reports the
+    records it counted since the previous round. Records carry their epoch by position: a
+    record between the batons N - 1 and N of a channel has epoch N, because a variable head
+    keeps what comes back through its feedback until the next round starts and sends it
+    then, ahead of that round's baton. (Sent round at once, an async record would enter the
+    body ahead of the baton of an earlier epoch than its own and be counted in an earlier
+    round: the iteration could end before its epoch watermark.) So a head's count for round
+    N is exactly the feedback of epoch N + 1 (for a criteria head, the criteria records of
+    epoch N), and the last epoch watermark is the largest epoch of any record. A channel
+    that delivered baton N is not read again until N is aligned at its task (the baton
+    *holds* it), so every task takes its input epoch by epoch: what a listener sends round
+    at epoch N never reaches another subtask of the same operator before that subtask's
+    epoch watermark N, and a sync algorithm's rounds stay exact at any parallelism. This
+    cannot deadlock: a held channel's producer already sent the baton on all its outputs,
+    and feedback channels, which never fill, are never held.
     Unbounded data heads take no part in the counts: their records have the maximum epoch.
 
     Decision, once every head reported round N: the iteration terminates when all its
@@ -614,8 +619,8 @@ class IterationHeadControl(HeadControl):
     (a criteria head), or what it let in (a data head, which has no feedback and reports
     each round as it starts it). After termination, records still coming back are dropped:
     they belong to a round that will never run. ``on_epoch(epoch)`` runs before the head
-    sends an epoch's baton: a replaying data head re-sends its data there, and operators
-    chained to the head get their epoch watermark.
+    sends an epoch's baton: a variable head sends the feedback it held there, a replaying
+    data head its data again, and operators chained to the head get their epoch watermark.
     """
 
     def __init__(self, name: str, subtask_index: int, scope: StreamScope, regular: Iterable[Any],

@@ -1,0 +1,161 @@
+"""FLIP-176 termination, against a plain-Python oracle of the epochs a job goes through.
+
+A record ``(v, e)`` holds its epoch ``e`` in the value itself (initial records have
+epoch 1; ``Chain`` sends ``(v + 1, e + 1)`` round while ``v < limit``), so the test knows
+every record's epoch independently of the runtime. FLIP-176 promises: the last
+``on_epoch_watermark_incremented`` call gets the largest epoch of any record ingested; a
+bounded iteration ends once its inputs are consumed and EITHER a round saw no record on
+the termination-criteria stream OR no feedback record was seen between two consecutive
+epoch watermarks. Async bodies (feedback sent from ``process_element``) included, at
+parallelism 1, 2 and 4, over many scheduler seeds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from slipstream.datastream import OutputTag, ProcessFunction, StreamExecutionEnvironment
+from slipstream.datastream.iteration import (
+    DataStreamList,
+    IterationBodyResult,
+    IterationListener,
+    iterate_bounded_streams_until_termination,
+)
+from slipstream.operators.spill_file import SpillFile
+
+SEEN = OutputTag("seen")          # what each subtask saw: records, epoch watermarks, the end
+CRITERIA = OutputTag("criteria")
+
+ISSUE_INITIAL = [(3, 1), (2, 1), (2, 1), (5, 1), (5, 1), (3, 1)]
+
+
+class Chain(ProcessFunction, IterationListener):
+    """Sends ``(v + 1, e + 1)`` round while ``v < limit``, at once (async) or from the listener
+    (sync); emits a criteria record for every epoch ``< criteria_until`` (per record, or per
+    epoch watermark: ``criteria_from``), ``criteria_until`` None meaning for ever."""
+
+    def __init__(self, limit: int, sync: bool, criteria_from: str | None, criteria_until: int | None) -> None:
+        self.limit, self.sync = limit, sync
+        self.criteria_from, self.criteria_until = criteria_from, criteria_until
+
+    def open(self, runtime_context: Any) -> None:
+        self.subtask = runtime_context.get_index_of_this_subtask()
+        self.watermark = 0
+        self.held: list[tuple[int, int]] = []
+
+    def _criteria(self, epoch: int, source: str, context: Any) -> None:
+        if self.criteria_from == source and (self.criteria_until is None or epoch < self.criteria_until):
+            context.output(CRITERIA, epoch)
+
+    def process_element(self, value: tuple[int, int], ctx: Any) -> Any:
+        v, e = value
+        ctx.output(SEEN, ("record", self.subtask, value, self.watermark))
+        self._criteria(e, "records", ctx)
+        if v >= self.limit:
+            return []
+        if self.sync:
+            self.held.append((v + 1, e + 1))
+            return []
+        return [(v + 1, e + 1)]
+
+    def on_epoch_watermark_incremented(self, epoch_watermark: int, context: Any, collector: Any) -> None:
+        self.watermark = epoch_watermark
+        context.output(SEEN, ("epoch", self.subtask, epoch_watermark))
+        self._criteria(epoch_watermark, "listener", context)
+        for record in self.held:
+            collector.collect(record)
+        self.held = []
+
+    def on_iteration_terminated(self, context: Any, collector: Any) -> None:
+        context.output(SEEN, ("terminated", self.subtask))
+
+
+def oracle_records(initial: list[tuple[int, int]], limit: int) -> Counter:
+    """Every record the body processes when nothing stops it early: each chain to ``limit``."""
+    records: Counter = Counter()
+    for v, e in initial:
+        records[(v, e)] += 1
+        while v < limit:
+            v, e = v + 1, e + 1
+            records[(v, e)] += 1
+    return records
+
+
+def oracle_last_epoch(records: Counter, criteria_until: int | None) -> int:
+    """The round the iteration ends after: the first with no feedback (the largest epoch of any
+    record), or the first with no criteria record, whichever comes first."""
+    last_with_feedback = max(e for _, e in records)
+    return last_with_feedback if criteria_until is None else min(last_with_feedback, criteria_until)
+
+
+def run(initial: list[tuple[int, int]], limit: int, parallelism: int, seed: int, *, sync: bool = False,
+        criteria_from: str | None = None, criteria_until: int | None = None, feedback_budget: int = 100_000,
+        spill_dir: str | None = None) -> list[tuple]:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.configure(scheduler_seed=seed, batch_size=2, channel_capacity=2, quantum=2, spill_dir=spill_dir)
+    env.runtime_options.channel_memory_budget = feedback_budget
+
+    def body(variables: DataStreamList, data: DataStreamList) -> IterationBodyResult:
+        step = variables.get(0).rebalance().process(Chain(limit, sync, criteria_from, criteria_until))
+        criteria = step.get_side_output(CRITERIA) if criteria_from is not None else None
+        return IterationBodyResult([step], [step.get_side_output(SEEN)], criteria)
+
+    outputs = iterate_bounded_streams_until_termination(
+        DataStreamList.of(env.from_collection(initial)), DataStreamList.of(), body)
+    return list(outputs.get(0).execute_and_collect())
+
+
+def check(seen: list[tuple], initial: list[tuple[int, int]], limit: int, parallelism: int,
+          criteria_until: int | None = None) -> None:
+    """The run went through exactly the oracle's epochs, at every subtask."""
+    every = oracle_records(initial, limit)
+    last = oracle_last_epoch(every, criteria_until)
+    records = [(value, watermark) for kind, _, value, watermark in (s for s in seen if s[0] == "record")]
+    assert Counter(value for value, _ in records) == Counter({r: n for r, n in every.items() if r[1] <= last})
+    # a record of epoch e arrives after epoch watermark e - 1 and before e: never ahead of its round
+    assert all(watermark == value[1] - 1 for value, watermark in records), records
+    for subtask in range(parallelism):
+        assert [s[2] for s in seen if s[:2] == ("epoch", subtask)] == list(range(1, last + 1)), subtask
+        assert seen.count(("terminated", subtask)) == 1
+
+
+# -- item 2: an async body reaches the epoch watermark of its last records --------------------------------
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parametrize("seed", range(16))
+def test_an_async_body_ends_only_after_the_watermark_of_its_largest_epoch(parallelism: int, seed: int) -> None:
+    """The issue's job: records of epoch 4 exist, so the last epoch watermark is 4 — at every seed."""
+    assert oracle_last_epoch(oracle_records(ISSUE_INITIAL, 5), None) == 4
+    check(run(ISSUE_INITIAL, 5, parallelism, seed), ISSUE_INITIAL, 5, parallelism)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(initial=[v for v, _ in ISSUE_INITIAL], limit=5, parallelism=1, seed=3, sync=False)
+@given(initial=st.lists(st.integers(0, 6), min_size=1, max_size=8), limit=st.integers(0, 6),
+       parallelism=st.sampled_from([1, 2, 4]), seed=st.integers(0, 10_000), sync=st.booleans())
+def test_the_last_epoch_watermark_is_the_largest_epoch_of_any_record(initial: list[int], limit: int,
+                                                                     parallelism: int, seed: int,
+                                                                     sync: bool) -> None:
+    records = [(v, 1) for v in initial]
+    check(run(records, limit, parallelism, seed, sync=sync), records, limit, parallelism)
+
+
+def test_feedback_waiting_for_its_round_spills_past_the_channel_budget(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Any) -> None:
+    """What waits at the head for its round is bounded in memory like a feedback channel: past
+    ``channel_memory_budget`` records it goes to disk, comes back whole, and leaves no file."""
+    spilled: Counter = Counter()
+
+    def append(file: SpillFile, element: Any, original: Any = SpillFile.append) -> None:
+        spilled[file.owner.startswith("the feedback held")] += 1
+        original(file, element)
+
+    monkeypatch.setattr(SpillFile, "append", append)
+    initial = [(v % 4, 1) for v in range(200)]
+    check(run(initial, 5, 2, 7, feedback_budget=3, spill_dir=str(tmp_path)), initial, 5, 2)
+    assert spilled[True] > 0
+    assert not list(tmp_path.iterdir())
