@@ -40,11 +40,13 @@ Semantics (see :class:`slipstream.runtime.termination.EpochProgress` for the mec
   :class:`IterationListener` get ``on_epoch_watermark_incremented(N, context, collector)``
   — exactly once per epoch, in order. Records the listener collects have epoch N. The
   last call gets the largest epoch of any record the body took in.
-* **Termination** (bounded iterations): once all inputs ended, the iteration ends after
-  the first round in which no record reached the termination-criteria stream (when the
-  body returned one) or no record went round through the feedback (when it did not).
-  Then every body operator's listeners get ``on_iteration_terminated(context,
-  collector)``, and the output streams end. An unbounded iteration never ends while an
+* **Termination** (bounded iterations, FLIP-176's rule): once all inputs ended, the
+  iteration ends after the first round N in which no record went round through the
+  feedback (no record of epoch N + 1 exists) or — when the body returned a
+  termination-criteria stream — no record reached that stream; either suffices, so a
+  criteria stream that keeps emitting does not outlive the feedback. The last epoch
+  watermark is N. Then every body operator's listeners get
+  ``on_iteration_terminated(context, collector)``, and the output streams end. An unbounded iteration never ends while an
   input is open; once all its inputs ended, it ends by the same rule (as Flink ML's).
 * **Sync or async** is not a flag: an algorithm is synchronous when every path into the
   feedback emits only from ``on_epoch_watermark_incremented``, asynchronous otherwise.

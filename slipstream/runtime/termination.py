@@ -580,11 +580,14 @@ class EpochProgress:
     Unbounded data heads take no part in the counts: their records have the maximum epoch.
 
     Decision, once every head reported round N: the iteration terminates when all its
-    inputs ended and the round saw no termination-criteria record (with a criteria
-    stream) or no feedback record (without one). Otherwise round N + 1 starts — unless
-    nothing at all happened in round N while some input is still open (an unbounded
-    iteration waiting for live data): then the scope parks and the next record, or an
-    input's end, starts round N + 1. Epoch watermarks so never spin while a job is idle.
+    inputs ended and the round saw no feedback record (none of epoch N + 1) or, with a
+    criteria stream, no criteria record — either suffices, as FLIP-176 states it. (Flink
+    ML's coordinator counts the criteria records with the feedback, so there a criteria
+    stream that keeps emitting outlives the feedback; here it does not.) Otherwise round
+    N + 1 starts — unless nothing at all happened in round N while some input is still
+    open (an unbounded iteration waiting for live data): then the scope parks and the next
+    record, or an input's end, starts round N + 1. Epoch watermarks so never spin while a
+    job is idle.
     """
 
     def __init__(self, scope: StreamScope, has_criteria: bool) -> None:
@@ -596,9 +599,9 @@ class EpochProgress:
         self.rounds: list[RoundRecord] = []
 
     def decide(self, epoch: int, counts: dict[str, int], inputs_ended: bool, pending: int) -> str:
+        """Round ``epoch`` is over (``counts``: records per head role): terminate, next or park."""
         self.epoch_watermark = epoch
-        counted = counts["criteria"] if self.has_criteria else counts["variable"]
-        if inputs_ended and counted == 0:
+        if inputs_ended and self.ends_after(counts):
             decision = "terminate"
             self.terminated = True
         elif counts["variable"] or counts["criteria"] or counts["data"] or pending or inputs_ended:
@@ -608,6 +611,11 @@ class EpochProgress:
             self.parked = True
         self.rounds.append(RoundRecord(epoch, counts["variable"], counts["criteria"], counts["data"], decision))
         return decision
+
+    def ends_after(self, counts: dict[str, int]) -> bool:
+        """FLIP-176's rule for a round whose inputs are consumed: no record went round through the
+        feedback, or (with a criteria stream) none reached the criteria stream — either suffices."""
+        return counts["variable"] == 0 or (self.has_criteria and counts["criteria"] == 0)
 
 
 class IterationHeadControl(HeadControl):

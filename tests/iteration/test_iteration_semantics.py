@@ -151,23 +151,19 @@ def test_epochs_listeners_and_termination(variables: int, data: int, rounds: int
                                           criteria: int | None, p_var: int, p_step: int, p_data: int, seed: int,
                                           budget: int, batch_size: int, capacity: int,
                                           mode: RuntimeExecutionMode) -> None:
-    if not sync:
-        criteria = None   # async records may run ahead of their epoch: only the feedback rule is exact
     got, progress = run_iteration(variables=variables, data=data, rounds=rounds, sync=sync, replay=replay,
                                   criteria_until=criteria, p_var=p_var, p_step=p_step, p_data=p_data, seed=seed,
                                   budget=budget, batch_size=batch_size, capacity=capacity, mode=mode)
     last = progress.epoch_watermark
-    # termination exactly when the rule holds: the last round, and only it, saw no criteria/feedback
-    counted = [r.criteria_records if criteria is not None else r.feedback_records for r in progress.rounds]
-    assert progress.terminated and counted[-1] == 0 and all(counted[:-1])
+    # termination exactly when the rule holds: the last round, and only it, saw no feedback or
+    # (with a criteria stream) no criteria record — sync or async, records never run ahead
+    ended = [r.feedback_records == 0 or (criteria is not None and r.criteria_records == 0) for r in progress.rounds]
+    assert progress.terminated and ended[-1] and not any(ended[:-1])
     assert [r.epoch for r in progress.rounds] == list(range(1, last + 1))
-    if criteria is not None:
-        assert last == criteria
-    elif sync:
-        assert last == rounds
-    # every record leaves exactly once (the criteria may end it before slow records are done)
-    finished = rounds <= last if sync else True
-    assert got == (Counter((i, rounds) for i in range(variables)) if finished else Counter())
+    # records go round until epoch ``rounds``; the criteria stream is empty from epoch ``criteria``
+    assert last == (rounds if criteria is None else min(rounds, criteria))
+    # every record leaves exactly once, unless the criteria ended it first
+    assert got == (Counter((i, rounds) for i in range(variables)) if rounds <= last else Counter())
     # each listener: exactly once per epoch, in order, at every subtask of every body operator
     for name, parallelism in (("step", p_step), ("relay", p_var), ("data", p_data)):
         for subtask in range(parallelism):

@@ -144,6 +144,56 @@ def test_the_last_epoch_watermark_is_the_largest_epoch_of_any_record(initial: li
     check(run(records, limit, parallelism, seed, sync=sync), records, limit, parallelism)
 
 
+
+# -- item 3: the criteria stream's rule and the feedback rule, either ends the iteration ------------------
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("criteria_from", ["listener", "records"])
+@pytest.mark.parametrize("sync", [False, True])
+def test_feedback_stopping_ends_an_iteration_whose_criteria_stream_keeps_emitting(parallelism: int, seed: int,
+                                                                                 criteria_from: str,
+                                                                                 sync: bool) -> None:
+    """Criteria records come until round 9, feedback stops in round 4: it ends at epoch 4."""
+    seen = run(ISSUE_INITIAL, 5, parallelism, seed, sync=sync, criteria_from=criteria_from, criteria_until=9)
+    check(seen, ISSUE_INITIAL, 5, parallelism, criteria_until=9)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parametrize("seed", range(3))
+def test_an_iteration_with_nothing_going_round_ends_after_round_one_despite_its_criteria(parallelism: int,
+                                                                                        seed: int) -> None:
+    initial = [(7, 1), (5, 1), (9, 1)]
+    seen = run(initial, 5, parallelism, seed, criteria_from="listener", criteria_until=100)
+    check(seen, initial, 5, parallelism, criteria_until=100)
+    assert [s for s in seen if s[:2] == ("epoch", 0)] == [("epoch", 0, 1)]
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("criteria_from", ["listener", "records"])
+@pytest.mark.parametrize("sync", [False, True])
+def test_an_empty_criteria_stream_ends_an_iteration_whose_feedback_goes_on(parallelism: int, seed: int,
+                                                                          criteria_from: str, sync: bool) -> None:
+    """Feedback would go on to epoch 20; the criteria stream is empty in round 3: it ends at 3."""
+    initial = [(0, 1), (2, 1), (19, 1)]
+    seen = run(initial, 19, parallelism, seed, sync=sync, criteria_from=criteria_from, criteria_until=3)
+    check(seen, initial, 19, parallelism, criteria_until=3)
+    assert max(s[2] for s in seen if s[0] == "epoch") == 3
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(initial=st.lists(st.integers(0, 6), min_size=1, max_size=6), limit=st.integers(0, 6),
+       criteria_from=st.sampled_from([None, "listener", "records"]),
+       criteria_until=st.integers(1, 9), parallelism=st.sampled_from([1, 2, 4]),
+       seed=st.integers(0, 10_000), sync=st.booleans())
+def test_an_iteration_ends_at_the_first_round_without_feedback_or_without_criteria(
+        initial: list[int], limit: int, criteria_from: str | None, criteria_until: int | None, parallelism: int,
+        seed: int, sync: bool) -> None:
+    records = [(v, 1) for v in initial]
+    seen = run(records, limit, parallelism, seed, sync=sync, criteria_from=criteria_from,
+               criteria_until=criteria_until)
+    check(seen, records, limit, parallelism, criteria_until=criteria_until if criteria_from else None)
+
 def test_feedback_waiting_for_its_round_spills_past_the_channel_budget(monkeypatch: pytest.MonkeyPatch,
                                                                      tmp_path: Any) -> None:
     """What waits at the head for its round is bounded in memory like a feedback channel: past
