@@ -115,7 +115,7 @@ def check(seen: list[tuple], initial: list[tuple[int, int]], limit: int, paralle
     """The run went through exactly the oracle's epochs, at every subtask."""
     every = oracle_records(initial, limit)
     last = oracle_last_epoch(every, criteria_until)
-    records = [(value, watermark) for kind, _, value, watermark in (s for s in seen if s[0] == "record")]
+    records = [(s[2], s[3]) for s in seen if s[0] == "record"]
     assert Counter(value for value, _ in records) == Counter({r: n for r, n in every.items() if r[1] <= last})
     # a record of epoch e arrives after epoch watermark e - 1 and before e: never ahead of its round
     assert all(watermark == value[1] - 1 for value, watermark in records), records
@@ -124,7 +124,7 @@ def check(seen: list[tuple], initial: list[tuple[int, int]], limit: int, paralle
         assert seen.count(("terminated", subtask)) == 1
 
 
-# -- item 2: an async body reaches the epoch watermark of its last records --------------------------------
+# -- an async body reaches the epoch watermark of its last records -----------------------------------------
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
 @pytest.mark.parametrize("seed", range(16))
 def test_an_async_body_ends_only_after_the_watermark_of_its_largest_epoch(parallelism: int, seed: int) -> None:
@@ -145,7 +145,7 @@ def test_the_last_epoch_watermark_is_the_largest_epoch_of_any_record(initial: li
 
 
 
-# -- item 3: the criteria stream's rule and the feedback rule, either ends the iteration ------------------
+# -- the criteria stream's rule and the feedback rule: either ends the iteration --------------------------
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("criteria_from", ["listener", "records"])
