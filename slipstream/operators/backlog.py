@@ -7,27 +7,57 @@ backlog_sorting=False)`` gives none), behaves like this:
 1. **Backlog begins** (``RecordAttributes(is_backlog=True)`` on any input): records are
    no longer processed but put into a :class:`~slipstream.operators.sort_buffer.SortBuffer`
    (spilling to disk past ``sort_memory_budget`` records). Nothing is emitted.
-   Watermarks are *held*: the operator remembers them but does not advance its event
-   time, so no event-time timer fires and no watermark is forwarded.
+   Watermarks are *held*: the operator does not advance its event time and forwards no
+   watermark, but remembers each watermark its input passes, and files every buffered
+   batch under the *interval* it arrived in (how many of those watermarks came before it).
 2. **Backlog ends** (every input says ``is_backlog=False``; for a bounded input this
    arrives right after its final watermark and before ``end_input``): the switch.
-   :meth:`BacklogSortingOperator.process_backlog` runs the buffer as sorted batch work —
-   by default it replays the records key by key, each key's records in timestamp
-   order (then arrival order), through the operator's own ``process_batch``, so the
-   keyed state the streaming path would build is built; subclasses may replace it by
-   vectorised work that installs the same state. Then the held watermark is applied
-   (timers due by it fire now), and only then is ``is_backlog=False`` forwarded, so what
-   the switch emitted still counts as backlog downstream.
-3. **Afterwards** the operator processes record by record from the installed state.
+   :meth:`BacklogSortingOperator.run_backlog` runs the buffer as batch work, the held
+   watermarks are applied, and only then is ``is_backlog=False`` forwarded, so what the
+   switch emitted still counts as backlog downstream.
+3. **Afterwards** the operator processes record by record.
 
-What differs from processing the same records in pure streaming:
+**The contract.** In STREAMING mode ``backlog_sorting`` is a speed knob: event-time
+results do not depend on it. The switch replays the backlog interval by interval, each
+interval's records key by key, each key's in arrival order, through the operator's own
+``process_batch``, and applies the held watermarks one by one between the intervals,
+where the input had them. Keyed state and timers are per key, so every key sees what
+streaming the backlog shows it: its records in arrival order, each at the watermark it
+arrived at; its event-time timers and windows firing at the same watermarks, in the same
+order; the same records late — dropped and counted in ``num_late_records_dropped``, or
+sent to the late-data side output. Each watermark goes downstream after the output that
+precedes it in streaming, so the operators after this one see their input at the same
+watermarks too. What still differs:
 
-* order: all of a key's backlog records are processed before any later key's, and in
-  timestamp order rather than arrival order (so order-sensitive functions see sorted input);
-* time: event-time timers and windows of the backlog fire after the whole backlog was
-  replayed, at the held watermark, not interleaved with the records; a backlog record is
-  never late (its watermark was held), where streaming might have dropped it;
-* output: outputs caused during the backlog all appear at the switch.
+* order within one watermark interval: outputs of different keys come key by key, not in
+  arrival order (each key's in its own order). Only results that depend on the order of
+  different keys' records can differ — as they can between two streaming runs at
+  parallelism above 1 — e.g. a window downstream keyed otherwise whose function depends
+  on the order of its elements;
+* processing time: processing-time timers (and processing-time windows) follow the clock
+  during the switch, not when the records arrived. The timers registered while the
+  backlog is replayed are counted in ``backlog_processing_time_timers`` and logged as a
+  warning, and ``explain()`` names the operators whose function, trigger or windows use
+  processing time (see :meth:`~slipstream.operators.base.StreamOperator.backlog_differences`);
+* when output appears: everything the backlog causes appears at the switch (FLIP-327).
+
+Why interval by interval, not each key's whole backlog at once: a key could be replayed
+alone with its timers caught up to each record's interval, and would see the same; but
+its outputs would then precede watermarks that streaming sends before them, so the
+switch would have to hold its whole output and re-sort it by interval for the operators
+downstream. Each buffered record keeps its interval, so a per-key path that pays for that
+(vectorised or per-key work) can still be built on the same buffer.
+
+An operator whose results cannot depend on the watermark before its input ends
+(EndOfStreamWindows) may read its backlog key by key in arrival order instead
+(:meth:`BacklogSortingOperator.backlog_order`); it applies every held watermark but the
+last before the replay, and the last after it.
+
+BATCH mode is another mode, not this knob: Flink's BATCH semantics. Each key's records
+come in timestamp order (then arrival order) and only the final watermark is applied, so
+no record is late and event-time timers fire at the end; a rolling reduce emits one final
+value per key. (``backlog_sorting=False`` in BATCH mode processes records one by one with
+STREAMING's semantics over BLOCKING edges.)
 
 Without a batch engine the operator processes backlog record by record like any other.
 Checkpoints are refused while records are buffered (``is_checkpoint_blocked``).
@@ -36,44 +66,54 @@ Metrics (in ``ctx.metrics``): ``backlog_records`` and ``spilled_bytes`` (kept up
 while buffering, summed over subtasks), ``backlog_seconds`` (backlog start to the end of
 the switch) and ``switch_time`` (seconds the batch work at the switch took) — the
 longest over subtasks, summed over backlog phases — ``batch_engine`` (the engine's
-name) and ``switched_at`` (the ``time.perf_counter()`` reading when the last switch ended).
+name), ``switched_at`` (the ``time.perf_counter()`` reading when the last switch ended)
+and ``backlog_processing_time_timers``.
 """
 
 from __future__ import annotations
 
 import time
+import types
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from slipstream.attributes import OperatorAttributes, RecordAttributes
+from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import Transformation
 from slipstream.errors import SlipstreamError
-from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.operators.base import OperatorContext, StreamOperator, count_and_warn
 from slipstream.operators.elements import RecordBatch
-from slipstream.operators.sort_buffer import KeyDictionary, SortBuffer
+from slipstream.operators.sort_buffer import BufferOrder, KeyDictionary, SortBuffer, interval_batches
+from slipstream.operators.timers import InternalTimerService
+
+PROCESSING_TIME_TIMERS_METRIC = "backlog_processing_time_timers"
 
 
 class BacklogSortingOperator(StreamOperator):
     """Base of keyed operators that buffer and sort their backlog (see the module docstring).
 
     A subclass calls :meth:`buffer_backlog` at the top of its ``process_batch`` while
-    :attr:`is_buffering_backlog`; may override :meth:`backlog_field` and
-    :meth:`process_backlog`; and must call ``super()`` from ``setup``, ``end_input`` and
-    ``close`` when it overrides them.
+    :attr:`is_buffering_backlog`; may override :meth:`backlog_field`, :meth:`backlog_order`
+    and :meth:`process_backlog`; sets :attr:`timers` when it has keyed timers; and must call
+    ``super()`` from ``setup``, ``end_input`` and ``close`` when it overrides them.
 
     Operators of several inputs (co-group, join) get one buffer per input, all sharing
-    one :class:`~slipstream.operators.sort_buffer.KeyDictionary` so that
-    :func:`~slipstream.operators.sort_buffer.co_grouped` can walk them key by key; they
+    one :class:`~slipstream.operators.sort_buffer.KeyDictionary` (and one count of arrivals)
+    so that :func:`~slipstream.operators.sort_buffer.co_grouped` and
+    :func:`~slipstream.operators.sort_buffer.interval_batches` can walk them together; they
     override :meth:`backlog_key_selector` when their keys are not
     ``transformation.key_selectors[input_index]``, and :meth:`run_backlog`. One that keeps
     buffers of its own besides (the co-group's columnar ones) opens them in
     :meth:`begin_backlog`, fills them from its :meth:`buffer_backlog` and closes them in
-    its :meth:`run_backlog` and ``close``: the switch, the held watermark and the metrics
+    its :meth:`run_backlog` and ``close``: the switch, the held watermarks and the metrics
     stay here.
     """
 
     backlog_batch_size: ClassVar[int] = 1024
     """Records per batch when the backlog is replayed through ``process_batch``."""
+
+    timers: InternalTimerService | None = None
+    """The operator's keyed timers, if it has any (the switch counts the processing-time ones)."""
 
     _buffering: bool = False
 
@@ -87,6 +127,9 @@ class BacklogSortingOperator(StreamOperator):
         self._buffering = False
         self._backlog_buffers = []
         self._ended_inputs: set[int] = set()
+        self._held: list[int] = []
+        self._applied = 0
+        self._arrivals = 0
         self._backlog_started = 0.0
         self._backlog_seconds = 0.0
         self._switch_seconds = 0.0
@@ -105,6 +148,12 @@ class BacklogSortingOperator(StreamOperator):
         """The key of a record of input ``input_index``, as the buffers group by it."""
         return self.transformation.key_selectors[input_index]
 
+    def backlog_order(self) -> BufferOrder:
+        """The order the switch reads the backlog in: by key and timestamp in BATCH mode, by
+        watermark interval in STREAMING mode. An operator whose results cannot depend on the
+        watermark before its input ends may read it key by key in arrival order."""
+        return BufferOrder.TIME if self.ctx.batch_mode else BufferOrder.INTERVAL
+
     def begin_backlog(self) -> None:
         """Called when buffering begins, once the sort buffers exist; nothing by default."""
 
@@ -117,13 +166,53 @@ class BacklogSortingOperator(StreamOperator):
             self.process_backlog(buffers[0])
 
     def process_backlog(self, buffer: SortBuffer) -> None:
-        """Run the buffered backlog (at the switch, before the held watermark is applied).
+        """Run the buffered backlog (at the switch, before the last held watermark is applied).
 
-        By default: replay every record, key by key in timestamp order, through
-        ``process_batch``, exactly as if it had arrived in that order while streaming.
+        By default: :meth:`replay_backlog`.
         """
-        for batch in buffer.batches(self.backlog_batch_size):
-            self.process_batch(batch)
+        self.replay_backlog([buffer])
+
+    def replay_backlog(self, buffers: list[SortBuffer]) -> None:
+        """Feed the buffered records through ``process_batch`` in the buffers' order. In interval
+        order the held watermarks are applied between the intervals, as streaming applied them;
+        otherwise every held watermark but the last is applied first."""
+        size = self.backlog_batch_size
+        if buffers[0].order is BufferOrder.INTERVAL:
+            for interval, input_index, batch in interval_batches(buffers, size):
+                self.apply_held_watermarks(interval)
+                self.process_batch(batch, input_index)
+            return
+        self.apply_held_watermarks_but_the_last()
+        for input_index, buffer in enumerate(buffers):
+            for batch in buffer.batches(size):
+                self.process_batch(batch, input_index)
+
+    # -- held watermarks ---------------------------------------------------------------------------
+    def apply_held_watermarks(self, count: int) -> None:
+        """Apply, one by one, the watermarks held during the backlog up to the ``count``-th (each
+        fires what is due and goes downstream, as it did not while it was held)."""
+        held = self._held
+        while self._applied < count:
+            self._applied += 1
+            watermark = held[self._applied]
+            if watermark > self.current_watermark:
+                self.current_watermark = watermark
+                self.on_watermark(Watermark(watermark))
+
+    def apply_held_watermarks_but_the_last(self) -> None:
+        """Apply every held watermark but the last (which the switch applies after the batch work)."""
+        self.apply_held_watermarks(len(self._held) - 2)
+
+    def _hold_watermark(self) -> None:
+        """While buffering: remember the input's new watermark (in BATCH mode only the latest)."""
+        combined = self._combined_input_watermark()
+        held = self._held
+        if combined is None or combined <= held[-1]:
+            return
+        if self.ctx.batch_mode and len(held) > 1:
+            held[-1] = combined
+        else:
+            held.append(combined)
 
     # -- buffering ---------------------------------------------------------------------------------
     def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:
@@ -136,12 +225,18 @@ class BacklogSortingOperator(StreamOperator):
         try:
             for value in values:
                 append(selector(value))
-            self._backlog_buffers[input_index].add(keys, values, batch.timestamps)
+            self._backlog_buffers[input_index].add(keys, values, batch.timestamps, interval=len(self._held) - 1,
+                                                   arrival=self.next_arrival())
         except SlipstreamError:
             raise
         except Exception as exc:
             what = "record" if self.num_inputs < 2 else f"record of input {input_index + 1}"
             raise self.user_error(value, exc, what=what) from exc
+
+    def next_arrival(self) -> int:
+        """The arrival number of the next batch buffered, counted over every input."""
+        self._arrivals += 1
+        return self._arrivals
 
     def process_record_attributes(self, attributes: RecordAttributes, input_index: int = 0) -> None:
         self._input_backlog[input_index] = attributes.is_backlog()
@@ -154,17 +249,21 @@ class BacklogSortingOperator(StreamOperator):
 
     def _advance_combined_watermark(self) -> None:
         if self._buffering:
-            return  # held: applied right after the switch
+            self._hold_watermark()  # applied at the switch
+            return
         super()._advance_combined_watermark()
 
     def _start_backlog(self) -> None:
         ctx = self.ctx
         engine = ctx.batch_engine
         keys = KeyDictionary()
+        order = self.backlog_order()
         self._backlog_buffers = [
             SortBuffer(engine, memory_budget=ctx.sort_memory_budget, spill_dir=ctx.spill_dir, key_dictionary=keys,
-                       metrics=ctx.metrics, field=self.backlog_field(), name=ctx.name)
+                       metrics=ctx.metrics, field=self.backlog_field(), name=ctx.name, order=order)
             for _ in range(max(1, self.num_inputs))]
+        self._held = [self.current_watermark]
+        self._applied = 0
         self.begin_backlog()
         self._buffering = True
         self._backlog_started = time.perf_counter()
@@ -172,17 +271,20 @@ class BacklogSortingOperator(StreamOperator):
         ctx.metrics["batch_engine"] = getattr(engine, "name", type(engine).__name__)
 
     def _switch_to_streaming(self) -> None:
-        """The switch: run the buffered backlog as batch work, apply the held watermark."""
+        """The switch: run the buffered backlog as batch work, apply the held watermarks."""
         buffers, self._backlog_buffers = self._backlog_buffers, []
         self._buffering = False
         started = time.perf_counter()
         self.ctx.metrics["backlog_phase"] = "batch work"
+        registered = self.timers.processing_time_registrations if self.timers is not None else 0
         try:
             self.run_backlog(buffers)
         finally:
             for buffer in buffers:
                 buffer.close()
-        self._advance_combined_watermark()
+        self.apply_held_watermarks(len(self._held) - 1)
+        if self.timers is not None:
+            self._count_processing_time_timers(self.timers.processing_time_registrations - registered)
         ended = time.perf_counter()
         self._switch_seconds += ended - started
         self._backlog_seconds += ended - self._backlog_started
@@ -191,6 +293,15 @@ class BacklogSortingOperator(StreamOperator):
         metrics["backlog_seconds"] = max(metrics.get("backlog_seconds", 0.0), self._backlog_seconds)
         metrics["switched_at"] = ended
         metrics["backlog_phase"] = "streaming"
+
+    def _count_processing_time_timers(self, count: int) -> None:
+        if self.ctx.batch_mode or not count:
+            return
+        count_and_warn(self.ctx.metrics, PROCESSING_TIME_TIMERS_METRIC, count, lambda: (
+            f"operator '{self.ctx.name}' registered {count} processing-time timer(s) while it replayed its "
+            "sorted backlog: they follow the clock at the switch, not at the records' arrival, so results "
+            "that depend on them differ from streaming the backlog (env.configure(backlog_sorting=False) "
+            "streams it)"))
 
     # -- life cycle --------------------------------------------------------------------------------
     def end_input(self, input_index: int = 0) -> None:
@@ -215,3 +326,24 @@ class BacklogSortingOperator(StreamOperator):
             buffer.close()
         self._backlog_buffers = []
         super().close()
+
+
+PROCESSING_TIME_CALLS = frozenset({"register_processing_time_timer", "get_current_processing_time",
+                                   "current_processing_time"})
+
+
+def uses_processing_time(obj: Any) -> bool:
+    """Whether the code of ``obj`` (a function, or the methods of its class and their nested
+    functions) reads the processing-time clock or registers processing-time timers: a hint for
+    ``explain()``, read from the code."""
+    if isinstance(obj, types.FunctionType):
+        codes = [obj.__code__]
+    else:
+        codes = [member.__code__ for klass in type(obj).__mro__
+                 for member in vars(klass).values() if isinstance(member, types.FunctionType)]
+    while codes:
+        code = codes.pop()
+        if not PROCESSING_TIME_CALLS.isdisjoint(code.co_names):
+            return True
+        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return False

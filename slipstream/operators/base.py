@@ -9,6 +9,7 @@ chained operator or a channel writer.
 from __future__ import annotations
 
 import copy
+import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Protocol
@@ -21,6 +22,8 @@ from slipstream.datastream.time import MIN_TIMESTAMP, Watermark
 from slipstream.datastream.transformations import Transformation, set_attribute_resolver
 from slipstream.errors import SlipstreamError, UserFunctionError
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
+
+log = logging.getLogger("slipstream.operators")
 
 
 class Output(ABC):
@@ -347,6 +350,12 @@ class StreamOperator(ABC):
     def get_operator_attributes(self) -> OperatorAttributes:
         return operator_attributes(self.transformation)
 
+    @classmethod
+    def backlog_differences(cls, transformation: Transformation) -> list[str]:
+        """What of this operator's results a sorted backlog cannot give as streaming the same
+        backlog does, for ``explain()`` in STREAMING mode (see :mod:`slipstream.operators.backlog`)."""
+        return []
+
     # -- helpers --------------------------------------------------------------------------------
     def where(self) -> str:
         """This operator subtask as error messages name it."""
@@ -365,6 +374,15 @@ class StreamOperator(ABC):
             raise
         except Exception as exc:
             raise self.user_error(args[0] if args else None, exc, what=what) from exc
+
+
+def count_and_warn(metrics: dict[str, Any], name: str, count: int, warning: Callable[[], str]) -> None:
+    """Add ``count`` to the metric ``name`` (shared by an operator's subtasks) and log ``warning()``
+    when the metric first grows, so that what a job loses or gets differently is never silent."""
+    before = metrics.get(name, 0)
+    metrics[name] = before + count
+    if not before and count:
+        log.warning(warning())
 
 
 def operator_attributes(transformation: Transformation) -> OperatorAttributes:

@@ -18,18 +18,23 @@ window per flush with the DataFrames of every key whose window fired in that ste
 Backlog (FLIP-327), the batch path: while any input is backlog and the operator was given
 a batch engine, records of both inputs only go into two
 :class:`~slipstream.operators.sort_buffer.SortBuffer` (one per input, sharing their key
-ids; spilling to disk past ``sort_memory_budget``) and the watermark is held; nothing is
-emitted. When the backlog ends on both inputs (for bounded inputs: just after their
-final, maximum watermark and just before ``end_input``), the buffers run as batch work,
-grouped by key (keys in first-seen order, each key's records in timestamp order):
+ids and their count of arrivals; spilling to disk past ``sort_memory_budget``) and the
+watermarks are held; nothing is emitted. When the backlog ends on both inputs (for
+bounded inputs: just after their final, maximum watermark and just before ``end_input``),
+the buffers run as batch work:
 
-* EndOfStreamWindows whose final watermark has already arrived (the bounded case): every
-  window is complete, so the function runs directly over each key's two groups — or,
-  vectorised, once over DataFrames of all keys — with no window state, timer or trigger;
-* otherwise (time windows, custom triggers, or a backlog that ends before the input
-  does, as with a hybrid source) the records are replayed key by key through the
-  streaming path, which installs them as window state; then the held watermark is
-  applied, firing what is due.
+* EndOfStreamWindows (with their own trigger), whose results cannot depend on any
+  watermark before the last, are read key by key (keys in first-seen order, each key's
+  records in arrival order in STREAMING mode, in timestamp order in BATCH mode). When the
+  final watermark has already arrived (the bounded case) every window is complete, so the
+  function runs directly over each key's two groups — or, vectorised, once over
+  DataFrames of all keys — with no window state, timer or trigger; otherwise (a backlog
+  that ends before the input does, as with a hybrid source) the records are replayed
+  through the streaming path, which installs them as window state;
+* other windows are replayed through the streaming path as
+  :mod:`slipstream.operators.backlog` describes (in STREAMING mode interval by interval,
+  both inputs' records of a key in their arrival order, the held watermarks applied
+  between the intervals), so windows fire and records are late as when the backlog streams.
 
 Then ``is_backlog=False`` is forwarded, after the output of the switch, and records are
 processed one by one (streaming). Without a batch engine (``env.configure(
@@ -67,7 +72,7 @@ from slipstream.operators.columnar_buffer import (
 )
 from slipstream.operators.co_group_engine import evaluate_on_engine
 from slipstream.operators.elements import RecordBatch
-from slipstream.operators.sort_buffer import SortBuffer, co_grouped
+from slipstream.operators.sort_buffer import BufferOrder, SortBuffer, co_grouped
 from slipstream.operators.window import WindowOperator
 
 BATCH_KEYS_METRIC = "backlog_keys_evaluated"
@@ -223,13 +228,20 @@ class CoGroupOperator(WindowOperator):
             self._frame_columns[input_index] = frame.clear()
         return frame
 
-    # -- backlog (the switch, the held watermark and the metrics: BacklogSortingOperator) ----------
+    # -- backlog (the switch, the held watermarks and the metrics: BacklogSortingOperator) ---------
+    def backlog_order(self) -> BufferOrder:
+        """EndOfStreamWindows cannot fire before the last watermark: their backlog is read key by key."""
+        if self._end_of_stream and not self.ctx.batch_mode:
+            return BufferOrder.ARRIVAL
+        return super().backlog_order()
+
     def begin_backlog(self) -> None:
         """Inputs keyed by a field are buffered as Arrow while they arrive as Arrow (given an
-        in-process engine: the columnar path runs here); the first row batch moves them to
-        their SortBuffer."""
+        in-process engine: the columnar path runs here, and a backlog read by key, not by
+        watermark interval); the first row batch moves them to their SortBuffer."""
         ctx = self.ctx
-        columnar = getattr(ctx.batch_engine, "in_process", True)
+        columnar = getattr(ctx.batch_engine, "in_process", True) and \
+            self._backlog_buffers[0].order is not BufferOrder.INTERVAL
         self._columnar = [ColumnarBuffer(selector.field, memory_budget=ctx.sort_memory_budget * BYTES_PER_RECORD,
                                          spill_dir=ctx.spill_dir, metrics=ctx.metrics, name=ctx.name)
                           if columnar and isinstance(selector, FieldKey) else None
@@ -253,6 +265,8 @@ class CoGroupOperator(WindowOperator):
                 held = self._combined_input_watermark()
                 direct = (self._end_of_stream and self.evictor is None and not self._streamed
                           and held is not None and held >= GlobalWindow.get().max_timestamp())
+                if direct:
+                    self.apply_held_watermarks_but_the_last()
                 if direct and self._columnar_ready(buffers, columnar):
                     self._evaluate_columnar(columnar)  # type: ignore[arg-type]
                 else:
@@ -262,7 +276,7 @@ class CoGroupOperator(WindowOperator):
                     if direct:
                         self._evaluate_directly(buffers)
                     else:
-                        self._replay(buffers)
+                        self.replay_backlog(buffers)
         finally:
             for column_buffer in columnar:
                 if column_buffer is not None:
@@ -330,7 +344,8 @@ class CoGroupOperator(WindowOperator):
 
     def _evaluate_columnar(self, columnar: list[ColumnarBuffer]) -> None:
         """EndOfStreamWindows over a columnar backlog: partition by partition (one partition when
-        nothing spilled), each key's records sorted by timestamp (stable, so arrival order next);
+        nothing spilled), each key's records in arrival order (in BATCH mode sorted by timestamp,
+        stably, so arrival order next);
         the vectorised function gets each partition's columns as DataFrames and its result is
         emitted as Arrow; a per-key function gets each key's rows, built a chunk at a time.
 
@@ -396,11 +411,12 @@ class CoGroupOperator(WindowOperator):
                 runs.append(None)
                 continue
             keys = canonical_keys(table.column(buffer.key_name), buffer.kind)
-            if not buffer.has_timestamps and keys.is_sorted():
-                ordered = table  # arrived in key order (as backlogs often do)
+            by_time = buffer.has_timestamps and self.ctx.batch_mode
+            if not by_time and keys.is_sorted():
+                ordered = without_stamps(table)  # arrived in key order (as backlogs often do)
             else:
                 frame = pl.DataFrame({"k": keys, "t": pl.Series(table.column(TS_COLUMN))}) \
-                    if buffer.has_timestamps else pl.DataFrame({"k": keys})
+                    if by_time else pl.DataFrame({"k": keys})
                 order = frame.select(pl.arg_sort_by(frame.columns, nulls_last=False, maintain_order=True)) \
                     .to_series()
                 ordered = without_stamps(table.take(order.to_arrow()))
@@ -464,23 +480,6 @@ class CoGroupOperator(WindowOperator):
             super()._flush()
             start = stop
         return key_count
-
-    def _replay(self, buffers: list[SortBuffer]) -> None:
-        """Feed the backlog key by key (each input's records of a key in timestamp order) through
-        the streaming path, which builds the window state and runs the triggers."""
-        self._streamed = True
-        for _key, sides in co_grouped(*buffers):
-            for input_index, (stamps, values) in enumerate(sides):
-                for value, timestamp in zip(values, stamps):
-                    try:
-                        self._process_element((input_index, value), timestamp)
-                    except SlipstreamError:
-                        raise
-                    except Exception as exc:
-                        raise self.user_error(value, exc, what=f"record of input {input_index + 1}") from exc
-            if len(self._values) >= FLUSH_EVERY:
-                self._flush()
-        self._flush()
 
     # -- life cycle -------------------------------------------------------------------------------
     def close(self) -> None:

@@ -4,10 +4,11 @@ and the shared loop that feeds a batch through a process function.
 Outputs inherit the timestamp of the record that caused them; ``yield tag, value``
 and ``ctx.output(tag, value)`` emit to side outputs. During backlog these run
 record by record, except ``KeyedProcessOperator`` given a batch engine: it buffers its
-backlog and at the switch replays it key by key, each key's records in timestamp order,
-through ``process_element``, then applies the watermark held during the backlog so
-event-time timers fire (see :mod:`slipstream.operators.backlog` for how that differs
-from pure streaming: timers of backlog records fire after the whole replay).
+backlog and at the switch replays it through ``process_element`` — in STREAMING mode
+watermark interval by interval, key by key within an interval, with the held watermarks
+applied between the intervals, so its event-time timers fire as they would have had the
+backlog streamed; in BATCH mode key by key in timestamp order, timers at the end (see
+:mod:`slipstream.operators.backlog`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from slipstream.datastream.functions import (
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation
 from slipstream.errors import SlipstreamError
-from slipstream.operators.backlog import BacklogSortingOperator
+from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
 from slipstream.operators.base import OperatorContext, StreamOperator
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService, merge_timer_snapshots
@@ -228,11 +229,18 @@ class ProcessOperator(StreamOperator):
 class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
     """Runs a ``KeyedProcessFunction``: keyed state, event- and processing-time timers.
 
-    During backlog: buffered, then replayed sorted by (key, timestamp) at the switch.
+    During backlog: buffered, then replayed at the switch (:mod:`slipstream.operators.backlog`).
     """
 
     transformation_type = KeyedProcessTransformation
     emits_declared_type = True
+
+    @classmethod
+    def backlog_differences(cls, transformation: KeyedProcessTransformation) -> list[str]:
+        if uses_processing_time(transformation.function):
+            return ["its function uses processing time (timers or the clock): during the backlog that is the "
+                    "clock at the switch, so results that depend on it differ from streaming the backlog"]
+        return []
 
     def __init__(self, transformation: KeyedProcessTransformation) -> None:
         super().__init__(transformation)

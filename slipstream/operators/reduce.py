@@ -2,12 +2,13 @@
 
 Emits the key's combined value after every record, as Flink does in streaming.
 
-During backlog (FLIP-327, see :mod:`slipstream.operators.backlog`) it runs as batch
-work: it buffers the backlog, emits nothing, and at the switch reduces each key's
-records in timestamp order (then arrival order). In BATCH mode it emits **one final
-value per key** — Flink's documented BATCH semantics — carrying the timestamp of the
-key's latest record; in STREAMING mode it emits every rolling update, key by key.
-It is stored as the key's accumulator, so streaming continues from it. The built-in
+During backlog (FLIP-327, see :mod:`slipstream.operators.backlog`) it buffers the
+backlog and emits nothing until the switch. In BATCH mode it then reduces each key's
+records in timestamp order (then arrival order) and emits **one final value per key** —
+Flink's documented BATCH semantics — carrying the timestamp of the key's latest record,
+stored as the key's accumulator, so streaming continues from it. In STREAMING mode it
+replays the backlog interval by interval (key by key within a watermark interval, each
+key's records in arrival order) and emits every rolling update, as streaming does. The built-in
 aggregations (``sum``/``min``/``max``/``min_by``/``max_by``) are vectorised on the batch
 engine when the aggregated field of every backlog record is a plain ``int`` (a sum
 that fits int64) or a plain ``float`` (not NaN or -0.0; not for ``sum``, whose float
@@ -95,15 +96,16 @@ class KeyedReduceOperator(BacklogSortingOperator):
         """Reduce each key's backlog and store it as the key's accumulator.
 
         In BATCH mode emit one final value per key (Flink's documented BATCH semantics; the
-        built-in aggregations run vectorised on the engine). In STREAMING mode the backlog is
-        still reduced key by key in sorted order, but every rolling update is emitted, as a
-        streaming reduce does, so a job's output does not depend on whether its input was backlog.
+        built-in aggregations run vectorised on the engine). In STREAMING mode replay it through
+        the rolling reduce, which emits every update, so a job's output does not depend on
+        whether its input was sorted backlog.
         """
-        results = None
-        if self.ctx.batch_mode:
-            results = self._aggregate_vectorised(buffer)
+        if not self.ctx.batch_mode:
+            self.replay_backlog([buffer])
+            return
+        results = self._aggregate_vectorised(buffer)
         if results is None:
-            results = self._reduce_per_key(buffer, rolling=not self.ctx.batch_mode)
+            results = self._reduce_per_key(buffer)
         with_timestamps = buffer.has_timestamps
         values: list = []
         stamps: list = []
@@ -133,9 +135,9 @@ class KeyedReduceOperator(BacklogSortingOperator):
         self.accumulators[key] = partial
         return partial
 
-    def _reduce_per_key(self, buffer: SortBuffer, rolling: bool) -> Iterator[tuple[Any, int | None]]:
+    def _reduce_per_key(self, buffer: SortBuffer) -> Iterator[tuple[Any, int | None]]:
         """The Python path: fold each key's records in order with the reduce function, yielding
-        every intermediate value (``rolling``) or only the key's final one."""
+        the key's final value."""
         reduce = self.function.reduce
         table = self.accumulators
         set_key = self.ctx.keyed_backend.set_current_key
@@ -144,7 +146,7 @@ class KeyedReduceOperator(BacklogSortingOperator):
             current = table.get(key)
             value: Any = None
             try:
-                for index, value in enumerate(values):
+                for value in values:
                     if current is None:
                         current = value
                     else:
@@ -152,15 +154,12 @@ class KeyedReduceOperator(BacklogSortingOperator):
                         if current is None:
                             raise TypeError("the reduce function returned None; it must return the "
                                             "combined value")
-                    if rolling:
-                        yield current, stamps[index]
             except SlipstreamError:
                 raise
             except Exception as exc:
                 raise self.user_error(value, exc) from exc
             table[key] = current
-            if not rolling:
-                yield current, stamps[-1]
+            yield current, stamps[-1]
 
     def _aggregate_vectorised(self, buffer: SortBuffer) -> Iterator[tuple[Any, int | None]] | None:
         """The built-in aggregations on the engine; None when the backlog does not allow it.

@@ -1,22 +1,28 @@
 """``SortBuffer``: one operator input's backlog, buffered columnar and returned grouped by key.
 
 A sorting operator (``has_internal_sorter``, FLIP-327) puts every backlog record
-here instead of processing it, and when the backlog ends reads the records back
-grouped by key, each key's records in timestamp order (then arrival order). The
-ordering is done by the :class:`~slipstream.operators.batch_engine.BatchEngine`.
+here instead of processing it, and when the backlog ends reads the records back in the
+buffer's :class:`BufferOrder`: grouped by key, each key's records in timestamp order
+(then arrival order) — BATCH semantics —, or in arrival order; or watermark interval by
+interval, each interval's records key by key in arrival order (what a STREAMING replay
+needs: see :mod:`slipstream.operators.backlog`). The ordering is done by the
+:class:`~slipstream.operators.batch_engine.BatchEngine`.
 
 How records are held:
 
 * keys become dense integer ids (:class:`KeyDictionary`, in first-seen order), so the
   key column is Arrow ``int64`` whatever the keys are, and ids never collide (no hash);
   the distinct keys stay in memory, as the keyed state they turn into will;
-* timestamps are an Arrow ``int64`` column (null for records without one);
+* timestamps are an Arrow ``int64`` column (null for records without one); so are the
+  *interval* the operator puts each batch in (the number of watermarks its input had
+  passed when the batch arrived) and the batch's *arrival* number (counted over every
+  buffer of the operator, so that two inputs' records can be merged in arrival order);
 * values stay Python objects in memory until more than ``memory_budget`` records are
   held; then the in-memory records are sorted and spilled as one *run*: an Arrow IPC
   file whose ``value`` column holds each record pickled. Runs go to a private
   directory (mode 0700) under ``spill_dir`` that :meth:`SortBuffer.close` removes;
 * reading back merges the runs and the in-memory records: the engine sorts the
-  ``(key, ts, seq)`` columns of all of them together (values stay on disk), and the
+  order's columns of all of them together (values stay on disk), and the
   resulting order of run numbers says which run's next record comes next, so every
   run is read front to back once.
 
@@ -36,7 +42,8 @@ True
 >>> buffer.close()
 
 Keys come back in the order they were first seen; with a shared dictionary,
-:func:`co_grouped` walks several buffers key by key.
+:func:`co_grouped` walks several buffers key by key, and :func:`interval_batches`
+interval by interval.
 """
 
 from __future__ import annotations
@@ -49,6 +56,8 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import Enum
+from operator import itemgetter
 from typing import Any, Self
 
 import pyarrow as pa
@@ -58,8 +67,20 @@ from slipstream.errors import SlipstreamError
 from slipstream.operators.batch_engine import BatchEngine
 from slipstream.operators.elements import RecordBatch
 
-SORT_COLUMNS = ("key", "ts", "seq")
-"""The columns a buffer sorts by: key id, timestamp (nulls first), arrival sequence."""
+
+class BufferOrder(Enum):
+    """The order a :class:`SortBuffer` gives its records back in, as the columns it sorts by."""
+
+    TIME = ("key", "ts", "seq")
+    """Key by key (first seen first), each key's records by timestamp (nulls first), then arrival."""
+    ARRIVAL = ("key", "seq")
+    """Key by key, each key's records in arrival order."""
+    INTERVAL = ("interval", "key", "seq")
+    """Watermark interval by interval, each interval's records key by key in arrival order."""
+
+
+_Record = tuple[int, int, int, "int | None", Any]
+"""A buffered record as read back: key id, interval, arrival, timestamp, value."""
 
 RUN_CHUNK_ROWS = 8192
 """Rows per record batch in a spilled run: how many values are unpickled at a time."""
@@ -117,17 +138,15 @@ class _Run:
     def columns(self, names: list[str]) -> pa.Table:
         return self._read(names)
 
-    def records(self) -> Iterator[tuple[int, int | None, Any]]:
+    def records(self) -> Iterator[_Record]:
         loads = pickle.loads
         with pa.memory_map(self.path) as source:
             reader = pa.ipc.open_file(source)
             for index in range(reader.num_record_batches):
                 batch = reader.get_batch(index)
-                keys = batch.column("key").to_pylist()
-                stamps = batch.column("ts").to_pylist()
-                blobs = batch.column("value").to_pylist()
-                for key, stamp, blob in zip(keys, stamps, blobs):
-                    yield key, stamp, loads(blob)
+                columns = [batch.column(name).to_pylist() for name in ("key", "interval", "arrival", "ts")]
+                for key, interval, arrival, stamp, blob in zip(*columns, batch.column("value").to_pylist()):
+                    yield key, interval, arrival, stamp, loads(blob)
 
     def values_at(self, seqs: list[int]) -> dict[int, Any]:
         table = self._read(["seq", "value"])
@@ -150,12 +169,16 @@ class SortBuffer:
             (summing safely in int64) or every one a ``float`` (not NaN, not -0.0), the buffer keeps it
             as a ``field`` column for vectorised aggregation (see :meth:`field_table`).
         name: the operator's name, for error messages.
+        order: the order records come back in.
     """
 
     def __init__(self, engine: BatchEngine, *, memory_budget: int = 1_000_000, spill_dir: str | None = None,
                  key_dictionary: KeyDictionary | None = None, metrics: dict[str, Any] | None = None,
-                 field: Callable[[Any], Any] | None = None, name: str = "operator") -> None:
+                 field: Callable[[Any], Any] | None = None, name: str = "operator",
+                 order: BufferOrder = BufferOrder.TIME) -> None:
         self.engine = engine
+        self.order = order
+        self._sort_columns = list(order.value)
         self.memory_budget = max(0, int(memory_budget))
         self.spill_root = spill_dir
         self.key_dictionary = key_dictionary if key_dictionary is not None else KeyDictionary()
@@ -169,8 +192,11 @@ class SortBuffer:
         self._runs: list[_Run] = []
         self._dir: str | None = None
         self._keys: list[int] = []
+        self._intervals: list[int] = []
+        self._arrivals: list[int] = []
         self._stamps: list[int | None] = []
         self._values: list[Any] = []
+        self._batches_added = 0
         self._base_seq = 0
         self._field = field
         self._field_values: list[Any] = []
@@ -194,8 +220,13 @@ class SortBuffer:
         return len(self._runs)
 
     # -- filling ------------------------------------------------------------------------------------
-    def add(self, keys: Sequence[Any], values: Sequence[Any], timestamps: Sequence[int | None] | None = None) -> None:
-        """Buffer records; ``keys`` and ``timestamps`` (None: no timestamps) are parallel to ``values``."""
+    def add(self, keys: Sequence[Any], values: Sequence[Any], timestamps: Sequence[int | None] | None = None,
+            *, interval: int = 0, arrival: int | None = None) -> None:
+        """Buffer records; ``keys`` and ``timestamps`` (None: no timestamps) are parallel to ``values``.
+
+        ``interval`` is the watermark interval the batch arrived in (for :attr:`BufferOrder.INTERVAL`),
+        ``arrival`` its number in arrival order (None: this buffer's count of batches before it).
+        """
         if self._closed:
             raise SlipstreamError(f"operator '{self.name}': the sort buffer is closed")
         count = len(values)
@@ -204,6 +235,9 @@ class SortBuffer:
         if not count:
             return
         self._keys.extend(self.key_dictionary.ids_of(keys))
+        self._intervals.extend([interval] * count)
+        self._arrivals.extend([self._batches_added if arrival is None else arrival] * count)
+        self._batches_added += 1
         if timestamps is None:
             self._stamps.extend([None] * count)
         else:
@@ -250,6 +284,8 @@ class SortBuffer:
         count = len(self._keys)
         columns = {
             "key": pa.array(self._keys, pa.int64()),
+            "interval": pa.array(self._intervals, pa.int64()),
+            "arrival": pa.array(self._arrivals, pa.int64()),
             "ts": pa.array(self._stamps, pa.int64()),
             "seq": pa.array(range(self._base_seq, self._base_seq + count), pa.int64()),
         }
@@ -258,8 +294,8 @@ class SortBuffer:
         return pa.table(columns)
 
     def _sorted_memory_order(self) -> list[int]:
-        """Positions of the in-memory records in (key, ts, seq) order."""
-        table = self.engine.sort(self._memory_table(), list(SORT_COLUMNS))
+        """Positions of the in-memory records in the buffer's order."""
+        table = self.engine.sort(self._memory_table().select(self._sort_columns), self._sort_columns)
         base = self._base_seq
         return [seq - base for seq in table.column("seq").to_pylist()]
 
@@ -275,7 +311,7 @@ class SortBuffer:
         if not self._values:
             return
         with_field = self._field_ok
-        table = self.engine.sort(self._memory_table(with_field), list(SORT_COLUMNS))
+        table = self.engine.sort(self._memory_table(with_field), self._sort_columns)
         base = self._base_seq
         values = self._values
         dumps = pickle.dumps
@@ -299,31 +335,36 @@ class SortBuffer:
         self.spilled_bytes += size
         self.metrics["spilled_bytes"] += size
         self._base_seq += len(values)
-        self._keys, self._stamps, self._values, self._field_values = [], [], [], []
+        self._drop_memory_records()
+
+    def _drop_memory_records(self) -> None:
+        self._keys, self._intervals, self._arrivals, self._stamps = [], [], [], []
+        self._values, self._field_values = [], []
 
     # -- reading back -------------------------------------------------------------------------------
-    def _memory_records(self) -> Iterator[tuple[int, int | None, Any]]:
-        keys, stamps, values = self._keys, self._stamps, self._values
+    def _memory_records(self) -> Iterator[_Record]:
+        keys, intervals, arrivals = self._keys, self._intervals, self._arrivals
+        stamps, values = self._stamps, self._values
         for position in self._sorted_memory_order():
-            yield keys[position], stamps[position], values[position]
+            yield keys[position], intervals[position], arrivals[position], stamps[position], values[position]
 
-    def _records_by_id(self) -> Iterator[tuple[int, int | None, Any]]:
-        """Every record as ``(key id, timestamp, value)`` in (key id, timestamp, arrival) order."""
+    def _records_by_id(self) -> Iterator[_Record]:
+        """Every record as ``(key id, interval, arrival, timestamp, value)`` in the buffer's order."""
         if not self._runs:
             if self._values:
                 yield from self._memory_records()
             return
-        sources: list[Iterator[tuple[int, int | None, Any]]] = [run.records() for run in self._runs]
+        sources: list[Iterator[_Record]] = [run.records() for run in self._runs]
         tables = []
         for number, run in enumerate(self._runs):
-            table = run.columns(list(SORT_COLUMNS))
+            table = run.columns(self._sort_columns)
             tables.append(table.append_column("run", pa.repeat(pa.scalar(number, pa.int32()), table.num_rows)))
         if self._values:
-            table = self._memory_table()
+            table = self._memory_table().select(self._sort_columns)
             number = len(sources)
             tables.append(table.append_column("run", pa.repeat(pa.scalar(number, pa.int32()), table.num_rows)))
             sources.append(self._memory_records())
-        merged = self.engine.sort(pa.concat_tables(tables), list(SORT_COLUMNS))
+        merged = self.engine.sort(pa.concat_tables(tables), self._sort_columns)
         try:
             for number in merged.column("run").to_pylist():
                 yield next(sources[number])
@@ -332,17 +373,20 @@ class SortBuffer:
                 source.close()  # type: ignore[attr-defined]
 
     def records(self) -> Iterator[tuple[Any, int | None, Any]]:
-        """Every record as ``(key, timestamp, value)``: grouped by key (in first-seen order of
-        keys), each key's records by timestamp (records without one first), then arrival."""
+        """Every record as ``(key, timestamp, value)``, in the buffer's order (by default grouped by
+        key in first-seen order of keys, each key's records by timestamp — records without one
+        first —, then arrival)."""
         key_of = self.key_dictionary.keys
-        for key_id, stamp, value in self._records_by_id():
+        for key_id, _interval, _arrival, stamp, value in self._records_by_id():
             yield key_of[key_id], stamp, value
 
     def _groups_by_id(self) -> Iterator[tuple[int, list[int | None], list[Any]]]:
+        if self.order is BufferOrder.INTERVAL:
+            raise ValueError(f"operator '{self.name}': a buffer in interval order has no groups by key")
         current = -1
         stamps: list[int | None] = []
         values: list[Any] = []
-        for key_id, stamp, value in self._records_by_id():
+        for key_id, _interval, _arrival, stamp, value in self._records_by_id():
             if key_id != current:
                 if values:
                     yield current, stamps, values
@@ -361,17 +405,9 @@ class SortBuffer:
     def batches(self, size: int = 1024) -> Iterator[RecordBatch]:
         """The records of :meth:`records` as record batches of up to ``size`` (timestamps None
         when no record was added with timestamps)."""
-        values: list[Any] = []
-        stamps: list[int | None] = []
-        with_stamps = self.has_timestamps
-        for _key_id, stamp, value in self._records_by_id():
-            values.append(value)
-            stamps.append(stamp)
-            if len(values) >= size:
-                yield RecordBatch(values, stamps if with_stamps else None)
-                values, stamps = [], []
-        if values:
-            yield RecordBatch(values, stamps if with_stamps else None)
+        rows = ((0, 0, stamp, value) for _key_id, _interval, _arrival, stamp, value in self._records_by_id())
+        for _, _, batch in _batched(rows, size, [self.has_timestamps]):
+            yield batch
 
     # -- columnar access (vectorised aggregation) ----------------------------------------------------
     def field_table(self) -> pa.Table | None:
@@ -381,7 +417,7 @@ class SortBuffer:
             return None
         tables = [run.columns(["key", "ts", "seq", "field"]) for run in self._runs]
         if self._values or not tables:
-            tables.append(self._memory_table(with_field=True))
+            tables.append(self._memory_table(with_field=True).select(["key", "ts", "seq", "field"]))
         return pa.concat_tables(tables)
 
     def values_at(self, seqs: Sequence[int]) -> dict[int, Any]:
@@ -406,7 +442,7 @@ class SortBuffer:
     def close(self) -> None:
         """Drop the records and delete the spill directory; the buffer cannot be filled again."""
         self._closed = True
-        self._keys, self._stamps, self._values, self._field_values = [], [], [], []
+        self._drop_memory_records()
         self._runs = []
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -415,6 +451,46 @@ class SortBuffer:
 
 def _arrow_type(kind: type | None) -> pa.DataType:
     return pa.float64() if kind is float else pa.int64()
+
+
+def interval_batches(buffers: Sequence[SortBuffer], size: int) -> Iterator[tuple[int, int, RecordBatch]]:
+    """The records of buffers in :attr:`BufferOrder.INTERVAL` (sharing a :class:`KeyDictionary`
+    and one count of arrivals) as ``(interval, buffer index, batch)``: interval by interval, each
+    interval's records key by key, each key's records of all buffers in arrival order; a batch
+    holds up to ``size`` records of one interval and one buffer."""
+    if any(buffer.order is not BufferOrder.INTERVAL for buffer in buffers):
+        raise ValueError("interval_batches needs buffers in interval order")
+    streams = [_interval_rows(buffer, index) for index, buffer in enumerate(buffers) if len(buffer)]
+    if not streams:
+        return
+    merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=itemgetter(0, 1, 2))
+    rows = ((interval, index, stamp, value) for interval, _key, _arrival, index, stamp, value in merged)
+    yield from _batched(rows, size, [buffer.has_timestamps for buffer in buffers])
+
+
+def _interval_rows(buffer: SortBuffer, index: int) -> Iterator[tuple[int, int, int, int, int | None, Any]]:
+    """The buffer's records as ``(interval, key id, arrival, buffer index, timestamp, value)``."""
+    for key, interval, arrival, stamp, value in buffer._records_by_id():
+        yield interval, key, arrival, index, stamp, value
+
+
+def _batched(rows: Iterator[tuple[int, int, int | None, Any]], size: int,
+             with_stamps: Sequence[bool]) -> Iterator[tuple[int, int, RecordBatch]]:
+    """``(interval, buffer index, timestamp, value)`` rows as ``(interval, buffer index, batch)``:
+    a batch holds up to ``size`` consecutive rows of one interval and buffer; its timestamps are
+    None when that buffer's ``with_stamps`` is False."""
+    interval = index = -1
+    values: list[Any] = []
+    stamps: list[int | None] = []
+    for row_interval, row_index, stamp, value in rows:
+        if row_interval != interval or row_index != index or len(values) >= size:
+            if values:
+                yield interval, index, RecordBatch(values, stamps if with_stamps[index] else None)
+            interval, index, values, stamps = row_interval, row_index, [], []
+        values.append(value)
+        stamps.append(stamp)
+    if values:
+        yield interval, index, RecordBatch(values, stamps if with_stamps[index] else None)
 
 
 def co_grouped(*buffers: SortBuffer) -> Iterator[tuple[Any, list[tuple[list[int | None], list[Any]]]]]:

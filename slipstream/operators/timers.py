@@ -3,6 +3,12 @@ processing-time timers as the task's clock does; each fires with its key set as 
 
 Timers are deduplicated per (timestamp, key, namespace), as in Flink, and fire in
 timestamp order (registration order among equal timestamps), which keeps runs deterministic.
+
+A sorting operator replaying its backlog key by key (:mod:`slipstream.operators.backlog`)
+fires one key's event-time timers at a time: it sets the other keys' due timers aside
+(:meth:`InternalTimerService.set_aside_event_timers`), gives each key its own back when the
+key's turn comes, and pops and fires them itself (:meth:`InternalTimerService.pop_due_event_timer`,
+:meth:`InternalTimerService.fire_event_timer`).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class _TimerQueue:
         self._live.pop((timestamp, key, namespace), None)
 
     def pop_due(self, up_to: int) -> InternalTimer | None:
+        """Remove and return the first live timer at or before ``up_to`` (None: none is due)."""
         heap = self._heap
         while heap and heap[0][0] <= up_to:
             timestamp, seq, key, namespace = heapq.heappop(heap)
@@ -91,6 +98,8 @@ class InternalTimerService:
         self._processing = _TimerQueue()
         self._wakeups: set[int] = set()
         self.current_watermark = MIN_TIMESTAMP
+        self.processing_time_registrations = 0
+        """Processing-time timers registered so far (a backlog replay counts the ones it causes)."""
 
     def current_processing_time(self) -> int:
         return self._clock.get_current_processing_time()
@@ -103,6 +112,7 @@ class InternalTimerService:
 
     def register_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
         if self._processing.add(timestamp, self._backend.get_current_key(), namespace):
+            self.processing_time_registrations += 1
             self._schedule_wakeup(timestamp)
 
     def delete_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
@@ -117,8 +127,29 @@ class InternalTimerService:
         """Fire every event-time timer at or before ``timestamp``."""
         self.current_watermark = timestamp
         while (timer := self._event.pop_due(timestamp)) is not None:
-            self._backend.set_current_key(timer.key)
-            self._on_event_time(timer)
+            self.fire_event_timer(timer)
+
+    def pop_due_event_timer(self, up_to: int) -> InternalTimer | None:
+        """Remove and return the next event-time timer at or before ``up_to``, without firing it."""
+        return self._event.pop_due(up_to)
+
+    def fire_event_timer(self, timer: InternalTimer) -> None:
+        """Fire ``timer`` (popped by :meth:`pop_due_event_timer`) with its key current."""
+        self._backend.set_current_key(timer.key)
+        self._on_event_time(timer)
+
+    def set_aside_event_timers(self, up_to: int) -> dict[Any, list[InternalTimer]]:
+        """Remove every event-time timer at or before ``up_to``; return them per key, each key's in
+        firing order, for :meth:`restore_event_timers` to give back a key at a time."""
+        aside: dict[Any, list[InternalTimer]] = {}
+        while (timer := self._event.pop_due(up_to)) is not None:
+            aside.setdefault(timer.key, []).append(timer)
+        return aside
+
+    def restore_event_timers(self, timers: list[InternalTimer]) -> None:
+        """Register ``timers`` again (in their order, so equal timestamps keep it)."""
+        for timer in timers:
+            self._event.add(timer.timestamp, timer.key, timer.namespace)
 
     def _fire_processing_time(self, now: int) -> None:
         self._wakeups.discard(now)

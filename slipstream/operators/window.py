@@ -9,7 +9,8 @@ timestamp ``window.max_timestamp()``.
 Event time: an element whose every window is already past ``max_timestamp() +
 allowed_lateness`` (by the watermark) is late: it goes to the late-data side output
 when one is set, otherwise it is dropped and counted in
-``metrics['num_late_records_dropped']``. Windows are cleaned up by a timer at
+``metrics['num_late_records_dropped']`` (summed over subtasks; a warning is logged when
+the count first grows, so a drop is never silent). Windows are cleaned up by a timer at
 ``max_timestamp() + allowed_lateness``; until then late elements re-fire them.
 
 End of input: the runtime first sends the final (maximum) watermark, which fires
@@ -17,9 +18,11 @@ every event-time window. Processing-time windows would be dropped by Flink in
 STREAMING mode; here, so that nothing is silently lost, every window that still has
 a pending processing-time timer is evaluated once at ``end_input`` and cleared.
 
-During backlog, given a batch engine, it buffers its input and at the switch replays it
-key by key in timestamp order, then applies the held watermark, which fires the windows
-(the shared logic and its semantics: :mod:`slipstream.operators.backlog`).
+During backlog, given a batch engine, it buffers its input and at the switch replays it —
+in STREAMING mode interval by interval with the held watermarks applied between the
+intervals, so windows fire and records are late exactly as when the backlog streams; in
+BATCH mode key by key in timestamp order, then the final watermark fires the windows
+(the shared logic and its contract: :mod:`slipstream.operators.backlog`).
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ from slipstream.datastream.window import (
     is_end_of_stream_window,
 )
 from slipstream.errors import JobExecutionError, SlipstreamError
-from slipstream.operators.backlog import BacklogSortingOperator
-from slipstream.operators.base import StreamRuntimeContext, split_outputs
+from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
+from slipstream.operators.base import StreamRuntimeContext, count_and_warn, split_outputs
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.timers import InternalTimer, InternalTimerService, merge_timer_snapshots
 
@@ -202,6 +205,19 @@ class WindowOperator(BacklogSortingOperator):
             return OperatorAttributesBuilder().set_is_output_on_eof(True).set_has_internal_sorter(True).build()
         return super().attributes_for(transformation)  # every keyed window sorts its backlog
 
+    @classmethod
+    def backlog_differences(cls, transformation: WindowTransformation) -> list[str]:
+        """Windows whose assigner, trigger, evictor or function use processing time."""
+        assigner = transformation.assigner
+        parts = {"windows": assigner, "trigger": transformation.trigger or assigner.get_default_trigger(),
+                 "evictor": transformation.evictor, "function": transformation.function,
+                 "window function": getattr(transformation, "window_function", None)}
+        users = [name for name, part in parts.items() if part is not None and uses_processing_time(part)]
+        if not users:
+            return []
+        return [f"its {' and '.join(users)} use processing time: during the backlog that is the clock at the "
+                "switch, so results that depend on it differ from streaming the backlog"]
+
     def _make_contents_descriptor(self) -> StateDescriptor:
         if self.evictor is not None or self.kind in ("process", "apply"):
             return ListStateDescriptor(CONTENTS_STATE)
@@ -240,7 +256,7 @@ class WindowOperator(BacklogSortingOperator):
     def initialize_state(self, state: Any) -> None:
         if not state:
             return
-        if hasattr(self, "timers"):
+        if self.timers is not None:
             self.timers.restore(state["timers"])
         else:
             self._restored_timers = state["timers"]
@@ -295,7 +311,10 @@ class WindowOperator(BacklogSortingOperator):
 
     def _late(self, value: Any, timestamp: int | None) -> None:
         if self.late_data_tag is None:
-            self.ctx.metrics[LATE_DROPPED_METRIC] += 1
+            count_and_warn(self.ctx.metrics, LATE_DROPPED_METRIC, 1, lambda: (
+                f"window operator '{self.ctx.name}' dropped a late record ({value!r} @ {timestamp}, watermark "
+                f"{self.timers.current_watermark}); late records are counted in {LATE_DROPPED_METRIC} (set "
+                "allowed_lateness, or side_output_late_data to keep them)"))
             return
         batch = self._side.get(self.late_data_tag)
         if batch is None:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import Partitioning, Transformation
+from slipstream.operators.base import StreamOperator
 
 
 class EdgeKind(Enum):
@@ -105,6 +106,7 @@ class JobGraph:
     vertex_of: dict[StreamNode, JobVertex]
     mode: Any = None  # the RuntimeExecutionMode the plan was made for (BATCH or STREAMING)
     batch_engine: str = "polars"  # the engine backlog batch work runs on (shown by explain)
+    backlog_sorting: bool = True  # whether sorting operators sort their backlog (configure(backlog_sorting=...))
 
     def explain(self) -> str:
         """The plan as text: each task (its chained operators and parallelism), what runs as
@@ -114,7 +116,7 @@ class JobGraph:
         for vertex in self.vertices:
             lines.append(f"[{vertex.id}] {vertex.name}  (parallelism {vertex.parallelism})")
             for node in vertex.nodes:
-                notes = node_notes(node, self.batch_engine)
+                notes = node_notes(node, self.batch_engine, self.backlog_sorting, mode != "BATCH")
                 if notes:
                     lines.append(f"      {node.name}: {'; '.join(notes)}")
             for edge in vertex.in_edges:
@@ -123,16 +125,24 @@ class JobGraph:
         return "\n".join(lines)
 
 
-def node_notes(node: StreamNode, batch_engine: str = "polars") -> list[str]:
-    """What the planner knows about an operator beyond its name (FLIP-327 attributes, and the
-    engine its backlog batch work runs on)."""
+def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: bool = True,
+               streaming: bool = True) -> list[str]:
+    """What the planner knows about an operator beyond its name (FLIP-327 attributes, the
+    engine its backlog batch work runs on, and in STREAMING mode what of its results a sorted
+    backlog cannot give as streaming the backlog does)."""
     attributes = node.transformation.get_operator_attributes()
     notes = []
     scope = node.transformation.scope
     if scope.get_level():
         notes.append(f"in loop scope {scope} (level {scope.get_level()})")
-    if attributes.has_internal_sorter():
+    if attributes.has_internal_sorter() and not backlog_sorting:
+        notes.append("processes its backlog record by record (backlog_sorting=False)")
+    elif attributes.has_internal_sorter():
         notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}, then switches to streaming")
+        operator_cls = StreamOperator.registry.get(type(node.transformation))
+        if streaming and operator_cls is not None:
+            notes.extend(f"differs from streaming its backlog: {text}"
+                         for text in operator_cls.backlog_differences(node.transformation))
     if attributes.is_output_on_eof():
         notes.append("emits only at end of input (its output edges block)")
     if attributes.is_output_on_checkpoint():

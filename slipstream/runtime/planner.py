@@ -274,4 +274,5 @@ def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformati
     job_graph = chain(mark_blocking_edges(validate_loops(graph, env), mode))
     job_graph.mode = mode
     job_graph.batch_engine = env.get_batch_engine()
+    job_graph.backlog_sorting = env.runtime_options.backlog_sorting
     return job_graph

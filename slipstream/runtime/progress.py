@@ -2,9 +2,10 @@
 
 While sorting operators buffer their backlog, then run it as batch work, then
 switch to streaming, a small table shows per operator its phase, the records
-buffered, the bytes spilled and the engine. It is drawn by ``rich`` in its own
-refresh thread, so it keeps moving while a long batch step runs; it reads the
-operators' metrics and never touches the job.
+buffered, the bytes spilled and the engine — and, for every operator that has dropped
+late records, how many (``num_late_records_dropped``, summed over its subtasks), so a drop is seen as it happens.
+It is drawn by ``rich`` in its own refresh thread, so it keeps moving while a long batch
+step runs; it reads the operators' metrics and never touches the job.
 """
 
 from __future__ import annotations
@@ -17,18 +18,25 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from slipstream.operators.window import LATE_DROPPED_METRIC
+
+
+NUMBERS = ("records buffered", "spilled", "late dropped")
+
 
 def backlog_table(metrics: dict[str, dict[str, Any]], elapsed: float) -> Table:
-    """The progress table for the operators that have a backlog phase."""
+    """The progress table for the operators that have a backlog phase or dropped late records."""
     table = Table(title=f"backlog, {elapsed:.1f} s", title_justify="left", expand=False)
-    for column in ("operator", "phase", "records buffered", "spilled", "engine"):
-        table.add_column(column, justify="right" if column in ("records buffered", "spilled") else "left")
+    for column in ("operator", "phase", *NUMBERS[:2], "engine", NUMBERS[2]):
+        table.add_column(column, justify="right" if column in NUMBERS else "left")
     for name, values in metrics.items():
         phase = values.get("backlog_phase")
-        if phase is None:
+        dropped = values.get(LATE_DROPPED_METRIC, 0)
+        if phase is None and not dropped:
             continue
-        table.add_row(name, phase, f"{values.get('backlog_records', 0):,}",
-                      f"{values.get('spilled_bytes', 0) / 1e6:,.1f} MB", str(values.get("batch_engine", "")))
+        table.add_row(name, phase or "", f"{values.get('backlog_records', 0):,}",
+                      f"{values.get('spilled_bytes', 0) / 1e6:,.1f} MB", str(values.get("batch_engine", "")),
+                      f"{dropped:,}")
     return table
 
 

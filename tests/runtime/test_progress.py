@@ -41,3 +41,13 @@ def test_a_terminal_gets_the_live_table() -> None:
     progress.start()
     progress.stop()
     assert progress.enabled and "user profiles" in stream.getvalue()
+
+
+def test_operators_that_dropped_late_records_are_listed_with_the_count() -> None:
+    metrics = {"windows": {"records_in": 5, "num_late_records_dropped": 1234},
+               "quiet windows": {"records_in": 5, "num_late_records_dropped": 0}}
+    console = Console(file=io.StringIO(), width=140, record=True)
+    console.print(backlog_table(metrics, elapsed=1.0))
+    text = console.export_text()
+    assert "late dropped" in text and "windows" in text and "1,234" in text
+    assert "quiet windows" not in text
