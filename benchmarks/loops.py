@@ -83,10 +83,10 @@ def latency(records: int, repeat: int, parallelism: int) -> None:
 
     for depth in (1, 2, 3):
         def looping(env: StreamExecutionEnvironment, arrivals: list[float], depth: int = depth) -> None:
-            env.from_collection(inputs).iterate(nested(depth, 3)).add_sink(sink(arrivals))
+            env.from_collection(inputs).set_parallelism(parallelism).iterate(nested(depth, 3)).add_sink(sink(arrivals))
 
         def straight(env: StreamExecutionEnvironment, arrivals: list[float], depth: int = depth) -> None:
-            stream = env.from_collection(inputs)
+            stream = env.from_collection(inputs).set_parallelism(parallelism)
             for _ in range(depth):
                 stream = stream.map(step).filter(lambda r: True)
             stream.add_sink(sink(arrivals))

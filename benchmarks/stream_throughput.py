@@ -117,7 +117,7 @@ def run_slipstream(records: list[int], parallelism: int, use_process: bool,
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism).configure(backlog_sorting=backlog_sorting)
     counter = Counter()
-    keyed = env.from_collection(records).map(to_pair).key_by(key_of)
+    keyed = env.from_collection(records).set_parallelism(parallelism).map(to_pair).key_by(key_of)
     result = keyed.process(RunningSum()) if use_process else keyed.reduce(add)
     result.add_sink(FunctionSink(counter)).set_parallelism(1)
     start = time.perf_counter()

@@ -125,7 +125,7 @@ def kmeans_body(rounds: int) -> Any:
 def build_kmeans(env: StreamExecutionEnvironment, blocks: list[np.ndarray], initial: np.ndarray, rounds: int) -> Any:
     """The final centroids of ``rounds`` KMeans rounds over ``blocks``, as a one-record stream."""
     centroids = env.from_collection([initial]).set_parallelism(1)
-    points = env.from_collection(blocks)
+    points = env.from_collection(blocks).set_parallelism(env.get_parallelism())  # blocks spread over the subtasks
     config = IterationConfig.new_builder().set_operator_life_cycle(OperatorLifeCycle.ALL_ROUND).build()
     outputs = Iterations.iterate_bounded_streams_until_termination(
         DataStreamList.of(centroids), ReplayableDataStreamList.replay(points), config, kmeans_body(rounds))

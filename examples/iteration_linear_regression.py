@@ -114,7 +114,7 @@ def build_sync(env: StreamExecutionEnvironment, blocks: list, w0: np.ndarray, ra
 
     return iterate_bounded_streams_until_termination(
         DataStreamList.of(env.from_collection([w0]).set_parallelism(1)),
-        DataStreamList.of(env.from_collection(blocks)), body).get(0)
+        DataStreamList.of(env.from_collection(blocks).set_parallelism(env.get_parallelism())), body).get(0)
 
 
 # -- async -----------------------------------------------------------------------------------------
@@ -177,8 +177,8 @@ def build_async(env: StreamExecutionEnvironment, blocks: list, w0: np.ndarray, r
         return IterationBodyResult([feedback], [updated.get_side_output(MODEL)])
 
     return iterate_bounded_streams_until_termination(
-        DataStreamList.of(env.from_collection([(j, w0) for j in range(parallelism)])),
-        DataStreamList.of(env.from_collection(blocks)), body).get(0)
+        DataStreamList.of(env.from_collection([(j, w0) for j in range(parallelism)]).set_parallelism(parallelism)),
+        DataStreamList.of(env.from_collection(blocks).set_parallelism(env.get_parallelism())), body).get(0)
 
 
 def main() -> None:

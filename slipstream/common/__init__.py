@@ -4,9 +4,14 @@
 The classes live in :mod:`slipstream.datastream`; this package only re-exports them.
 """
 
+from slipstream.common.configuration import Configuration
+from slipstream.common.execution_config import ExecutionConfig
+from slipstream.common.job_execution_result import JobExecutionResult
+from slipstream.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
 from slipstream.common.time import Duration, Time
 from slipstream.common.typeinfo import Row, RowKind, TypeInformation, Types
 from slipstream.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
 
-__all__ = ["Duration", "Row", "RowKind", "Time", "TimestampAssigner", "TypeInformation", "Types",
+__all__ = ["Configuration", "Duration", "ExecutionConfig", "JobExecutionResult", "RestartStrategies",
+           "RestartStrategyConfiguration", "Row", "RowKind", "Time", "TimestampAssigner", "TypeInformation", "Types",
            "WatermarkStrategy"]

@@ -3,6 +3,7 @@
 from slipstream.datastream.checkpoint_config import (
     CheckpointConfig,
     CheckpointingMode,
+    CheckpointStorage,
     ExternalizedCheckpointCleanup,
     FileSystemCheckpointStorage,
 )
@@ -49,6 +50,7 @@ from slipstream.datastream.loops import CoLoopFunction, LoopFunction
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.restart_strategy import RestartStrategies
 from slipstream.datastream.scope import StreamScope
+from slipstream.datastream.slot_sharing_group import MemorySize, SlotSharingGroup
 from slipstream.datastream.state import (
     AggregatingState,
     AggregatingStateDescriptor,
@@ -62,7 +64,17 @@ from slipstream.datastream.state import (
     ValueState,
     ValueStateDescriptor,
 )
+from slipstream.datastream.state_backend import (
+    EmbeddedRocksDBStateBackend,
+    FsStateBackend,
+    HashMapStateBackend,
+    MemoryStateBackend,
+    PredefinedOptions,
+    RocksDBStateBackend,
+    StateBackend,
+)
 from slipstream.datastream.time import Duration, Time, Watermark
+from slipstream.datastream.time_characteristic import TimeCharacteristic
 from slipstream.datastream.window import (
     AllWindowFunction,
     CountSlidingWindowAssigner,
@@ -72,36 +84,41 @@ from slipstream.datastream.window import (
     EventTimeSessionWindows,
     GlobalWindow,
     GlobalWindows,
+    MergingWindowAssigner,
     ProcessAllWindowFunction,
     ProcessingTimeSessionWindows,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
     TimeWindow,
+    Trigger,
+    TriggerResult,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
+    Window,
     WindowAssigner,
     WindowFunction,
 )
 from slipstream.datastream.windowed_stream import AllWindowedStream, WindowedStream
 
 __all__ = [
-    "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "AllWindowFunction",
-    "AllWindowedStream", "CheckpointConfig", "CheckpointingMode", "CloseableIterator",
-    "CoFlatMapFunction", "CoGroupFunction", "CoGroupedStreams", "CoLoopFunction", "CoMapFunction",
-    "CoProcessFunction", "ConnectedStreams", "CountSlidingWindowAssigner",
-    "CountTumblingWindowAssigner", "CountWindow", "DataStream", "DataStreamSink", "Duration",
-    "EndOfStreamWindows", "EventTimeSessionWindows", "ExecutionConfig",
-    "ExternalizedCheckpointCleanup", "FileSystemCheckpointStorage", "FilterFunction",
-    "FlatJoinFunction", "FlatMapFunction", "GlobalWindow", "GlobalWindows", "JobExecutionResult",
-    "JoinFunction", "JoinedStreams", "KeySelector", "KeyedCoProcessFunction",
-    "KeyedProcessFunction", "KeyedStream", "ListState", "ListStateDescriptor", "LoopFunction",
-    "MapFunction", "MapState", "MapStateDescriptor", "OutputTag", "Partitioner",
-    "ProcessAllWindowFunction", "ProcessFunction", "ProcessWindowFunction",
-    "ProcessingTimeSessionWindows", "ReduceFunction", "ReducingState", "ReducingStateDescriptor",
-    "RestartStrategies", "RuntimeContext", "RuntimeExecutionMode", "SlidingEventTimeWindows",
-    "SlidingProcessingTimeWindows", "StateTtlConfig", "StreamExecutionEnvironment", "StreamScope",
-    "Time", "TimeDomain", "TimeWindow", "TimerService", "TumblingEventTimeWindows",
-    "TumblingProcessingTimeWindows", "ValueState", "ValueStateDescriptor",
-    "VectorizedCoGroupFunction", "Watermark", "WindowAssigner", "WindowFunction", "WindowedStream",
+    "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "AllWindowedStream",
+    "AllWindowFunction", "CheckpointConfig", "CheckpointingMode", "CheckpointStorage", "CloseableIterator",
+    "CoFlatMapFunction", "CoGroupedStreams", "CoGroupFunction", "CoLoopFunction", "CoMapFunction",
+    "ConnectedStreams", "CoProcessFunction", "CountSlidingWindowAssigner", "CountTumblingWindowAssigner",
+    "CountWindow", "DataStream", "DataStreamSink", "Duration", "EmbeddedRocksDBStateBackend",
+    "EndOfStreamWindows", "EventTimeSessionWindows", "ExecutionConfig", "ExternalizedCheckpointCleanup",
+    "FileSystemCheckpointStorage", "FilterFunction", "FlatJoinFunction", "FlatMapFunction", "FsStateBackend",
+    "GlobalWindow", "GlobalWindows", "HashMapStateBackend", "JobExecutionResult", "JoinedStreams",
+    "JoinFunction", "KeyedCoProcessFunction", "KeyedProcessFunction", "KeyedStream", "KeySelector",
+    "ListState", "ListStateDescriptor", "LoopFunction", "MapFunction", "MapState", "MapStateDescriptor",
+    "MemorySize", "MemoryStateBackend", "MergingWindowAssigner", "OutputTag", "Partitioner",
+    "PredefinedOptions", "ProcessAllWindowFunction", "ProcessFunction", "ProcessingTimeSessionWindows",
+    "ProcessWindowFunction", "ReduceFunction", "ReducingState", "ReducingStateDescriptor", "RestartStrategies",
+    "RocksDBStateBackend", "RuntimeContext", "RuntimeExecutionMode", "SlidingEventTimeWindows",
+    "SlidingProcessingTimeWindows", "SlotSharingGroup", "StateBackend", "StateTtlConfig",
+    "StreamExecutionEnvironment", "StreamScope", "Time", "TimeCharacteristic", "TimeDomain", "TimerService",
+    "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
+    "ValueState", "ValueStateDescriptor", "VectorizedCoGroupFunction", "Watermark", "Window", "WindowAssigner",
+    "WindowedStream", "WindowFunction"
 ]

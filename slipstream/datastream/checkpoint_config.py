@@ -25,9 +25,11 @@ a job script can be restarted from the command line unchanged::
 from __future__ import annotations
 
 import os
+import warnings
 from enum import Enum
 from typing import Any
 
+from slipstream.datastream.time import Duration
 from slipstream.errors import InvalidProgramError
 
 RESTORE_ENV_VAR = "SLIPSTREAM_RESTORE_FROM"
@@ -54,13 +56,27 @@ class CheckpointStorage:
     """Where checkpoints go (a base class, as PyFlink's)."""
 
 
+def local_path(path: str | os.PathLike, what: str) -> str:
+    """The absolute local path of ``path``, which may be a ``file://`` URI as Flink writes them.
+
+    Other schemes (``hdfs://``, ``s3://``) are refused: slipstream writes checkpoints to the
+    local file system.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise InvalidProgramError(f"{what} needs a directory path, got {path!r}")
+    text = os.fspath(path)
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    elif "://" in text:
+        raise InvalidProgramError(f"{what} {text!r}: only local paths (or file:// URIs) are supported")
+    return os.path.abspath(text)
+
+
 class FileSystemCheckpointStorage(CheckpointStorage):
     """Checkpoints in a directory of the local file system (``chk-<id>`` subdirectories)."""
 
     def __init__(self, checkpoint_path: str) -> None:
-        if not isinstance(checkpoint_path, (str, os.PathLike)) or not os.fspath(checkpoint_path):
-            raise InvalidProgramError(f"checkpoint storage needs a directory path, got {checkpoint_path!r}")
-        self._path = os.path.abspath(os.fspath(checkpoint_path))
+        self._path = local_path(checkpoint_path, "checkpoint storage")
 
     def get_checkpoint_path(self) -> str:
         return self._path
@@ -83,6 +99,11 @@ class CheckpointConfig:
     failures. ``num_retained`` (Flink's ``state.checkpoints.num-retained``) is 1.
     """
 
+    DEFAULT_MODE = CheckpointingMode.EXACTLY_ONCE
+    DEFAULT_TIMEOUT = 10 * 60 * 1000
+    DEFAULT_MIN_PAUSE_BETWEEN_CHECKPOINTS = 0
+    DEFAULT_MAX_CONCURRENT_CHECKPOINTS = 1
+
     def __init__(self) -> None:
         self._interval_ms = -1
         self._mode = CheckpointingMode.EXACTLY_ONCE
@@ -95,6 +116,9 @@ class CheckpointConfig:
         self._cleanup = ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION
         self._interval_during_backlog_ms: int | None = None
         self._interval_records: int | None = None
+        self._unaligned = False
+        self._force_unaligned = False
+        self._aligned_timeout = Duration.of_millis(0)
 
     # -- interval and mode ------------------------------------------------------------------------
     def is_checkpointing_enabled(self) -> bool:
@@ -172,6 +196,72 @@ class CheckpointConfig:
                                                      "the tolerable checkpoint failure number")
         return self
 
+    def is_fail_on_checkpointing_errors(self) -> bool:
+        """Flink's older form of :meth:`get_tolerable_checkpoint_failure_number`: True when none is tolerated."""
+        return self._tolerable_failures == 0
+
+    def set_fail_on_checkpointing_errors(self, fail_on_checkpointing_errors: bool) -> CheckpointConfig:
+        """True tolerates no checkpoint failure; False tolerates any number (as Flink maps it)."""
+        if not isinstance(fail_on_checkpointing_errors, bool):
+            raise InvalidProgramError(f"expected True or False, got {fail_on_checkpointing_errors!r}")
+        self._tolerable_failures = 0 if fail_on_checkpointing_errors else 2**31 - 1
+        return self
+
+    def is_prefer_checkpoint_for_recovery(self) -> bool:
+        """Always True: slipstream has no savepoints, so a restart restores from a checkpoint."""
+        return True
+
+    def set_prefer_checkpoint_for_recovery(self, prefer_checkpoint_for_recovery: bool) -> CheckpointConfig:
+        """Accepted; False cannot apply (there are no savepoints to prefer), which is warned about."""
+        if prefer_checkpoint_for_recovery is not True:
+            warnings.warn("set_prefer_checkpoint_for_recovery(False) is not applied: slipstream has no "
+                          "savepoints, restarts always restore from the latest checkpoint", stacklevel=2)
+        return self
+
+    # -- unaligned checkpoints (not implemented: barriers are always aligned) --------------------------
+    def enable_unaligned_checkpoints(self, enabled: bool = True) -> CheckpointConfig:
+        """Kept for ``is_unaligned_checkpoints_enabled``; enabling warns, since slipstream always aligns
+        barriers (EXACTLY_ONCE) and never stores in-flight records in a checkpoint."""
+        if not isinstance(enabled, bool):
+            raise InvalidProgramError(f"enable_unaligned_checkpoints expects True or False, got {enabled!r}")
+        if enabled:
+            _warn_unaligned("enable_unaligned_checkpoints()")
+        self._unaligned = enabled
+        return self
+
+    def disable_unaligned_checkpoints(self) -> CheckpointConfig:
+        return self.enable_unaligned_checkpoints(False)
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return self._unaligned
+
+    def set_force_unaligned_checkpoints(self, force_unaligned_checkpoints: bool = True) -> CheckpointConfig:
+        if not isinstance(force_unaligned_checkpoints, bool):
+            raise InvalidProgramError(f"expected True or False, got {force_unaligned_checkpoints!r}")
+        if force_unaligned_checkpoints:
+            _warn_unaligned("set_force_unaligned_checkpoints(True)")
+        self._force_unaligned = force_unaligned_checkpoints
+        return self
+
+    def is_force_unaligned_checkpoints(self) -> bool:
+        return self._force_unaligned
+
+    def set_aligned_checkpoint_timeout(self, alignment_timeout: Duration) -> CheckpointConfig:
+        """After how long an aligned checkpoint would turn unaligned; kept, and warned about when
+        not zero (checkpoints stay aligned)."""
+        if not isinstance(alignment_timeout, Duration):
+            raise InvalidProgramError(f"expected a Duration, got {alignment_timeout!r}")
+        if alignment_timeout.to_milliseconds():
+            _warn_unaligned("an aligned checkpoint timeout")
+        self._aligned_timeout = alignment_timeout
+        return self
+
+    def get_aligned_checkpoint_timeout(self) -> Duration:
+        return self._aligned_timeout
+
+    set_alignment_timeout = set_aligned_checkpoint_timeout
+    get_alignment_timeout = get_aligned_checkpoint_timeout
+
     # -- storage and retention --------------------------------------------------------------------
     def set_checkpoint_storage(self, storage: CheckpointStorage) -> CheckpointConfig:
         if not isinstance(storage, FileSystemCheckpointStorage):
@@ -213,5 +303,10 @@ class CheckpointConfig:
         return self._cleanup is not ExternalizedCheckpointCleanup.NO_EXTERNALIZED_CHECKPOINTS
 
 
-__all__ = ["CheckpointConfig", "CheckpointingMode", "CheckpointStorage", "ExternalizedCheckpointCleanup",
+def _warn_unaligned(what: str) -> None:
+    warnings.warn(f"{what} is not applied: slipstream's checkpoints are always aligned (barriers wait "
+                  "for each other at tasks with several inputs)", stacklevel=3)
+
+
+__all__ = ["CheckpointConfig", "CheckpointingMode", "CheckpointStorage", "ExternalizedCheckpointCleanup", "local_path",
            "FileSystemCheckpointStorage", "RESTORE_ENV_VAR"]

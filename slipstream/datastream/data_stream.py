@@ -27,6 +27,8 @@ from slipstream.datastream.functions import (
     as_function,
 )
 from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.python_dependencies import warn_not_applied
+from slipstream.datastream.slot_sharing_group import SlotSharingGroup
 from slipstream.datastream.transformations import (
     CoProcessTransformation,
     FilterTransformation,
@@ -137,6 +139,27 @@ class DataStream(Generic[T]):
 
     def start_new_chain(self) -> DataStream[T]:
         self._transformation.chaining = "head"
+        return self
+
+    def set_buffer_timeout(self, timeout_millis: int) -> DataStream[T]:
+        """Accepted and warned about: a task flushes its output after every scheduler turn."""
+        if not isinstance(timeout_millis, int) or isinstance(timeout_millis, bool) or timeout_millis < -1:
+            raise InvalidProgramError(f"the buffer timeout must be milliseconds >= -1, got {timeout_millis!r}")
+        warn_not_applied(f"set_buffer_timeout({timeout_millis}) on '{self.get_name()}'",
+                         "a task flushes its output after every scheduler turn")
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group: str | SlotSharingGroup) -> DataStream[T]:
+        """Kept on the operator (``get_execution_plan`` shows it) and warned about: every subtask runs
+        in this process, there are no slots to share."""
+        name = slot_sharing_group.get_name() if isinstance(slot_sharing_group, SlotSharingGroup) \
+            else slot_sharing_group
+        if not isinstance(name, str) or not name:
+            raise InvalidProgramError(f"slot_sharing_group expects a name or a SlotSharingGroup, "
+                                      f"got {slot_sharing_group!r}")
+        warn_not_applied(f"slot sharing group {name!r} of '{self.get_name()}'",
+                         "every subtask runs in this process; there are no slots")
+        self._transformation.slot_sharing_group = name
         return self
 
     def get_scope(self) -> Any:
@@ -339,7 +362,7 @@ class DataStream(Generic[T]):
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise InvalidProgramError(f"limit must be a non-negative integer, got {limit!r}")
         sink = CollectSink()
-        self.sink_to(sink).name("Collect")
+        self.sink_to(sink).name("Collect").set_parallelism(1)  # one subtask, as Flink's collect sink
         iterator = self._env._execute_collecting(sink, job_execution_name)
         if limit is None:
             return iterator
@@ -410,9 +433,63 @@ class KeyedStream(DataStream[T]):
     def _key_selectors(self) -> list[Callable[[Any], Any] | None]:
         return [self._key_selector_fn]
 
+    # -- what PyFlink's KeyedStream refuses: it is a partitioning, not an operator --------------------
+    def _not_an_operator(self, call: str) -> InvalidProgramError:
+        return InvalidProgramError(f"KeyedStream.{call} is not supported (nor in PyFlink): a KeyedStream is the "
+                                   "key partitioning, not an operator; call it on the operator that follows "
+                                   "key_by")
+
+    def _keeps_its_partitioning(self, call: str) -> InvalidProgramError:
+        return InvalidProgramError(f"KeyedStream.{call} is not supported (nor in PyFlink): it would drop the key "
+                                   "partitioning; re-partition before key_by, or after an operator that follows it")
+
     def set_parallelism(self, parallelism: int) -> DataStream[T]:
-        raise InvalidProgramError("set_parallelism() cannot be called on a KeyedStream: set it on "
-                                  "the operator that follows key_by")
+        raise self._not_an_operator("set_parallelism()")
+
+    def name(self, name: str) -> DataStream[T]:
+        raise self._not_an_operator("name()")
+
+    def uid(self, uid: str) -> DataStream[T]:
+        raise self._not_an_operator("uid()")
+
+    def set_max_parallelism(self, max_parallelism: int) -> DataStream[T]:
+        raise self._not_an_operator("set_max_parallelism()")
+
+    def force_non_parallel(self) -> DataStream[T]:
+        raise self._not_an_operator("force_non_parallel()")
+
+    def set_buffer_timeout(self, timeout_millis: int) -> DataStream[T]:
+        raise self._not_an_operator("set_buffer_timeout()")
+
+    def start_new_chain(self) -> DataStream[T]:
+        raise self._not_an_operator("start_new_chain()")
+
+    def disable_chaining(self) -> DataStream[T]:
+        raise self._not_an_operator("disable_chaining()")
+
+    def slot_sharing_group(self, slot_sharing_group: str | SlotSharingGroup) -> DataStream[T]:
+        raise self._not_an_operator("slot_sharing_group()")
+
+    def shuffle(self) -> DataStream[T]:
+        raise self._keeps_its_partitioning("shuffle()")
+
+    def rebalance(self) -> DataStream[T]:
+        raise self._keeps_its_partitioning("rebalance()")
+
+    def rescale(self) -> DataStream[T]:
+        raise self._keeps_its_partitioning("rescale()")
+
+    def forward(self) -> DataStream[T]:
+        raise self._keeps_its_partitioning("forward()")
+
+    def broadcast(self, *args: Any) -> DataStream[T]:
+        raise self._keeps_its_partitioning("broadcast()")
+
+    def global_(self) -> DataStream[T]:
+        raise self._keeps_its_partitioning("global()")
+
+    def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream[T]:
+        raise self._keeps_its_partitioning("partition_custom()")
 
     def process(self, func: KeyedProcessFunction | ProcessFunction, output_type: Any = None) -> DataStream:
         """Run a ``KeyedProcessFunction`` with keyed state and timers."""
@@ -473,6 +550,9 @@ class KeyedStream(DataStream[T]):
         """Windows of ``size`` records per key (sliding by ``slide`` when given)."""
         from slipstream.datastream.windowed_stream import WindowedStream
         return WindowedStream.count(self, size, slide)
+
+
+setattr(KeyedStream, "global", KeyedStream.global_)
 
 
 class ConnectedStreams:

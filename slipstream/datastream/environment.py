@@ -11,10 +11,17 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable
 
-from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR, CheckpointConfig, CheckpointingMode
+from slipstream.datastream import python_dependencies
+from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR, CheckpointConfig, CheckpointingMode, local_path
+from slipstream.datastream.configuration import Configuration
 from slipstream.datastream.connectors.base import Source
 from slipstream.datastream.data_stream import CloseableIterator, DataStream
+from slipstream.datastream.execution_config import ExecutionConfig
+from slipstream.datastream.pipeline_options import PipelineSettings, apply_configuration
 from slipstream.datastream.restart_strategy import RestartStrategyConfiguration
+from slipstream.datastream.slot_sharing_group import SlotSharingGroup
+from slipstream.datastream.state_backend import StateBackend
+from slipstream.datastream.time_characteristic import TimeCharacteristic
 from slipstream.datastream.transformations import SourceTransformation, Transformation
 from slipstream.errors import InvalidProgramError
 
@@ -32,28 +39,6 @@ class RuntimeExecutionMode(Enum):
     STREAMING = 0
     BATCH = 1
     AUTOMATIC = 2
-
-
-@dataclass
-class ExecutionConfig:
-    """Job-wide settings, as Flink's ``ExecutionConfig`` (the subset that applies here)."""
-
-    auto_watermark_interval: int = 200
-    global_job_parameters: dict[str, str] = field(default_factory=dict)
-
-    def set_auto_watermark_interval(self, interval: int) -> ExecutionConfig:
-        self.auto_watermark_interval = int(interval)
-        return self
-
-    def get_auto_watermark_interval(self) -> int:
-        return self.auto_watermark_interval
-
-    def set_global_job_parameters(self, global_job_parameters_dict: dict[str, str]) -> ExecutionConfig:
-        self.global_job_parameters = dict(global_job_parameters_dict)
-        return self
-
-    def get_global_job_parameters(self) -> dict[str, str]:
-        return dict(self.global_job_parameters)
 
 
 @dataclass
@@ -123,7 +108,7 @@ class StreamExecutionEnvironment:
         self._parallelism = 1
         self._max_parallelism: int | None = None
         self._runtime_mode = RuntimeExecutionMode.STREAMING
-        self._config = ExecutionConfig()
+        self._config = ExecutionConfig(self)
         self.runtime_options = RuntimeOptions()
         self._transformations: list[Transformation] = []
         self._ids = itertools.count(1)
@@ -131,11 +116,16 @@ class StreamExecutionEnvironment:
         self._executed: set[int] = set()  # ids of transformations an earlier run took
         self._checkpoint_config = CheckpointConfig()
         self._restart_strategy: RestartStrategyConfiguration | None = None
+        self._pipeline = PipelineSettings()
 
     @staticmethod
-    def get_execution_environment(configuration: Any = None) -> StreamExecutionEnvironment:
-        """A new environment with its own empty graph (default parallelism 1, embedded runtime)."""
-        return StreamExecutionEnvironment()
+    def get_execution_environment(configuration: Configuration | None = None) -> StreamExecutionEnvironment:
+        """A new environment with its own empty graph (default parallelism 1, embedded runtime),
+        configured with ``configuration`` when given (see :meth:`configure`)."""
+        env = StreamExecutionEnvironment()
+        if configuration is not None:
+            env.configure(configuration)
+        return env
 
     # -- settings --------------------------------------------------------------------------------
     def set_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
@@ -169,14 +159,20 @@ class StreamExecutionEnvironment:
     def get_config(self) -> ExecutionConfig:
         return self._config
 
-    def configure(self, *, scheduler_seed: int | None = None, batch_size: int | None = None,
+    def configure(self, configuration: Configuration | None = None, *, scheduler_seed: int | None = None,
+                  batch_size: int | None = None,
                   channel_capacity: int | None = None, quantum: int | None = None,
                   clock: Any = None, backlog_sorting: bool | None = None,
                   sort_memory_budget: int | None = None, channel_memory_budget: int | None = None,
                   channel_memory_budget_bytes: int | None = None, spill_dir: str | None = None,
                   show_progress: bool | None = None) -> StreamExecutionEnvironment:
-        """Set the embedded runtime's knobs (see :class:`RuntimeOptions`; the batch engine has
-        :meth:`set_batch_engine`); None leaves one as it is."""
+        """Apply a PyFlink ``Configuration`` (Flink's keys, see
+        :mod:`slipstream.datastream.pipeline_options`; other keys are kept and readable with
+        :meth:`get_configuration`), and set the embedded runtime's knobs given by keyword (see
+        :class:`RuntimeOptions`; the batch engine has :meth:`set_batch_engine`); None leaves one
+        as it is."""
+        if configuration is not None:
+            apply_configuration(self, configuration)
         options = self.runtime_options
         if clock is not None:
             options.clock = clock
@@ -261,13 +257,164 @@ class StreamExecutionEnvironment:
     def get_restart_strategy(self) -> RestartStrategyConfiguration | None:
         return self._restart_strategy
 
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return self._checkpoint_config.is_unaligned_checkpoints_enabled()
+
+    def is_force_unaligned_checkpoints(self) -> bool:
+        return self._checkpoint_config.is_force_unaligned_checkpoints()
+
+    def set_state_backend(self, state_backend: StateBackend) -> StreamExecutionEnvironment:
+        """Use a heap state backend (see :mod:`slipstream.datastream.state_backend`): a backend that
+        names a checkpoint directory sets the checkpoint storage directory. The RocksDB backends are
+        refused: slipstream keeps keyed state in memory only."""
+        if not isinstance(state_backend, StateBackend):
+            raise InvalidProgramError(f"set_state_backend expects a StateBackend (e.g. HashMapStateBackend()), "
+                                      f"got {state_backend!r}")
+        if not state_backend.heap:
+            raise InvalidProgramError(
+                f"{type(state_backend).__name__} is not available: slipstream keeps keyed state in memory "
+                "(HashMapStateBackend) and cannot hold state beyond it yet; use HashMapStateBackend()")
+        directory = state_backend.checkpoint_directory()
+        if directory is not None:
+            self._checkpoint_config.set_checkpoint_storage_dir(directory)
+        unapplied = state_backend.unapplied()
+        if unapplied:
+            python_dependencies.warn_not_applied(
+                f"{type(state_backend).__name__}({', '.join(unapplied)})",
+                "slipstream snapshots its in-memory state synchronously into the checkpoint directory")
+        self._pipeline.state_backend = state_backend
+        return self
+
+    def get_state_backend(self) -> StateBackend | None:
+        """The state backend given to :meth:`set_state_backend`; None when none was."""
+        return self._pipeline.state_backend
+
+    # -- PyFlink's pipeline settings -----------------------------------------------------------------
+    def get_configuration(self) -> Configuration:
+        """A copy of every key given to :meth:`configure` (applied or not) and of the dependencies
+        recorded by ``add_python_file``, ``add_jars`` and the like."""
+        return Configuration(self._pipeline.configuration)
+
+    def set_stream_time_characteristic(self, characteristic: TimeCharacteristic) -> StreamExecutionEnvironment:
+        """Kept for :meth:`get_stream_time_characteristic`. Windows name their own clock (event time by
+        default, as since Flink 1.12), so anything but EventTime changes nothing and is warned about."""
+        if not isinstance(characteristic, TimeCharacteristic):
+            raise InvalidProgramError(f"expected a TimeCharacteristic, got {characteristic!r}")
+        if characteristic is not TimeCharacteristic.EventTime:
+            python_dependencies.warn_not_applied(
+                f"set_stream_time_characteristic({characteristic.name})",
+                "windows choose their clock themselves (e.g. TumblingProcessingTimeWindows)")
+        self._pipeline.time_characteristic = characteristic
+        return self
+
+    def get_stream_time_characteristic(self) -> TimeCharacteristic:
+        return self._pipeline.time_characteristic
+
+    def set_buffer_timeout(self, timeout_millis: int) -> StreamExecutionEnvironment:
+        """Kept for :meth:`get_buffer_timeout` (default 100 ms); not applied, which is warned about:
+        a task flushes its output at the end of every scheduler turn, whatever the timeout."""
+        if not isinstance(timeout_millis, int) or isinstance(timeout_millis, bool) or timeout_millis < -1:
+            raise InvalidProgramError(f"the buffer timeout must be milliseconds >= -1, got {timeout_millis!r}")
+        python_dependencies.warn_not_applied(
+            f"set_buffer_timeout({timeout_millis})", "a task flushes its output after every scheduler turn")
+        self._pipeline.buffer_timeout = timeout_millis
+        return self
+
+    def get_buffer_timeout(self) -> int:
+        return self._pipeline.buffer_timeout
+
+    def disable_operator_chaining(self) -> StreamExecutionEnvironment:
+        """Plan every operator as a task of its own (each edge becomes a channel)."""
+        self._pipeline.chaining_enabled = False
+        return self
+
+    def is_chaining_enabled(self) -> bool:
+        return self._pipeline.chaining_enabled
+
+    def register_slot_sharing_group(self, slot_sharing_group: SlotSharingGroup) -> StreamExecutionEnvironment:
+        """Kept by name; warned about, since every subtask runs in this process (there are no slots)."""
+        if not isinstance(slot_sharing_group, SlotSharingGroup):
+            raise InvalidProgramError(f"expected a SlotSharingGroup, got {slot_sharing_group!r}")
+        python_dependencies.warn_not_applied(f"slot sharing group {slot_sharing_group.get_name()!r}",
+                                             "every subtask runs in this process; there are no slots")
+        self._pipeline.slot_sharing_groups[slot_sharing_group.get_name()] = slot_sharing_group
+        return self
+
+    def add_python_file(self, file_path: str) -> StreamExecutionEnvironment:
+        """Make a Python file, package, directory or zip importable by the job's functions (they run in
+        this interpreter, so it goes onto ``sys.path``)."""
+        python_dependencies.make_importable(file_path)
+        self._pipeline.append_to("python.files", str(file_path), ",")
+        return self
+
+    def add_python_archive(self, archive_path: str, target_dir: str | None = None) -> StreamExecutionEnvironment:
+        """Recorded, but not applied (warned about): functions run in this process and its working
+        directory; nothing is extracted for them."""
+        python_dependencies.warn_not_applied(f"add_python_archive({archive_path!r})",
+                                             "functions run in this process; archives are not extracted")
+        self._pipeline.append_to("python.archives", archive_path if target_dir is None
+                                 else f"{archive_path}#{target_dir}", ",")
+        return self
+
+    def set_python_requirements(self, requirements_file_path: str,
+                                requirements_cache_dir: str | None = None) -> StreamExecutionEnvironment:
+        """Check that the requirements are installed in this interpreter (nothing is installed);
+        warns naming those that are not."""
+        python_dependencies.check_requirements(requirements_file_path)
+        self._pipeline.configuration.set_string("python.requirements", requirements_file_path
+                                                if requirements_cache_dir is None
+                                                else f"{requirements_file_path}#{requirements_cache_dir}")
+        return self
+
+    def set_python_executable(self, python_exec: str) -> StreamExecutionEnvironment:
+        """Applies when ``python_exec`` is this interpreter; warns otherwise (functions run here)."""
+        python_dependencies.check_python_executable(python_exec)
+        self._pipeline.configuration.set_string("python.executable", python_exec)
+        return self
+
+    def add_jars(self, *jars_path: str) -> StreamExecutionEnvironment:
+        """Recorded, not applied (warned about): there is no JVM."""
+        python_dependencies.warn_not_applied(f"add_jars({', '.join(map(repr, jars_path))})",
+                                             "slipstream runs no JVM, jars are not loaded")
+        for jar in jars_path:
+            self._pipeline.append_to("pipeline.jars", jar, ";")
+        return self
+
+    def add_classpaths(self, *classpaths: str) -> StreamExecutionEnvironment:
+        """Recorded, not applied (warned about): there is no JVM."""
+        python_dependencies.warn_not_applied(f"add_classpaths({', '.join(map(repr, classpaths))})",
+                                             "slipstream runs no JVM, class paths are not loaded")
+        for classpath in classpaths:
+            self._pipeline.append_to("pipeline.classpaths", classpath, ";")
+        return self
+
     # -- sources ---------------------------------------------------------------------------------
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
-        """A bounded stream of the collection's elements, in order."""
+        """A bounded stream of the collection's elements, in order.
+
+        As PyFlink's, the source runs as one subtask (``set_parallelism(n)`` on the stream splits
+        the collection into ``n`` contiguous slices instead), and with ``type_info`` every element
+        is converted to the type at once (a tuple becomes a ``Row`` for ``Types.ROW``); an element
+        that does not fit is refused here, naming it, where PyFlink would silently wrap an integer.
+        """
         from slipstream.datastream.connectors.iterator import CollectionSource
         if isinstance(collection, (str, bytes)) or not isinstance(collection, Iterable):
             raise InvalidProgramError(f"from_collection expects a collection, got {collection!r}")
-        return self.from_source(CollectionSource(list(collection)), None, "Collection Source", type_info)
+        elements = list(collection)
+        if type_info is not None:
+            elements = _typed_elements(elements, type_info)
+        stream = self.from_source(CollectionSource(elements), None, "Collection Source", type_info)
+        stream.get_transformation().parallelism = 1
+        return stream
+
+    def read_text_file(self, file_path: str, charset_name: str = "UTF-8") -> DataStream:
+        """A bounded stream of the lines of a file (or of the files of a directory), as strings."""
+        from slipstream.datastream.connectors.file_system import FileSource
+        from slipstream.datastream.formats.text import TextLineInputFormat
+        from slipstream.datastream.typeinfo import Types
+        source = FileSource.for_record_stream_format(TextLineInputFormat(charset_name),
+                                                     local_path(file_path, "read_text_file")).build()
+        return self.from_source(source, None, f"Text File Source ({file_path})", Types.STRING())
 
     def from_spark(self, dataframe: Any, type_info: Any = None, source_name: str = "Spark Source") -> DataStream:
         """A bounded (backlog) stream of a Spark DataFrame's rows (named ``Row`` records).
@@ -317,8 +464,12 @@ class StreamExecutionEnvironment:
         return collect_job(self, self._take_graph(), job_name or "slipstream job", sink)
 
     def get_execution_plan(self) -> str:
-        """The job graph this environment would run, as text (see :meth:`explain`)."""
-        return self.explain()
+        """The job graph this environment would run, as Flink's JSON plan (``nodes`` with ``id``,
+        ``type``, ``pact``, ``contents``, ``parallelism`` and ``predecessors`` with ``id`` and
+        ``ship_strategy``), which Flink's plan visualiser draws; :meth:`explain` says more, as text."""
+        from slipstream.runtime.job_graph import execution_plan_json
+        from slipstream.runtime.planner import plan_job
+        return execution_plan_json(plan_job(self, list(self._transformations)))
 
     def explain(self) -> str:
         """The job graph as text: tasks, chained operators, parallelism and edges."""
@@ -374,3 +525,19 @@ class StreamExecutionEnvironment:
         if len(scopes) > 1:
             names = ", ".join(f"'{t.name}' in scope {t.scope}" for t in inputs)
             raise InvalidProgramError(f"cannot {what} streams of different loop scopes: {names}")
+
+
+def _typed_elements(elements: list[Any], type_info: Any) -> list[Any]:
+    """``elements`` converted to ``type_info`` (PyFlink's ``to_internal_type``), refusing any that do
+    not fit: a value too wide for its integer type raises here instead of wrapping around."""
+    if not callable(getattr(type_info, "from_python", None)):
+        raise InvalidProgramError(f"from_collection: type_info must be a TypeInformation (e.g. Types.ROW([...])), "
+                                  f"got {type_info!r}")
+    converted = []
+    for index, element in enumerate(elements):
+        try:
+            converted.append(type_info.from_python(element))
+        except TypeError as exc:
+            raise InvalidProgramError(f"from_collection: element {index} ({element!r}) does not fit the declared "
+                                      f"type {type_info!r}: {exc}") from None
+    return converted

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from slipstream.attributes import OperatorAttributes
+from slipstream.datastream.metrics import MetricGroup
 from slipstream.errors import InvalidProgramError
 
 IN = TypeVar("IN")
@@ -76,7 +77,8 @@ class RuntimeContext(ABC):
     def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None: ...
 
     @abstractmethod
-    def get_metrics_group(self) -> Any: ...
+    def get_metrics_group(self) -> MetricGroup:
+        """The metric group of this subtask (see :mod:`slipstream.datastream.metrics`)."""
 
     @abstractmethod
     def get_state(self, state_descriptor: Any) -> Any: ...
@@ -303,3 +305,23 @@ def function_name(fn: Any) -> str:
     inner = getattr(fn, "callable_", fn)
     name = getattr(inner, "__name__", None) or type(inner).__name__
     return "lambda" if name == "<lambda>" else name
+
+
+_WINDOW_FUNCTIONS = ("AllWindowFunction", "KeyedStateStore", "ProcessAllWindowFunction", "ProcessWindowFunction",
+                     "WindowFunction")
+
+
+def __getattr__(name: str) -> Any:
+    """PyFlink keeps the window functions in this module too; they are defined with the windows
+    (which import this module, hence the lazy look-up)."""
+    if name in _WINDOW_FUNCTIONS:
+        from slipstream.datastream import window
+        return getattr(window, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["AggregateFunction", "AllWindowFunction", "BaseContext", "CoFlatMapFunction", "CoMapFunction",
+           "CoProcessFunction", "FilterFunction", "FlatMapFunction", "Function", "KeySelector", "KeyedCoProcessFunction",
+           "KeyedProcessFunction", "KeyedStateStore", "MapFunction", "Partitioner", "ProcessAllWindowFunction",
+           "ProcessFunction", "ProcessWindowFunction", "ReduceFunction", "RuntimeContext", "TimeDomain",
+           "TimerService", "WindowFunction", "as_function", "function_name"]

@@ -65,6 +65,7 @@ class Transformation:
     parallelism_fixed: bool = False  # set_parallelism was called, or the source forces it
     scope: StreamScope = ROOT_SCOPE
     per_round: bool = False  # inside an iteration body: a fresh operator each round (FLIP-176 PER_ROUND)
+    slot_sharing_group: str | None = None  # PyFlink's slot sharing group: kept (the JSON plan shows it), places nothing
 
     @property
     def is_virtual(self) -> bool:

@@ -223,6 +223,16 @@ class TypeInformation(ABC):
     def _from_arrow_value(self, value: Any) -> Any:
         return value
 
+    def record_converter(self) -> Callable[[Any], Any] | None:
+        """A cheap function giving a value of this type its canonical shape (a ``Row`` with the
+        type's field names for ``ROW``, a tuple for ``TUPLE``, recursively), as PyFlink hands
+        records of a declared type to the next function; None when values pass as they are.
+
+        Unlike :meth:`from_python` it checks shapes (field counts, names), not every leaf value,
+        so it can run on every record; it raises TypeError on a value of the wrong shape.
+        """
+        return None
+
     @abstractmethod
     def _key(self) -> tuple[Any, ...]:
         """What makes two type informations equal."""
@@ -427,6 +437,25 @@ class PickledBytesTypeInfo(TypeInformation):
         return "PickledByteArrayTypeInfo"
 
 
+def _named_row(names: list[str], values: list[Any], row_kind: RowKind) -> Row:
+    """A row sharing the list ``names`` (a row's names are replaced, never changed in place)."""
+    row = Row.__new__(Row)
+    row._values = values
+    row._fields = names
+    row._row_kind = row_kind
+    return row
+
+
+def _nested_converters(types: Sequence[TypeInformation]) -> list[tuple[int, Callable[[Any], Any]]]:
+    """The converters of the fields (by position) whose values need one."""
+    converters = [(index, t.record_converter()) for index, t in enumerate(types)]
+    return [(index, converter) for index, converter in converters if converter is not None]
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
 def _check_types(field_types: Sequence[Any], what: str) -> list[TypeInformation]:
     types = list(field_types)
     for i, t in enumerate(types):
@@ -444,7 +473,8 @@ class RowTypeInfo(TypeInformation):
     """Rows with typed fields, optionally named (``Types.ROW`` / ``Types.ROW_NAMED``).
 
     Held as an Arrow struct; unnamed fields are called ``f0``, ``f1``, … as in
-    Flink. Only ``INSERT`` rows are kept columnar, since a struct has no room for
+    Flink, and rows of the type carry those names (``Row(f0=1, f1='a')``), as
+    PyFlink's do. Only ``INSERT`` rows are kept columnar, since a struct has no room for
     the row kind. Unlike PyFlink, two row types with the same field types but
     different names are not equal: they describe different columns.
     """
@@ -501,10 +531,26 @@ class RowTypeInfo(TypeInformation):
         raise self._mismatch(value)
 
     def _make_row(self, values: list[Any]) -> Row:
-        row = Row(*values)
-        if self._named:
-            row._fields = list(self._field_names)
-        return row
+        """A row of this type: its fields carry the type's names (``f0``, ``f1``, … for
+        ``Types.ROW``), as PyFlink's rows of a declared row type do."""
+        return _named_row(self._field_names, values, RowKind.INSERT)
+
+    def record_converter(self) -> Callable[[Any], Any]:
+        names = self._field_names
+        nested = _nested_converters(self._field_types)
+
+        def convert(value: Any) -> Any:
+            if value is None:
+                return None
+            if type(value) is Row and not nested and value._fields == names:
+                return value
+            values = self._positional(value)
+            for index, field_converter in nested:
+                if values[index] is not None:
+                    values[index] = field_converter(values[index])
+            return _named_row(names, values, value._row_kind if isinstance(value, Row) else RowKind.INSERT)
+
+        return convert
 
     def from_python(self, value: Any) -> Any:
         if value is None:
@@ -574,6 +620,27 @@ class TupleTypeInfo(TypeInformation):
                 raise _field_error(f"field {i}", exc) from None
         return tuple(converted)
 
+    def record_converter(self) -> Callable[[Any], Any]:
+        arity = len(self._field_types)
+        nested = _nested_converters(self._field_types)
+
+        def convert(value: Any) -> Any:
+            if value is None:
+                return None
+            if not isinstance(value, (tuple, list, Row)):
+                raise self._mismatch(value)
+            if len(value) != arity:
+                raise TypeError(f"expected {arity} field(s) for {self!r}, got {len(value)} in {value!r}")
+            if not nested:
+                return value if type(value) is tuple else tuple(value)
+            values = list(value)
+            for index, field_converter in nested:
+                if values[index] is not None:
+                    values[index] = field_converter(values[index])
+            return tuple(values)
+
+        return convert
+
     def _to_arrow_value(self, value: Any) -> Any:
         return {f"f{i}": None if v is None else t._to_arrow_value(v)
                 for i, (t, v) in enumerate(zip(self._field_types, value))}
@@ -622,6 +689,20 @@ class _SequenceTypeInfo(TypeInformation):
             except TypeError as exc:
                 raise _field_error(f"element {i}", exc) from None
         return converted
+
+    def record_converter(self) -> Callable[[Any], Any] | None:
+        element = self._element_type.record_converter()
+        if element is None:
+            return None
+
+        def convert(value: Any) -> Any:
+            if value is None:
+                return None
+            if not isinstance(value, (list, tuple)):
+                raise self._mismatch(value)
+            return [None if v is None else element(v) for v in value]
+
+        return convert
 
     def _to_arrow_value(self, value: Any) -> Any:
         convert = self._element_type._to_arrow_value
@@ -731,6 +812,22 @@ class MapTypeInfo(TypeInformation):
             except TypeError as exc:
                 raise _field_error(f"entry {k!r}", exc) from None
         return converted
+
+    def record_converter(self) -> Callable[[Any], Any] | None:
+        key, val = self._key_type.record_converter(), self._value_type.record_converter()
+        if key is None and val is None:
+            return None
+        key = key or _identity
+        val = val or _identity
+
+        def convert(value: Any) -> Any:
+            if value is None:
+                return None
+            if not isinstance(value, Mapping):
+                raise self._mismatch(value)
+            return {key(k): None if v is None else val(v) for k, v in value.items()}
+
+        return convert
 
     def _to_arrow_value(self, value: Any) -> Any:
         key, val = self._key_type._to_arrow_value, self._value_type._to_arrow_value

@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar, Protocol
 
 from slipstream.attributes import OperatorAttributes, RecordAttributes
 from slipstream.datastream.functions import Function, RuntimeContext
+from slipstream.datastream.metrics import OperatorMetricGroup
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import State, StateDescriptor
 from slipstream.datastream.time import MIN_TIMESTAMP, Watermark
@@ -50,34 +51,51 @@ class Output(ABC):
 
 class DeclaredTypeOutput(Output):
     """Checks what an operator emits against the type the user declared for it (``output_type``,
-    a source's ``type_info``, an ``OutputTag``'s type), then passes it on unchanged.
+    a source's ``type_info``, an ``OutputTag``'s type), and gives records of a row or tuple type
+    their shape, as PyFlink does: a ``Types.ROW``/``ROW_NAMED`` record becomes a ``Row`` with the
+    type's field names, a ``Types.TUPLE`` record a tuple (nested ones too).
 
-    Only the first record of each batch is checked, which keeps the cost per batch, not per
-    record, and still stops a function that returns the wrong kind of value at its first output.
+    The first record of each batch is checked against the whole type, which keeps the cost per
+    batch and still stops a function that returns the wrong kind of value at its first output;
+    the shape is given to every record by the type's :meth:`~TypeInformation.record_converter`,
+    which checks field counts and names only. Columnar batches pass as they are.
     """
 
     def __init__(self, inner: Output, operator: StreamOperator, declared: Any) -> None:
         self._inner = inner
         self._operator = operator
         self._declared = declared
+        self._converters: dict[Any, Callable[[Any], Any] | None] = {}
 
-    def _check(self, batch: RecordBatch, declared: Any, what: str) -> None:
+    def _converter(self, declared: Any) -> Callable[[Any], Any] | None:
+        if declared not in self._converters:
+            self._converters[declared] = declared.record_converter()
+        return self._converters[declared]
+
+    def _conform(self, batch: RecordBatch, declared: Any, what: str) -> RecordBatch:
         if not _is_type_information(declared) or batch.is_columnar or not len(batch):
-            return
-        record = batch.values[0]
+            return batch
+        values = batch.values
+        record = values[0]
         try:
             declared.from_python(record)
+            convert = self._converter(declared)
+            if convert is None:
+                return batch
+            converted = []
+            append = converted.append
+            for record in values:
+                append(convert(record))
         except TypeError as exc:
             raise self._operator.user_error(record, TypeError(
                 f"the {what} does not match the declared type {declared!r}: {exc}"), what=what) from None
+        return RecordBatch(converted, batch.timestamps)
 
     def collect_batch(self, batch: RecordBatch) -> None:
-        self._check(batch, self._declared, "output record")
-        self._inner.collect_batch(batch)
+        self._inner.collect_batch(self._conform(batch, self._declared, "output record"))
 
     def collect_side(self, tag: OutputTag, batch: RecordBatch) -> None:
-        self._check(batch, tag.type_info, f"side output record for '{tag.tag_id}'")
-        self._inner.collect_side(tag, batch)
+        self._inner.collect_side(tag, self._conform(batch, tag.type_info, f"side output record for '{tag.tag_id}'"))
 
     def emit_watermark(self, watermark: Watermark) -> None:
         self._inner.emit_watermark(watermark)
@@ -90,7 +108,7 @@ class DeclaredTypeOutput(Output):
 
 
 def _is_type_information(declared: Any) -> bool:
-    return callable(getattr(declared, "from_python", None))
+    return callable(getattr(declared, "from_python", None)) and callable(getattr(declared, "record_converter", None))
 
 
 class KeyedStateBackend(Protocol):
@@ -138,6 +156,14 @@ class OperatorContext:
     sort_memory_budget: int = 1_000_000  # records a sorting operator (or a replay cache) buffers before spilling
     channel_memory_budget: int = 100_000  # records feedback (in a channel, or held at an iteration head) keeps in memory
     spill_dir: str | None = None  # where sorting operators spill; None means the system temp dir
+    metric_group: OperatorMetricGroup | None = None  # the user metrics' group, made on first use
+
+
+def operator_metric_group(ctx: OperatorContext) -> OperatorMetricGroup:
+    """The subtask's metric group (``get_metrics_group()``), reporting into the operator's metrics."""
+    if ctx.metric_group is None:
+        ctx.metric_group = OperatorMetricGroup(ctx.metrics, ctx.name, ctx.subtask_index, ctx.parallelism)
+    return ctx.metric_group
 
 
 class StreamRuntimeContext(RuntimeContext):
@@ -164,8 +190,8 @@ class StreamRuntimeContext(RuntimeContext):
     def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None:
         return self._ctx.job_parameters.get(key, default_value)
 
-    def get_metrics_group(self) -> dict[str, Any]:
-        return self._ctx.metrics
+    def get_metrics_group(self) -> OperatorMetricGroup:
+        return operator_metric_group(self._ctx)
 
     def _backend(self, descriptor: StateDescriptor) -> KeyedStateBackend:
         if self._ctx.keyed_backend is None:
@@ -244,6 +270,8 @@ class StreamOperator(ABC):
     def close(self) -> None:
         for fn in self.user_functions():
             fn.close()
+        if self.ctx.metric_group is not None:
+            self.ctx.metric_group.report()
 
     def user_functions(self) -> list[Function]:
         """The user functions this operator opens and closes."""

@@ -31,6 +31,7 @@ import functools
 from typing import Any, Callable, Iterable
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
+from slipstream.datastream.metrics import OperatorMetricGroup
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import (
     AggregatingState,
@@ -61,7 +62,7 @@ from slipstream.datastream.window import (
 )
 from slipstream.errors import JobExecutionError, SlipstreamError
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
-from slipstream.operators.base import StreamRuntimeContext, count_and_warn, split_outputs
+from slipstream.operators.base import StreamRuntimeContext, count_and_warn, operator_metric_group, split_outputs
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.timers import InternalTimer, InternalTimerService, merge_timer_snapshots
 
@@ -551,8 +552,8 @@ class _TriggerContext(Trigger.OnMergeContext):
     def get_current_processing_time(self) -> int:
         return self._operator.timers.current_processing_time()
 
-    def get_metric_group(self) -> dict[str, Any]:
-        return self._operator.ctx.metrics
+    def get_metric_group(self) -> OperatorMetricGroup:
+        return operator_metric_group(self._operator.ctx)
 
     def get_current_watermark(self) -> int:
         return self._operator.timers.current_watermark
@@ -638,5 +639,5 @@ class _EvictorContext(Evictor.EvictorContext):
     def get_current_watermark(self) -> int:
         return self._operator.timers.current_watermark
 
-    def get_metric_group(self) -> dict[str, Any]:
-        return self._operator.ctx.metrics
+    def get_metric_group(self) -> OperatorMetricGroup:
+        return operator_metric_group(self._operator.ctx)

@@ -6,12 +6,18 @@ executor, which turns every job vertex into ``parallelism`` tasks.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
 from slipstream.datastream.output_tag import OutputTag
-from slipstream.datastream.transformations import Partitioning, Transformation
+from slipstream.datastream.transformations import (
+    Partitioning,
+    SinkTransformation,
+    SourceTransformation,
+    Transformation,
+)
 from slipstream.operators.base import StreamOperator
 
 
@@ -123,6 +129,36 @@ class JobGraph:
                 upstream = self.vertex_of[edge.source]
                 lines.append(f"      <- [{upstream.id}] input {edge.input_index}: {edge.describe()}")
         return "\n".join(lines)
+
+
+def execution_plan_json(graph: JobGraph) -> str:
+    """The plan as Flink's JSON execution plan (what ``getStreamingPlanAsJSON`` gives), which
+    Flink's plan visualiser reads: one node per operator, chained or not, sinks last, each with
+    ``id``, ``type`` (sources' names prefixed ``Source:``), ``pact`` (``Data Source``,
+    ``Operator`` or ``Data Sink``), ``contents``, ``parallelism`` and ``predecessors`` (``id``,
+    ``ship_strategy`` such as ``FORWARD`` or ``HASH``, and ``side``, which Flink always writes
+    as ``second``). A loop's feedback edge is a predecessor of its head like any other edge."""
+    nodes = sorted((node for vertex in graph.vertices for node in vertex.nodes),
+                   key=lambda node: (isinstance(node.transformation, SinkTransformation), node.id))
+    return json.dumps({"nodes": [_plan_node(node) for node in nodes]}, indent=2)
+
+
+def _plan_node(node: StreamNode) -> dict[str, Any]:
+    if isinstance(node.transformation, SourceTransformation):
+        pact, name = "Data Source", node.name if node.name.startswith("Source") else f"Source: {node.name}"
+    elif isinstance(node.transformation, SinkTransformation):
+        pact, name = "Data Sink", node.name
+    else:
+        pact, name = "Operator", node.name
+    entry: dict[str, Any] = {"id": node.id, "type": name, "pact": pact, "contents": name,
+                             "parallelism": node.parallelism}
+    if node.in_edges:
+        entry["predecessors"] = [{"id": edge.source.id, "ship_strategy": edge.partitioning.value, "side": "second"}
+                                 for edge in node.in_edges]
+    group = getattr(node.transformation, "slot_sharing_group", None)
+    if group is not None:
+        entry["slot_sharing_group"] = group
+    return entry
 
 
 def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: bool = True,

@@ -173,12 +173,13 @@ def _chainable(edge: StreamEdge) -> bool:
             and downstream.transformation.chaining == "always")
 
 
-def chain(graph: StreamGraph) -> JobGraph:
-    """Pass 2: group nodes joined by chainable edges into job vertices."""
+def chain(graph: StreamGraph, enabled: bool = True) -> JobGraph:
+    """Pass 2: group nodes joined by chainable edges into job vertices (each node its own vertex
+    when chaining is disabled: ``env.disable_operator_chaining()``)."""
     vertices: list[JobVertex] = []
     vertex_of: dict[StreamNode, JobVertex] = {}
     for node in graph.nodes:
-        upstream = vertex_of.get(node.in_edges[0].source) if len(node.in_edges) == 1 else None
+        upstream = vertex_of.get(node.in_edges[0].source) if enabled and len(node.in_edges) == 1 else None
         # a feedback tail whose whole loop would chain into one task keeps a task of its own: the
         # feedback edge must stay a channel between tasks
         if upstream is not None and _chainable(node.in_edges[0]) and \
@@ -271,7 +272,7 @@ def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformati
     graph = build_stream_graph(env, transformations)
     mode = effective_mode(env, graph)  # folding keeps every source bounded: the mode stays
     graph = plan_spark_queries(graph, env, mode)
-    job_graph = chain(mark_blocking_edges(validate_loops(graph, env), mode))
+    job_graph = chain(mark_blocking_edges(validate_loops(graph, env), mode), env.is_chaining_enabled())
     job_graph.mode = mode
     job_graph.batch_engine = env.get_batch_engine()
     job_graph.backlog_sorting = env.runtime_options.backlog_sorting

@@ -307,7 +307,7 @@ def test_feedback_at_another_parallelism_is_refused_at_planning() -> None:
         feedback, out = _countdown(numbers)
         return feedback, out
 
-    env.from_collection([1]).iterate(body).print()
+    env.from_collection([1]).set_parallelism(2).iterate(body).print()
     tail = next(t for t in env._transformations if isinstance(t, FeedbackTailTransformation))
     tail.parallelism = 1
     with pytest.raises(InvalidProgramError, match="a loop's feedback keeps its head's parallelism"):

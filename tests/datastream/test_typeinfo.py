@@ -244,7 +244,7 @@ def test_nested_rows_round_trip_through_arrow() -> None:
     values = [
         Row("id", "name", "scores", "attrs", "raw", "big", "when", "pair", "blob")(
             1, "a", [1.0, None], {"k": 2}, b"\x00\x01", 10**30, datetime.datetime(2024, 5, 6, 7, 8, 9),
-            ("p", Row(5)), {"any": {1, 2}}),
+            ("p", Row("f0")(5)), {"any": {1, 2}}),
         None,
         Row("id", "name", "scores", "attrs", "raw", "big", "when", "pair", "blob")(
             2, None, [], {}, b"", None, None, ("q", None), None),
@@ -273,7 +273,7 @@ def test_only_insert_rows_are_kept_columnar() -> None:
     st.lists(st.one_of(st.none(), st.integers(-2**31, 2**31 - 1)))))))
 def test_row_columns_round_trip(rows: list[Any]) -> None:
     type_info = Types.ROW([Types.LONG(), Types.STRING(), Types.DOUBLE(), Types.LIST(Types.INT())])
-    values = [None if r is None else Row(*r) for r in rows]
+    values = [None if r is None else Row("f0", "f1", "f2", "f3")(*r) for r in rows]  # a ROW's rows carry f-names
     assert type_info.from_arrow_array(type_info.to_arrow_array(values)) == values
 
 

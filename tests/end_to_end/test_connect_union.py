@@ -265,11 +265,11 @@ def test_global_sends_everything_to_subtask_zero(seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_forward_keeps_records_in_their_subtask(seed: int) -> None:
     env = make_env(3, seed)
-    first = env.from_collection(list(range(N))).map(WhereAmI())
+    first = env.from_collection(list(range(N))).set_parallelism(3).map(WhereAmI())
     got = list(first.forward().map(WhereAmI()).execute_and_collect())
     assert len(got) == N
     assert all(outer == inner for outer, (inner, _) in got)
-    # from_collection gives subtask i the i-th contiguous slice
+    # a parallel collection source gives subtask i the i-th contiguous slice
     for outer, (_, value) in got:
         assert value * 3 // N == outer
 

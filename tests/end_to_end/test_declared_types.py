@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 
-from slipstream.common import Types
+from slipstream.common import Row, Types
 from slipstream.datastream import (
     EndOfStreamWindows,
     OutputTag,
     ProcessFunction,
     StreamExecutionEnvironment,
 )
-from slipstream.errors import UserFunctionError
+from slipstream.datastream.connectors.iterator import CollectionSource
+from slipstream.errors import InvalidProgramError, UserFunctionError
 
 PAIR = Types.ROW_NAMED(["name", "count"], [Types.STRING(), Types.INT()])
 
@@ -32,9 +33,9 @@ def test_a_map_returning_strings_for_a_row_type_fails_naming_operator_record_and
     assert raised.value.record == "A"
 
 
-def test_values_that_fit_the_declared_type_pass_unchanged() -> None:
+def test_values_that_fit_a_declared_row_type_become_rows_with_its_field_names() -> None:
     out = env().from_collection(["a", "bb"]).map(lambda s: (s, len(s)), output_type=PAIR).execute_and_collect()
-    assert sorted(out) == [("a", 1), ("bb", 2)]
+    assert sorted(out, key=tuple) == [Row("name", "count")("a", 1), Row("name", "count")("bb", 2)]
 
 
 def test_an_int_beyond_the_declared_width_is_refused() -> None:
@@ -62,7 +63,9 @@ def test_flat_map_process_window_and_source_outputs_are_checked() -> None:
         list(windowed.execute_and_collect())
 
     with pytest.raises(UserFunctionError, match="does not match the declared type"):
-        list(env().from_collection(["x"], type_info=Types.INT()).execute_and_collect())
+        list(env().from_source(CollectionSource(["x"]), None, "strings", Types.INT()).execute_and_collect())
+    with pytest.raises(InvalidProgramError, match=r"element 0 \('x'\) does not fit the declared type Integer"):
+        env().from_collection(["x"], type_info=Types.INT())  # converted, and refused, at once
 
 
 def test_side_outputs_are_checked_against_their_tag_type() -> None:

@@ -230,16 +230,16 @@ def test_print_at_parallelism_one_has_no_prefix(capsys: Any) -> None:
 
 def test_print_at_parallelism_two_prefixes_the_subtask(capsys: Any) -> None:
     env = make_env(2)
-    env.from_collection(list(range(10))).print()
+    env.from_collection(list(range(10))).set_parallelism(2).print()
     env.execute()
     lines = printed(capsys)
-    # from_collection gives subtask 1 the first half and subtask 2 the second
+    # a parallel collection source gives subtask 1 the first half and subtask 2 the second
     assert sorted(lines) == sorted([f"1> {i}" for i in range(5)] + [f"2> {i}" for i in range(5, 10)])
 
 
 def test_print_with_an_identifier(capsys: Any) -> None:
     env = make_env(2)
-    env.from_collection(list(range(4))).print("id")
+    env.from_collection(list(range(4))).set_parallelism(2).print("id")
     env.execute()
     assert sorted(printed(capsys)) == ["id:1> 0", "id:1> 1", "id:2> 2", "id:2> 3"]
     env = make_env(1)

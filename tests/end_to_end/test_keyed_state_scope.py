@@ -237,7 +237,8 @@ def test_a_reduce_inside_an_iteration_body_counts_per_key(parallelism: int) -> N
         return IterationBodyResult([again], [counts])
 
     env = make_env(RuntimeExecutionMode.STREAMING, parallelism, True)
-    outputs = iterate_bounded_streams_until_termination([env.from_collection(initial)], [], body)
+    variables = env.from_collection(initial).set_parallelism(env.get_parallelism())  # goes round at its parallelism
+    outputs = iterate_bounded_streams_until_termination([variables], [], body)
     out = list(outputs.get(0).execute_and_collect())
     passes = Counter()
     for _, key, rounds in initial:

@@ -87,7 +87,7 @@ def test_replayed_data_reaches_a_fresh_operator_every_round(style: str) -> None:
             sums = data.get(0).process(SumPerRound()).set_parallelism(1).get_side_output(SUMS)
         return IterationBodyResult([counter.filter(lambda v: True)], [sums])
 
-    init = DataStreamList.of(e.from_collection([0]))
+    init = DataStreamList.of(e.from_collection([0]).set_parallelism(e.get_parallelism()))
     counter_body = body
 
     class Body(IterationBody):
@@ -141,7 +141,8 @@ def test_a_per_round_instance_gets_exactly_its_epochs_records_even_when_async(pa
 
     config = IterationConfig.new_builder().set_operator_life_cycle(OperatorLifeCycle.PER_ROUND).build()
     outputs = Iterations.iterate_bounded_streams_until_termination(
-        DataStreamList.of(e.from_collection(numbers)), ReplayableDataStreamList.not_replay(), config, body)
+        DataStreamList.of(e.from_collection(numbers).set_parallelism(parallelism)), ReplayableDataStreamList.not_replay(),
+        config, body)
     seen: Counter = Counter()
     terminated = []
     for epoch, count in outputs.get(0).execute_and_collect():
@@ -161,8 +162,8 @@ def test_listener_feedback_rounds_and_termination_without_criteria() -> None:
         step = variables.get(0).flat_map(lambda v: []).map(Count())
         return IterationBodyResult(DataStreamList.of(step), DataStreamList.of(step))
 
-    out = iterate_bounded_streams_until_termination(DataStreamList.of(e.from_collection([0])), DataStreamList.of(),
-                                                    body)
+    out = iterate_bounded_streams_until_termination(
+        DataStreamList.of(e.from_collection([0]).set_parallelism(3)), DataStreamList.of(), body)
     # each of 3 subtasks emits 2 at epoch 1 and 3 at epoch 2; at epoch 3 nothing: the iteration ends
     assert sorted(out.get(0).execute_and_collect()) == [2, 2, 2, 3, 3, 3]
 
@@ -185,7 +186,7 @@ def good_body(variables: DataStreamList, data: DataStreamList) -> IterationBodyR
 def test_graph_time_checks(case: str, message: str) -> None:
     e = env(2)
     outside = e.from_collection([5])
-    init = DataStreamList.of(e.from_collection([1, 2]))
+    init = DataStreamList.of(e.from_collection([1, 2]).set_parallelism(2))
     data = DataStreamList.of(e.from_collection([3]))
 
     def body(variables: DataStreamList, data_streams: DataStreamList) -> Any:
@@ -224,5 +225,6 @@ def test_unbounded_iteration_accepts_live_data_and_ends_once_its_inputs_did() ->
         doubled = data.get(0).map(lambda x: x * 2)
         return IterationBodyResult([variables.get(0).filter(lambda v: False)], [doubled])
 
-    out = iterate_unbounded_streams(DataStreamList.of(e.from_collection([0])), DataStreamList.of(live), body)
+    out = iterate_unbounded_streams(DataStreamList.of(e.from_collection([0]).set_parallelism(2)), DataStreamList.of(live),
+                                    body)
     assert sorted(out.get(0).execute_and_collect()) == [x * 2 for x in range(10)]

@@ -206,7 +206,7 @@ def epochs_job(env: StreamExecutionEnvironment, n: int, fail_at: Any, tmp_path: 
         feedback = stepped.rebalance().map(lambda r: r)  # the listener's one big batch, rebatched
         return IterationBodyResult([feedback], [stepped.get_side_output(DONE), epochs])
 
-    numbers = env.from_collection([(x, rounds(x)) for x in range(1, n + 1)])
+    numbers = env.from_collection([(x, rounds(x)) for x in range(1, n + 1)]).set_parallelism(env.get_parallelism())
     outputs = iterate_bounded_streams_until_termination(DataStreamList.of(numbers), DataStreamList.of(), body)
     sink(outputs.get(0).union(outputs.get(1)), tmp_path)
 
@@ -457,7 +457,7 @@ def criteria_run(tmp_path: Path, n: int, parallelism: int, fail_at: Any) -> tupl
         return IterationBodyResult([halved], [halved.get_side_output(DONE), epochs], epochs.get_side_output(CRITERIA))
 
     env = make_env(tmp_path, parallelism, 1)
-    numbers = env.from_collection([(x, x) for x in range(1, n + 1)])
+    numbers = env.from_collection([(x, x) for x in range(1, n + 1)]).set_parallelism(env.get_parallelism())
     outputs = iterate_bounded_streams_until_termination(DataStreamList.of(numbers), DataStreamList.of(), body)
     sink(outputs.get(0).union(outputs.get(1)), tmp_path)
     stats = env.execute("criteria").get_accumulator_result("checkpoints")
@@ -532,7 +532,7 @@ def test_a_listener_with_an_unpicklable_attribute_fails_the_checkpoint_naming_op
         return IterationBodyResult([stepped.filter(lambda r: r[1] > 1).map(lambda r: (r[0], r[1] - 1))],
                                    [stepped.filter(lambda r: r[1] == 1)])
 
-    numbers = env.from_collection([(x, rounds(x)) for x in range(1, 1001)])
+    numbers = env.from_collection([(x, rounds(x)) for x in range(1, 1001)]).set_parallelism(env.get_parallelism())
     outputs = iterate_bounded_streams_until_termination(DataStreamList.of(numbers), DataStreamList.of(), body)
     sink(outputs.get(0), tmp_path)
     with pytest.raises(CheckpointError) as caught:

@@ -124,7 +124,8 @@ def run_iteration(*, variables: int, data: int, rounds: int, sync: bool, replay:
     data_stream = env.from_collection(list(range(data))).set_parallelism(p_data)
     data_list = ReplayableDataStreamList.replay(data_stream) if replay else DataStreamList.of(data_stream)
     outputs = iterate_bounded_streams_until_termination(
-        DataStreamList.of(env.from_collection([(i, 0) for i in range(variables)])), data_list, body)
+        DataStreamList.of(env.from_collection([(i, 0) for i in range(variables)]).set_parallelism(p_var)), data_list,
+        body)
     got: Counter = Counter()
     outputs.get(0).add_sink(lambda record: got.update([record]))
     run = JobRun(env, plan_job(env, env._take_graph()), "iteration-property")

@@ -137,7 +137,7 @@ def build(env: StreamExecutionEnvironment, n: int, budget: int, fail: Any = None
         epochs = stepped.get_side_output(PARTIALS).union(laps_counted).global_().process(Epochs()).set_parallelism(1)
         return IterationBodyResult([stepped], [stepped.get_side_output(DONE), epochs])
 
-    numbers = env.from_collection([(x, rounds(x)) for x in range(n)])
+    numbers = env.from_collection([(x, rounds(x)) for x in range(n)]).set_parallelism(env.get_parallelism())
     outputs = iterate_bounded_streams_until_termination(DataStreamList.of(numbers), DataStreamList.of(), body)
     return outputs.get(0).union(outputs.get(1))
 

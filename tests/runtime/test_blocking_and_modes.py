@@ -76,7 +76,8 @@ def test_records_behind_a_blocking_edge_are_backlog() -> None:
 def test_batch_mode_blocks_every_unchained_edge_and_refuses_unbounded_sources() -> None:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
-    env.from_collection([1, 2, 3]).map(lambda x: x).key_by(lambda x: x % 2).reduce(lambda a, b: a + b).print()
+    env.from_collection([1, 2, 3]).set_parallelism(2).map(lambda x: x).key_by(lambda x: x % 2) \
+        .reduce(lambda a, b: a + b).print()
     assert edge_kinds(env) == [EdgeKind.BLOCKING]
     assert "(BATCH)" in env.explain()
 

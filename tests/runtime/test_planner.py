@@ -50,7 +50,7 @@ class Split(ProcessFunction):
 # -- chaining ---------------------------------------------------------------------------------------
 def test_forward_edges_at_equal_parallelism_chain_into_one_vertex() -> None:
     env = env_with(2)
-    env.from_collection([1, 2]).map(lambda x: x).name("m").filter(bool).name("f") \
+    env.from_collection([1, 2]).set_parallelism(2).map(lambda x: x).name("m").filter(bool).name("f") \
         .sink_to(CollectSink()).name("sink")
     graph, job = plan(env)
     assert chains(job) == [["Collection Source", "m", "f", "sink"]]
@@ -79,7 +79,7 @@ def test_rebalance_breaks_the_chain_even_at_equal_parallelism() -> None:
 
 def test_parallelism_change_breaks_the_chain_and_defaults_to_rebalance() -> None:
     env = env_with(2)
-    env.from_collection([1]).map(lambda x: x).name("m").set_parallelism(3) \
+    env.from_collection([1]).set_parallelism(2).map(lambda x: x).name("m").set_parallelism(3) \
         .map(lambda x: x).name("n").sink_to(CollectSink()).name("sink")
     graph, job = plan(env)
     assert chains(job) == [["Collection Source"], ["m"], ["n", "sink"]]
@@ -90,7 +90,7 @@ def test_parallelism_change_breaks_the_chain_and_defaults_to_rebalance() -> None
 
 def test_default_partitioning_is_forward_at_equal_parallelism() -> None:
     env = env_with(3)
-    env.from_collection([1]).map(lambda x: x).name("m").sink_to(CollectSink()).name("sink")
+    env.from_collection([1]).set_parallelism(3).map(lambda x: x).name("m").sink_to(CollectSink()).name("sink")
     graph, _ = plan(env)
     assert node(graph, "m").in_edges[0].partitioning is Partitioning.FORWARD
     assert node(graph, "sink").in_edges[0].partitioning is Partitioning.FORWARD
@@ -156,7 +156,7 @@ def test_union_becomes_one_edge_per_input_into_the_same_input_index() -> None:
 
 def test_partitioning_inside_a_union_applies_to_its_own_branch_only() -> None:
     env = env_with(2)
-    a = env.from_collection([1]).name("a")
+    a = env.from_collection([1]).name("a").set_parallelism(2)
     b = env.from_collection([2]).name("b")
     a.union(b.key_by(lambda x: x)).map(lambda x: x).name("m").sink_to(CollectSink())
     graph, _ = plan(env)
@@ -193,7 +193,8 @@ def test_explicit_forward_between_different_parallelisms_is_refused() -> None:
 
 def test_explicit_forward_at_equal_parallelism_chains() -> None:
     env = env_with(2)
-    env.from_collection([1]).forward().map(lambda x: x).name("m").sink_to(CollectSink()).name("sink")
+    env.from_collection([1]).set_parallelism(2).forward().map(lambda x: x).name("m") \
+        .sink_to(CollectSink()).name("sink")
     _, job = plan(env)
     assert chains(job) == [["Collection Source", "m", "sink"]]
 
@@ -249,7 +250,7 @@ def test_parallelism_above_max_parallelism_is_refused() -> None:
 # -- explain and uids -------------------------------------------------------------------------------
 def test_explain_lists_vertices_parallelism_and_hash_edges() -> None:
     env = env_with(2)
-    env.from_collection([("a", 1)]).map(lambda x: x).name("to pairs") \
+    env.from_collection([("a", 1)]).set_parallelism(2).map(lambda x: x).name("to pairs") \
         .key_by(lambda x: x[0]).reduce(lambda a, b: a).name("running").set_parallelism(3) \
         .sink_to(CollectSink()).name("out")
     text = env.explain()

@@ -1,0 +1,110 @@
+"""``ExecutionConfig``: job-wide settings, as ``pyflink.common.ExecutionConfig`` (the part that applies).
+
+``env.get_config()`` returns the environment's config. Parallelism, maximum
+parallelism and the restart strategy are the environment's own settings, read and
+written through either object, as in Flink. Kryo and POJO registrations concern
+Java serialisation and have no counterpart here.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from slipstream.errors import InvalidProgramError
+
+if TYPE_CHECKING:
+    from slipstream.datastream.environment import StreamExecutionEnvironment
+    from slipstream.datastream.restart_strategy import RestartStrategyConfiguration
+
+__all__ = ["ExecutionConfig"]
+
+
+class ExecutionConfig:
+    """Job-wide settings of one environment.
+
+    ``auto_watermark_interval`` is kept for reading back: slipstream asks watermark
+    generators for their periodic watermark after every input batch (see
+    :mod:`slipstream.operators.timestamps`), never later than Flink's interval would.
+    """
+
+    PARALLELISM_DEFAULT = -1
+    """The flag value meaning "the environment's default parallelism"."""
+
+    PARALLELISM_UNKNOWN = -2
+    """The flag value meaning "not set"; never a valid parallelism."""
+
+    def __init__(self, environment: StreamExecutionEnvironment) -> None:
+        self._env = environment
+        self.auto_watermark_interval = 200
+        self.global_job_parameters: dict[str, str] = {}
+        self._latency_tracking_interval = 0
+
+    # -- settings of the environment ---------------------------------------------------------------
+    def get_parallelism(self) -> int:
+        return self._env.get_parallelism()
+
+    def set_parallelism(self, parallelism: int) -> ExecutionConfig:
+        self._env.set_parallelism(parallelism)
+        return self
+
+    def get_max_parallelism(self) -> int:
+        return self._env.get_max_parallelism()
+
+    def set_max_parallelism(self, max_parallelism: int) -> ExecutionConfig:
+        self._env.set_max_parallelism(max_parallelism)
+        return self
+
+    def get_restart_strategy(self) -> RestartStrategyConfiguration | None:
+        return self._env.get_restart_strategy()
+
+    def set_restart_strategy(self, restart_strategy_configuration: RestartStrategyConfiguration) -> ExecutionConfig:
+        self._env.set_restart_strategy(restart_strategy_configuration)
+        return self
+
+    # -- the config's own settings ----------------------------------------------------------------
+    def set_auto_watermark_interval(self, interval: int) -> ExecutionConfig:
+        self.auto_watermark_interval = _milliseconds(interval, "the auto watermark interval")
+        return self
+
+    def get_auto_watermark_interval(self) -> int:
+        return self.auto_watermark_interval
+
+    def set_latency_tracking_interval(self, interval: int) -> ExecutionConfig:
+        """Kept; a positive interval warns, since slipstream sends no latency markers (its job result
+        reports latency figures per operator instead)."""
+        self._latency_tracking_interval = _milliseconds(interval, "the latency tracking interval", allow_negative=True)
+        if self._latency_tracking_interval > 0:
+            warnings.warn("set_latency_tracking_interval is not applied: slipstream sends no latency markers",
+                          stacklevel=2)
+        return self
+
+    def get_latency_tracking_interval(self) -> int:
+        return self._latency_tracking_interval
+
+    def set_global_job_parameters(self, global_job_parameters_dict: dict[str, str]) -> ExecutionConfig:
+        """Parameters every function reads with ``runtime_context.get_job_parameter(key)``."""
+        if not isinstance(global_job_parameters_dict, dict):
+            raise InvalidProgramError(f"global job parameters must be a dict, got {global_job_parameters_dict!r}")
+        self.global_job_parameters = dict(global_job_parameters_dict)
+        return self
+
+    def get_global_job_parameters(self) -> dict[str, str]:
+        return dict(self.global_job_parameters)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.get_parallelism(), self.get_max_parallelism(), self.get_restart_strategy(),
+                self.auto_watermark_interval, self._latency_tracking_interval,
+                tuple(sorted(self.global_job_parameters.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ExecutionConfig) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+def _milliseconds(value: Any, what: str, allow_negative: bool = False) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or (value < 0 and not allow_negative):
+        raise InvalidProgramError(f"{what} must be integer milliseconds, got {value!r}")
+    return value

@@ -1,0 +1,289 @@
+"""Flink's configuration keys that slipstream applies, for ``env.configure(Configuration)``.
+
+Each known key is applied through the environment method that does the same thing,
+so it is checked and warned about exactly as that call would be:
+
+* ``parallelism.default``, ``pipeline.max-parallelism``, ``execution.runtime-mode``,
+  ``execution.buffer-timeout``, ``pipeline.operator-chaining`` (``.enabled``),
+  ``pipeline.time-characteristic``: the environment's setters;
+* ``pipeline.auto-watermark-interval``, ``pipeline.global-job-parameters``: ``get_config()``'s;
+* ``execution.checkpointing.interval`` / ``.mode`` / ``.timeout`` / ``.min-pause`` /
+  ``.max-concurrent-checkpoints`` / ``.tolerable-failed-checkpoints`` / ``.unaligned`` (``.enabled``) /
+  ``.interval-during-backlog`` / ``.externalized-checkpoint-retention``, ``state.checkpoints.dir``
+  (``execution.checkpointing.dir``), ``state.checkpoints.num-retained``
+  (``execution.checkpointing.num-retained``): ``get_checkpoint_config()``'s;
+* ``state.backend`` (``state.backend.type``): ``set_state_backend`` with ``hashmap``,
+  ``jobmanager`` or ``filesystem`` (``rocksdb`` is refused, as ``set_state_backend`` refuses it);
+* ``restart-strategy`` (``.type``): ``none`` or ``fixed-delay`` with
+  ``restart-strategy.fixed-delay.attempts`` and ``.delay`` (other strategies are refused);
+* ``python.files``, ``python.archives``, ``python.requirements``, ``python.executable``,
+  ``pipeline.jars``, ``pipeline.classpaths``: the dependency methods
+  (see :mod:`slipstream.datastream.python_dependencies`).
+
+Durations read as Flink writes them (``500``, ``500 ms``, ``10 s``, ``1 min``).
+A value that does not parse raises ``InvalidProgramError`` naming the key. Every other
+key is kept (``env.get_configuration()``) and named in one warning: it is never applied
+wrongly, and never silently taken for applied.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from slipstream.datastream.configuration import Configuration
+from slipstream.datastream.time_characteristic import TimeCharacteristic
+from slipstream.errors import InvalidProgramError
+
+if TYPE_CHECKING:
+    from slipstream.datastream.environment import StreamExecutionEnvironment
+    from slipstream.datastream.slot_sharing_group import SlotSharingGroup
+    from slipstream.datastream.state_backend import StateBackend
+
+__all__ = ["PipelineSettings", "apply_configuration", "parse_duration_ms"]
+
+
+@dataclass
+class PipelineSettings:
+    """What an environment keeps of PyFlink's settings beyond its own runtime options."""
+
+    configuration: Configuration = field(default_factory=Configuration)
+    buffer_timeout: int = 100
+    chaining_enabled: bool = True
+    time_characteristic: TimeCharacteristic = TimeCharacteristic.EventTime
+    state_backend: StateBackend | None = None
+    slot_sharing_groups: dict[str, SlotSharingGroup] = field(default_factory=dict)
+
+    def append_to(self, key: str, value: str, separator: str) -> None:
+        """Add ``value`` to the list-valued ``key`` of the configuration, as PyFlink records dependencies."""
+        old = self.configuration.get_string(key, None)
+        self.configuration.set_string(key, value if not old else separator.join([old, value]))
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-zµ]*)\s*$")
+_UNIT_MS = {**dict.fromkeys(("", "ms", "milli", "millis", "millisecond", "milliseconds"), 1),
+            **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1000),
+            **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60_000),
+            **dict.fromkeys(("h", "hour", "hours"), 3_600_000),
+            **dict.fromkeys(("d", "day", "days"), 86_400_000)}
+
+
+def parse_duration_ms(text: str, key: str) -> int:
+    """Milliseconds of a Flink duration: ``500``, ``500 ms``, ``10 s``, ``1 min``, ``2 h``, ``1 d``."""
+    match = _DURATION.match(text.lower())
+    if match is None or match.group(2) not in _UNIT_MS:
+        raise InvalidProgramError(f"configuration key {key!r}: {text!r} is not a duration "
+                                  "(a number with an optional unit: ms, s, min, h, d)")
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def _integer(text: str, key: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise InvalidProgramError(f"configuration key {key!r}: {text!r} is not an integer") from None
+
+
+def _boolean(text: str, key: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidProgramError(f"configuration key {key!r}: {text!r} is not true or false")
+    return value == "true"
+
+
+def _enum_member(enum: Any, text: str, key: str) -> Any:
+    """The member of ``enum`` named ``text`` (any case, ``-`` for ``_``)."""
+    wanted = text.strip().upper().replace("-", "_")
+    for member in enum:
+        if member.name.upper() == wanted:
+            return member
+    names = ", ".join(member.name for member in enum)
+    raise InvalidProgramError(f"configuration key {key!r}: {text!r} is not one of {names}")
+
+
+def _job_parameters(text: str, key: str) -> dict[str, str]:
+    """Flink's map syntax: ``k1:v1,k2:v2``."""
+    parameters = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = entry.partition(":")
+        if not sep:
+            raise InvalidProgramError(f"configuration key {key!r}: {entry!r} is not key:value")
+        parameters[name.strip()] = value.strip()
+    return parameters
+
+
+def _each(text: str, separator: str) -> list[str]:
+    return [part.strip() for part in text.split(separator) if part.strip()]
+
+
+# -- how each key applies ------------------------------------------------------------------------
+
+Apply = Callable[["StreamExecutionEnvironment", str, str, Configuration], None]
+
+
+def _runtime_mode(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+    from slipstream.datastream.environment import RuntimeExecutionMode
+    env.set_runtime_mode(_enum_member(RuntimeExecutionMode, text, key))
+
+
+def _chaining(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+    env._pipeline.chaining_enabled = _boolean(text, key)
+
+
+def _checkpoint_config(method: str, parse: Callable[[str, str], Any]) -> Apply:
+    def apply(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+        getattr(env.get_checkpoint_config(), method)(parse(text, key))
+    return apply
+
+
+def _checkpointing_mode(text: str, key: str) -> Any:
+    from slipstream.datastream.checkpoint_config import CheckpointingMode
+    return _enum_member(CheckpointingMode, text, key)
+
+
+def _retention(text: str, key: str) -> Any:
+    from slipstream.datastream.checkpoint_config import ExternalizedCheckpointCleanup
+    return _enum_member(ExternalizedCheckpointCleanup, text, key)
+
+
+def _state_backend(env: StreamExecutionEnvironment, text: str, key: str, configuration: Configuration) -> None:
+    from slipstream.datastream.state_backend import (EmbeddedRocksDBStateBackend, FsStateBackend,
+                                                     HashMapStateBackend, MemoryStateBackend)
+    name = text.strip().lower()
+    directory = configuration.get_string("state.checkpoints.dir", None) or \
+        configuration.get_string("execution.checkpointing.dir", None)
+    if name == "hashmap":
+        backend: Any = HashMapStateBackend()
+    elif name == "jobmanager":
+        backend = MemoryStateBackend(directory)
+    elif name == "filesystem":
+        if directory is None:
+            raise InvalidProgramError(f"configuration key {key!r} = 'filesystem' needs 'state.checkpoints.dir'")
+        backend = FsStateBackend(directory)
+    elif name == "rocksdb":
+        backend = EmbeddedRocksDBStateBackend()
+    else:
+        raise InvalidProgramError(f"configuration key {key!r}: {text!r} is not one of hashmap, jobmanager, "
+                                  "filesystem, rocksdb")
+    env.set_state_backend(backend)
+
+
+def _restart_strategy(env: StreamExecutionEnvironment, text: str, key: str, configuration: Configuration) -> None:
+    from slipstream.datastream.restart_strategy import RestartStrategies
+    name = text.strip().lower()
+    if name in ("none", "off", "disable"):
+        env.set_restart_strategy(RestartStrategies.no_restart())
+    elif name in ("fixed-delay", "fixeddelay"):
+        attempts_key, delay_key = "restart-strategy.fixed-delay.attempts", "restart-strategy.fixed-delay.delay"
+        attempts = _integer(configuration.get_string(attempts_key, "1"), attempts_key)
+        delay = parse_duration_ms(configuration.get_string(delay_key, "1 s"), delay_key)
+        env.set_restart_strategy(RestartStrategies.fixed_delay_restart(attempts, delay))
+    else:
+        raise InvalidProgramError(f"configuration key {key!r}: restart strategy {text!r} is not supported "
+                                  "(none or fixed-delay)")
+
+
+def _each_with(method: str, separator: str) -> Apply:
+    def apply(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+        for part in _each(text, separator):
+            getattr(env, method)(part)
+    return apply
+
+
+def _requirements(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+    env.set_python_requirements(*text.split("#", 1))
+
+
+def _archives(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+    for archive in _each(text, ","):
+        env.add_python_archive(*archive.split("#", 1))
+
+
+def _env_call(method: str, parse: Callable[[str, str], Any]) -> Apply:
+    def apply(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+        getattr(env, method)(parse(text, key))
+    return apply
+
+
+def _config_call(method: str, parse: Callable[[str, str], Any]) -> Apply:
+    def apply(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+        getattr(env.get_config(), method)(parse(text, key))
+    return apply
+
+
+def _text(text: str, key: str) -> str:
+    return text.strip()
+
+
+def _time_characteristic(text: str, key: str) -> TimeCharacteristic:
+    return _enum_member(TimeCharacteristic, text, key)
+
+
+_OPTIONS: list[tuple[tuple[str, ...], Apply]] = [
+    (("parallelism.default",), _env_call("set_parallelism", _integer)),
+    (("pipeline.max-parallelism",), _env_call("set_max_parallelism", _integer)),
+    (("execution.runtime-mode",), _runtime_mode),
+    (("execution.buffer-timeout",), _env_call("set_buffer_timeout", parse_duration_ms)),
+    (("pipeline.operator-chaining", "pipeline.operator-chaining.enabled"), _chaining),
+    (("pipeline.time-characteristic",), _env_call("set_stream_time_characteristic", _time_characteristic)),
+    (("pipeline.auto-watermark-interval",), _config_call("set_auto_watermark_interval", parse_duration_ms)),
+    (("pipeline.global-job-parameters",), _config_call("set_global_job_parameters", _job_parameters)),
+    (("execution.checkpointing.interval",), _checkpoint_config("set_checkpoint_interval", parse_duration_ms)),
+    (("execution.checkpointing.mode",), _checkpoint_config("set_checkpointing_mode", _checkpointing_mode)),
+    (("execution.checkpointing.timeout",), _checkpoint_config("set_checkpoint_timeout", parse_duration_ms)),
+    (("execution.checkpointing.min-pause",),
+     _checkpoint_config("set_min_pause_between_checkpoints", parse_duration_ms)),
+    (("execution.checkpointing.max-concurrent-checkpoints",),
+     _checkpoint_config("set_max_concurrent_checkpoints", _integer)),
+    (("execution.checkpointing.tolerable-failed-checkpoints",),
+     _checkpoint_config("set_tolerable_checkpoint_failure_number", _integer)),
+    (("execution.checkpointing.unaligned", "execution.checkpointing.unaligned.enabled"),
+     _checkpoint_config("enable_unaligned_checkpoints", _boolean)),
+    (("execution.checkpointing.interval-during-backlog",),
+     _checkpoint_config("set_checkpoint_interval_during_backlog", parse_duration_ms)),
+    (("execution.checkpointing.externalized-checkpoint-retention",),
+     _checkpoint_config("set_externalized_checkpoint_cleanup", _retention)),
+    (("state.checkpoints.dir", "execution.checkpointing.dir"),
+     _checkpoint_config("set_checkpoint_storage_dir", _text)),
+    (("state.checkpoints.num-retained", "execution.checkpointing.num-retained"),
+     _checkpoint_config("set_num_retained_checkpoints", _integer)),
+    (("state.backend", "state.backend.type"), _state_backend),
+    (("restart-strategy", "restart-strategy.type"), _restart_strategy),
+    (("python.files",), _each_with("add_python_file", ",")),
+    (("python.archives",), _archives),
+    (("python.requirements",), _requirements),
+    (("python.executable",), _env_call("set_python_executable", _text)),
+    (("pipeline.jars",), _each_with("add_jars", ";")),
+    (("pipeline.classpaths",), _each_with("add_classpaths", ";")),
+]
+
+_READ_BY_OTHERS = ("restart-strategy.fixed-delay.attempts", "restart-strategy.fixed-delay.delay")
+"""Keys read while another key is applied (the restart strategy's parameters)."""
+
+
+_RECORDED_BY_METHODS = ("python.files", "python.archives", "python.requirements", "python.executable",
+                        "pipeline.jars", "pipeline.classpaths")
+
+
+def apply_configuration(env: StreamExecutionEnvironment, configuration: Configuration) -> list[str]:
+    """Apply the keys of ``configuration`` that slipstream knows to ``env`` (in the order of the table
+    above); keep every key in the environment's configuration; return (and warn about) the others."""
+    if not isinstance(configuration, Configuration):
+        raise InvalidProgramError(f"configure expects a Configuration, got {configuration!r}")
+    known: set[str] = set(_READ_BY_OTHERS)
+    for keys, apply in _OPTIONS:
+        known.update(keys)
+        for key in keys:
+            if configuration.contains_key(key):
+                apply(env, configuration.get_string(key, ""), key, configuration)
+    kept = Configuration(configuration)
+    for key in _RECORDED_BY_METHODS:  # the dependency methods record these themselves, appending
+        kept.remove_config(key)
+    env._pipeline.configuration.add_all(kept)
+    unknown = sorted(configuration.key_set() - known)
+    if unknown:
+        warnings.warn(f"configuration key(s) slipstream does not apply: {', '.join(unknown)} "
+                      "(kept: env.get_configuration())", stacklevel=3)
+    return unknown

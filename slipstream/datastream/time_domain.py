@@ -1,0 +1,5 @@
+"""``pyflink.datastream.time_domain``: ``TimeDomain`` (see :mod:`slipstream.datastream.functions`)."""
+
+from slipstream.datastream.functions import TimeDomain
+
+__all__ = ["TimeDomain"]
