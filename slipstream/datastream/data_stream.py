@@ -555,6 +555,15 @@ class KeyedStream(DataStream[T]):
 setattr(KeyedStream, "global", KeyedStream.global_)
 
 
+def __getattr__(name: str) -> Any:
+    """PyFlink keeps ``WindowedStream`` and ``AllWindowedStream`` in this module too; they are defined
+    in :mod:`slipstream.datastream.windowed_stream` (which imports this module, hence the lazy look-up)."""
+    if name in ("WindowedStream", "AllWindowedStream"):
+        from slipstream.datastream import windowed_stream
+        return getattr(windowed_stream, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class ConnectedStreams:
     """Two streams joined for a two-input function, as ``pyflink.datastream.ConnectedStreams``."""
 

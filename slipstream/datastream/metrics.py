@@ -210,8 +210,9 @@ class MetricGroup(ABC):
 class _Registry:
     """The metrics one operator subtask registered, by key, and the operator's shared report."""
 
-    def __init__(self, operator_entry: dict[str, Any], subtask: int, parallelism: int) -> None:
+    def __init__(self, operator_entry: dict[str, Any], operator: str, subtask: int, parallelism: int) -> None:
         self.report: dict[str, Any] = operator_entry.setdefault(REPORT_KEY, {})
+        self.operator = operator
         self.subtask = subtask
         self.parallelism = parallelism
         self.metrics: dict[str, Metric] = {}
@@ -220,15 +221,13 @@ class _Registry:
         """The metric under ``key``: the one already registered by this subtask, or a new one;
         a name taken by a metric of another kind is refused."""
         existing = self.metrics.get(key)
+        taken = existing.kind if existing is not None else \
+            None if key not in self.report else _report_kind(self.report[key])
+        if taken is not None and taken != kind:
+            raise InvalidProgramError(f"operator '{self.operator}': metric {key!r} is already registered as a "
+                                      f"{taken}, cannot register it as a {kind}")
         if existing is None:
-            taken = self.report.get(key)
-            if taken is not None and _report_kind(taken) != kind:
-                raise InvalidProgramError(f"metric {key!r} is already registered as a {_report_kind(taken)}, "
-                                          f"cannot register it as a {kind}")
             existing = self.metrics[key] = make()
-        elif existing.kind != kind:
-            raise InvalidProgramError(f"metric {key!r} is already registered as a {existing.kind}, "
-                                      f"cannot register it as a {kind}")
         return existing
 
 
@@ -247,7 +246,7 @@ class OperatorMetricGroup(MetricGroup):
     """
 
     def __init__(self, operator_entry: dict[str, Any], operator_name: str, subtask: int, parallelism: int) -> None:
-        self._registry = _Registry(operator_entry, subtask, parallelism)
+        self._registry = _Registry(operator_entry, operator_name, subtask, parallelism)
         self._operator = operator_name
         self._names: tuple[str, ...] = ()
         self._variables = {"<operator_name>": operator_name, "<subtask_index>": str(subtask)}
