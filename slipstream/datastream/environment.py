@@ -374,18 +374,17 @@ class StreamExecutionEnvironment:
 
     def add_jars(self, *jars_path: str) -> StreamExecutionEnvironment:
         """Recorded, not applied (warned about): there is no JVM."""
-        python_dependencies.warn_not_applied(f"add_jars({', '.join(map(repr, jars_path))})",
-                                             "slipstream runs no JVM, jars are not loaded")
-        for jar in jars_path:
-            self._pipeline.append_to("pipeline.jars", jar, ";")
-        return self
+        return self._record_java_paths("add_jars", "pipeline.jars", jars_path)
 
     def add_classpaths(self, *classpaths: str) -> StreamExecutionEnvironment:
         """Recorded, not applied (warned about): there is no JVM."""
-        python_dependencies.warn_not_applied(f"add_classpaths({', '.join(map(repr, classpaths))})",
-                                             "slipstream runs no JVM, class paths are not loaded")
-        for classpath in classpaths:
-            self._pipeline.append_to("pipeline.classpaths", classpath, ";")
+        return self._record_java_paths("add_classpaths", "pipeline.classpaths", classpaths)
+
+    def _record_java_paths(self, call: str, key: str, paths: tuple[str, ...]) -> StreamExecutionEnvironment:
+        python_dependencies.warn_not_applied(f"{call}({', '.join(map(repr, paths))})",
+                                             "slipstream runs no JVM, nothing is loaded from it")
+        for path in paths:
+            self._pipeline.append_to(key, path, ";")
         return self
 
     # -- sources ---------------------------------------------------------------------------------
