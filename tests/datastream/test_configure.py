@@ -21,7 +21,10 @@ SET_ELSEWHERE = {"batch_engine", "engine_options"}  # set_batch_engine(...) sets
 
 
 def configure_parameters() -> set[str]:
-    return set(inspect.signature(StreamExecutionEnvironment.configure).parameters) - {"self"}
+    """The runtime settings: ``configure``'s keyword-only parameters (its positional one is a
+    PyFlink ``Configuration``, see tests/pyflink_compat/test_configuration.py)."""
+    parameters = inspect.signature(StreamExecutionEnvironment.configure).parameters.values()
+    return {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 def documented_settings() -> set[str]:
