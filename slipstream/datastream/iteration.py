@@ -517,7 +517,8 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
             raise InvalidProgramError(
                 f"{what}: feedback stream {index} ('{stream.get_name()}') has parallelism {stream.get_parallelism()}, "
                 f"but initial variable stream {index} ('{initial.get_name()}') has {initial.get_parallelism()}; "
-                "a variable goes round at its initial parallelism")
+                "a variable goes round at its initial parallelism (give the initial stream the same one with "
+                "set_parallelism(n); from_collection is one subtask, as PyFlink's)")
     if life_cycle is OperatorLifeCycle.PER_ROUND:
         for transformation in created:
             if not transformation.is_virtual:

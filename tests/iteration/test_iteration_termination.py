@@ -106,7 +106,7 @@ def run(initial: list[tuple[int, int]], limit: int, parallelism: int, seed: int,
         return IterationBodyResult([step], [step.get_side_output(SEEN)], criteria)
 
     outputs = iterate_bounded_streams_until_termination(
-        DataStreamList.of(env.from_collection(initial)), DataStreamList.of(), body)
+        DataStreamList.of(env.from_collection(initial).set_parallelism(parallelism)), DataStreamList.of(), body)
     return list(outputs.get(0).execute_and_collect())
 
 
