@@ -25,6 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, Callable
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+
+from slipstream.datastream.columnar import column_values, rows_from_columns
 from slipstream.datastream.connectors.errors import SinkFormatError, SourceFormatError
 from slipstream.datastream.formats.base import (
     SKIP,
@@ -36,6 +42,7 @@ from slipstream.datastream.formats.base import (
     StreamFormat,
     named_row,
 )
+from slipstream.datastream.formats.blocks import BlockLineReader, Segments, lone_carriage_returns
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, TypeInformation, Types
 from slipstream.errors import InvalidProgramError
 
@@ -233,7 +240,8 @@ class CsvReaderFormat(StreamFormat):
         return CsvReaderFormat(schema)
 
     def create_reader(self, path: str, part: int | None, position: Any | None) -> FileRecordReader:
-        return _CsvRecordReader(path, self._schema, position)
+        reader = _CsvBlockReader if _bulk_readable(self._schema) else _CsvRecordReader
+        return reader(path, self._schema, position)
 
 
 class _CsvRecordReader(LineRecordReader):
@@ -327,6 +335,136 @@ class _CsvRecordReader(LineRecordReader):
         except (ValueError, TypeError, ArithmeticError):
             raise SourceFormatError(self.path, line_number, offset, f"a value of type {column.type_info!r}",
                                     text, field=f"'{column.name}' (column {index + 1})") from None
+
+
+def _single_byte(char: str | None) -> bool:
+    return char is None or (len(char.encode("utf-8")) == 1 and char not in "\r\n")
+
+
+def _bulk_readable(schema: CsvSchema) -> bool:
+    """Whether files of ``schema`` are parsed in bulk: not with an escape character (records would
+    not end where quote parity says) or comments (Arrow has none), nor multi-byte punctuation."""
+    return (schema.escape_char is None and not schema.allow_comments and _single_byte(schema.column_separator)
+            and _single_byte(schema.quote_char) and schema.quote_char != schema.column_separator)
+
+
+class _NotInBulk(Exception):
+    """A column holds a value whose bulk conversion could differ from the line reader's."""
+
+
+_INTEGER = r"^-?[0-9]+$"
+_FLOATING = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$|^[+-]?(?i:inf|infinity)$"
+_ARROW_INTEGERS = {Types.BYTE(): pa.int8(), Types.SHORT(): pa.int16(), Types.INT(): pa.int32(),
+                   Types.LONG(): pa.int64()}
+"""Arrow's cast refuses what does not fit the width, as ``from_python`` does."""
+
+
+class _CsvBlockReader(BlockLineReader, _CsvRecordReader):
+    """Parses blocks of CSV records with pyarrow: every field as text, then each column converted
+    at once (integers, floating point and booleans by Arrow compute, after checking that each
+    text is one Python's ``int``/``float`` reads the same way; other types by the line reader's
+    per-field conversion). Records end at newlines outside quotes, as the line reader finds them.
+
+    A block goes line by line (same values and errors as :class:`_CsvRecordReader`) when Arrow
+    refuses it or its values could differ: a quote that is not at a field's start or end (where
+    Python's ``csv`` is strict and Arrow is not), a ``\r`` not ending a line, a NUL byte, a byte
+    order mark, a field count or value that does not fit, ``nan`` in a number column (its sign).
+    """
+
+    def record_ends(self, data: np.ndarray) -> np.ndarray:
+        newlines = data == 10
+        quote = self._schema.quote_char
+        if quote is None:
+            return newlines
+        inside = (np.cumsum(data == ord(quote)) & 1).astype(bool)
+        return newlines & ~inside
+
+    def parse_block(self, block: bytes, data: np.ndarray, at_record_end: np.ndarray,
+                    records: Segments) -> list | None:
+        if block.startswith(b"\xef\xbb\xbf") or (data == 0).any() or lone_carriage_returns(data, at_record_end):
+            return None
+        if not self._quotes_at_field_edges(data):
+            return None
+        names = [f"f{i}" for i in range(len(self._columns))]
+        try:
+            table = pa_csv.read_csv(
+                pa.py_buffer(block),
+                read_options=pa_csv.ReadOptions(column_names=names, use_threads=False,
+                                                block_size=min(len(block) + 1, 1 << 30)),
+                parse_options=pa_csv.ParseOptions(
+                    delimiter=self._schema.column_separator, quote_char=self._schema.quote_char or False,
+                    double_quote=True, escape_char=False, newlines_in_values=True, ignore_empty_lines=True),
+                convert_options=pa_csv.ConvertOptions(
+                    column_types={name: pa.string() for name in names}, null_values=[],
+                    strings_can_be_null=False, quoted_strings_can_be_null=False))
+        except (pa.ArrowInvalid, ValueError):
+            return None
+        if table.num_rows != len(records):
+            return None
+        try:
+            columns = [self._column(column, table.column(i).combine_chunks())
+                       for i, column in enumerate(self._columns)]
+        except _NotInBulk:
+            return None
+        return rows_from_columns([c.name for c in self._columns], columns)
+
+    def _quotes_at_field_edges(self, data: np.ndarray) -> bool:
+        """Whether every quote opens a field (after a separator, a newline or a doubled quote) or
+        closes one (before a separator, a line end or a doubled quote): there Python's strict
+        ``csv`` and Arrow split fields alike."""
+        quote = self._schema.quote_char
+        if quote is None:
+            return True
+        q, separator = ord(quote), ord(self._schema.column_separator)
+        quotes = np.flatnonzero(data == q)
+        if not len(quotes):
+            return True
+        opening = (np.arange(len(quotes)) & 1) == 0
+        before = np.where(quotes > 0, data[np.maximum(quotes - 1, 0)], 10)
+        after = np.where(quotes + 1 < len(data), data[np.minimum(quotes + 1, len(data) - 1)], 10)
+        opens_well = (before == separator) | (before == 10) | (before == q)
+        closes_well = (after == separator) | (after == 10) | (after == 13) | (after == q)
+        return bool(np.where(opening, opens_well, closes_well).all())
+
+    def _column(self, column: CsvColumn, texts: pa.StringArray) -> list:
+        """The values of one column's ``texts``, as :meth:`_convert` gives them."""
+        null_value = self._schema.null_value
+        nulls = pc.equal(texts, null_value) if null_value is not None else None
+        kind = column.type_info
+        if column.array_separator is None and kind == Types.STRING():
+            return (texts if nulls is None else pc.if_else(nulls, None, texts)).to_pylist()
+        if column.array_separator is None and (kind in _ARROW_INTEGERS or kind in (Types.FLOAT(), Types.DOUBLE())):
+            return self._numbers(texts, nulls, kind)
+        if column.array_separator is None and kind == Types.BOOLEAN():
+            return self._booleans(texts, nulls)
+        try:
+            return [self._convert(column, 0, text, 0, 0) for text in texts.to_pylist()]
+        except SourceFormatError:
+            raise _NotInBulk from None
+
+    @staticmethod
+    def _missing(texts: pa.StringArray, nulls: pa.BooleanArray | None) -> pa.BooleanArray:
+        """Which texts stand for None in a column not of strings: empty ones and the null value."""
+        empty = pc.equal(texts, "")
+        return empty if nulls is None else pc.or_(empty, nulls)
+
+    def _numbers(self, texts: pa.StringArray, nulls: pa.BooleanArray | None, kind: TypeInformation) -> list:
+        missing = self._missing(texts, nulls)
+        pattern = _FLOATING if kind in (Types.FLOAT(), Types.DOUBLE()) else _INTEGER
+        if not pc.all(pc.or_(missing, pc.match_substring_regex(texts, pattern))).as_py():
+            raise _NotInBulk
+        try:
+            return column_values(pc.cast(pc.if_else(missing, None, texts), _ARROW_INTEGERS.get(kind, pa.float64())))
+        except pa.ArrowInvalid:  # out of the type's range
+            raise _NotInBulk from None
+
+    def _booleans(self, texts: pa.StringArray, nulls: pa.BooleanArray | None) -> list:
+        missing = self._missing(texts, nulls)
+        lowered = pc.utf8_lower(texts)
+        true = pc.equal(lowered, "true")
+        if not pc.all(pc.or_(pc.or_(missing, true), pc.equal(lowered, "false"))).as_py():
+            raise _NotInBulk
+        return pc.if_else(missing, None, true).to_pylist()
 
 
 class _CsvLineWriter:

@@ -20,8 +20,13 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pa_json
 
 from slipstream.datastream.connectors.errors import SinkFormatError, SourceFormatError
 from slipstream.datastream.formats.base import (
@@ -32,7 +37,9 @@ from slipstream.datastream.formats.base import (
     StreamFormat,
     named_row,
 )
-from slipstream.datastream.typeinfo import Row, RowTypeInfo
+from slipstream.datastream.columnar import column_values, rows_from_columns
+from slipstream.datastream.formats.blocks import BlockLineReader, Segments, lone_carriage_returns
+from slipstream.datastream.typeinfo import Row, RowTypeInfo, Types
 from slipstream.errors import InvalidProgramError
 
 
@@ -197,6 +204,10 @@ class JsonLinesReaderFormat(StreamFormat):
         self._schema = deserialization_schema
 
     def create_reader(self, path: str, part: int | None, position: Any | None) -> FileRecordReader:
+        if self._schema is None:
+            return _JsonLinesBlockReader(path, None, position)
+        if all(t in _ARROW_TYPES for t in self._schema.get_type_info().get_field_types()):
+            return _JsonRowsBlockReader(path, self._schema, position)
         return _JsonLinesReader(path, self._schema, position)
 
 
@@ -236,3 +247,81 @@ class JsonLinesEncoder(Encoder):
     def encode(self, value: Any) -> bytes:
         text = to_json(value) if self._schema is None else self._schema.to_json(value)
         return (text + "\n").encode("utf-8")
+
+
+_ARROW_TYPES = {Types.BYTE(): pa.int8(), Types.SHORT(): pa.int16(), Types.INT(): pa.int32(), Types.LONG(): pa.int64(),
+                Types.FLOAT(): pa.float64(), Types.DOUBLE(): pa.float64(), Types.STRING(): pa.string(),
+                Types.BOOLEAN(): pa.bool_()}
+"""The field types a schema's rows are read in bulk with, as Arrow types whose conversion refuses
+what ``from_python`` refuses (a float for an integer, a number for a string, out of range).
+FLOAT is read as double, as ``from_python`` keeps the parsed double."""
+
+_JSON_BLANK = np.zeros(256, dtype=bool)
+_JSON_BLANK[[ord(" "), ord("\t"), ord("\r"), ord("\n")]] = True
+_TWO_DOCUMENTS = re.compile(rb"\}[ \t\r]*\{")
+
+
+class _JsonLinesBlockMixin(BlockLineReader):
+    """Blank lines are those of JSON white space only (the others go line by line when blank to ``str.strip``)."""
+
+    def is_blank(self, data: np.ndarray, segments: Segments) -> np.ndarray:
+        solid = np.concatenate(([0], np.cumsum(~_JSON_BLANK[data])))
+        return solid[segments.ends] == solid[segments.starts]
+
+
+class _JsonLinesBlockReader(_JsonLinesBlockMixin, _JsonLinesReader):
+    """Plain JSON lines: the block is decoded once and each line scanned by ``json``'s own C
+    scanner, as ``json.loads`` does it (same values); a block with a line that does not scan
+    goes line by line, for the error."""
+
+    _scan = json.JSONDecoder().scan_once
+    _white = json.decoder.WHITESPACE.match
+
+    def parse_block(self, block: bytes, data: np.ndarray, at_record_end: np.ndarray,
+                    records: Segments) -> list | None:
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        lines = text.split("\n")
+        newline_counts = records.lines - 1  # each record is one line: its index in the block
+        scan, white = self._scan, self._white
+        values = []
+        try:
+            for index in newline_counts.tolist():
+                line = lines[index]
+                value, end = scan(line, white(line, 0).end())
+                if white(line, end).end() != len(line):
+                    return None
+                values.append(value)
+        except (StopIteration, ValueError):  # no document at all; a broken one
+            return None
+        return values
+
+
+class _JsonRowsBlockReader(_JsonLinesBlockMixin, _JsonLinesReader):
+    """JSON lines read into rows by pyarrow's JSON reader, for schemas of numbers, strings and
+    booleans (see ``_ARROW_TYPES``; other schemas use the line reader). A block goes line by line
+    when Arrow refuses it (a value that does not fit, a duplicate key, a lone surrogate), when a
+    line may hold two documents (Arrow would read both), with ``fail_on_missing_field`` when a
+    field is null or missing (Arrow cannot tell which), or when a ``\r`` does not end a line."""
+
+    def parse_block(self, block: bytes, data: np.ndarray, at_record_end: np.ndarray,
+                    records: Segments) -> list | None:
+        if lone_carriage_returns(data, at_record_end) or _TWO_DOCUMENTS.search(block):
+            return None
+        row_type = self._schema.get_type_info()
+        names = row_type.get_field_names()
+        schema = pa.schema([(name, _ARROW_TYPES[t]) for name, t in zip(names, row_type.get_field_types())])
+        try:
+            table = pa_json.read_json(
+                pa.py_buffer(block),
+                read_options=pa_json.ReadOptions(use_threads=False, block_size=min(len(block) + 1, 1 << 30)),
+                parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+        except (pa.ArrowInvalid, ValueError):
+            return None
+        if table.num_rows != len(records):
+            return None
+        if self._schema._fail_on_missing_field and any(column.null_count for column in table.columns):
+            return None
+        return rows_from_columns(names, [column_values(column) for column in table.columns])
