@@ -75,3 +75,7 @@ class DiskFullError(JobExecutionError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class JobCancelledError(JobExecutionError):
+    """The job was cancelled (``JobClient.cancel``) before it ended: it has no result."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from slipstream.datastream import python_dependencies
 from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR, CheckpointConfig, CheckpointingMode, local_path
 from slipstream.datastream.configuration import Configuration
 from slipstream.datastream.connectors.base import Source
+from slipstream.datastream.context import current_context
 from slipstream.datastream.data_stream import CloseableIterator, DataStream
 from slipstream.datastream.execution_config import ExecutionConfig
 from slipstream.datastream.pipeline_options import PipelineSettings, apply_configuration
@@ -24,6 +25,9 @@ from slipstream.datastream.state_backend import StateBackend
 from slipstream.datastream.time_characteristic import TimeCharacteristic
 from slipstream.datastream.transformations import SourceTransformation, Transformation
 from slipstream.errors import InvalidProgramError
+
+if TYPE_CHECKING:
+    from slipstream.runtime.job_client import JobClient
 
 
 ALREADY_RUN = ("was already handed to an earlier execute() or execute_and_collect(), which takes the "
@@ -101,6 +105,12 @@ class JobExecutionResult:
         return f"JobExecutionResult(job_id={self._job_id!r}, net_runtime={self._net_runtime} ms)"
 
 
+def _restore_point(restore_from: str | None) -> str | None:
+    """``restore_from``, or when not given the ``SLIPSTREAM_RESTORE_FROM`` environment variable."""
+    import os
+    return restore_from if restore_from is not None else os.environ.get(RESTORE_ENV_VAR) or None
+
+
 class StreamExecutionEnvironment:
     """The context a job is built in and executed from."""
 
@@ -117,6 +127,9 @@ class StreamExecutionEnvironment:
         self._checkpoint_config = CheckpointConfig()
         self._restart_strategy: RestartStrategyConfiguration | None = None
         self._pipeline = PipelineSettings()
+        context = current_context()
+        if context is not None:  # run by a launcher (``slipstream run``): its settings are the defaults
+            context.configure(self)
 
     @staticmethod
     def get_execution_environment(configuration: Configuration | None = None) -> StreamExecutionEnvironment:
@@ -452,14 +465,31 @@ class StreamExecutionEnvironment:
         checkpoint directory. When not given, the ``SLIPSTREAM_RESTORE_FROM`` environment
         variable is read, so the same script restarts from the command line.
         """
-        import os
         from slipstream.runtime.driver import execute_job
-        if restore_from is None:
-            restore_from = os.environ.get(RESTORE_ENV_VAR) or None
-        return execute_job(self, self._take_graph(), job_name or "slipstream job", restore_from=restore_from)
+        context = current_context()
+        if context is not None:
+            return context.execute(self, job_name, restore_from)
+        return execute_job(self, self._take_graph(), job_name or "slipstream job",
+                           restore_from=_restore_point(restore_from))
+
+    def execute_async(self, job_name: str | None = None, restore_from: str | None = None) -> JobClient:
+        """Start the job on a thread of its own and return its ``JobClient`` at once: its status,
+        metrics so far, ``cancel()``, ``stop_with_savepoint()`` and ``get_job_execution_result()``
+        (see :mod:`slipstream.runtime.job_client`). ``restore_from`` as for :meth:`execute`.
+        """
+        from slipstream.runtime.driver import JobDriver
+        from slipstream.runtime.job_client import submit_job
+        context = current_context()
+        if context is not None:
+            context.submit(self)
+        return submit_job(JobDriver(self, self._take_graph(), job_name or "slipstream job",
+                                    _restore_point(restore_from)))
 
     def _execute_collecting(self, sink: Any, job_name: str | None) -> CloseableIterator:
         from slipstream.runtime.driver import collect_job
+        context = current_context()
+        if context is not None:
+            context.submit(self)
         return collect_job(self, self._take_graph(), job_name or "slipstream job", sink)
 
     def get_execution_plan(self) -> str:

@@ -6,11 +6,18 @@ records between them (:func:`collect_job`), and a failed run restarts inside the
 loop, from the latest checkpoint, while the restart strategy allows
 (:class:`~slipstream.runtime.checkpoint.recovery.Recovery`). So checkpoints, restarts
 and restores apply to every job alike, and one error path closes every run.
+
+A live job (:mod:`slipstream.runtime.job_client`) drives the same turns on a thread of its own
+and may ask, between two turns, for a savepoint and a stop (:class:`SavepointRequest`).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.data_stream import CloseableIterator
@@ -24,6 +31,19 @@ if TYPE_CHECKING:
     from slipstream.datastream.connectors.sinks import CollectSink
     from slipstream.datastream.environment import JobExecutionResult, StreamExecutionEnvironment
     from slipstream.datastream.transformations import Transformation
+
+
+@dataclass
+class SavepointRequest:
+    """A request to take a checkpoint now (a savepoint) and stop the job once it is complete.
+
+    ``target`` is a directory the savepoint is copied into (None: it stays in the checkpoint
+    storage directory); ``path`` is where the savepoint is once the job has stopped.
+    """
+
+    target: str | None = None
+    checkpoint_id: int | None = None  # the checkpoint of the current run triggered as the savepoint
+    path: str | None = None
 
 
 class JobDriver:
@@ -40,6 +60,9 @@ class JobDriver:
         self.graph = plan_job(env, transformations)
         self.recovery = Recovery(env, self.graph, job_name, restore_from, fs)
         self.result: JobExecutionResult | None = None
+        self.job_id = uuid.uuid4().hex  # one id for every run of the job, as Flink's across restarts
+        self.current_run: JobRun | None = None  # the current run: its metrics are the job's so far
+        self.savepoint_request: SavepointRequest | None = None  # set by a JobClient, read between turns
 
     def turns(self) -> Iterator[None]:
         """Run the job, yielding after every scheduler turn, until it ends (then :attr:`result`
@@ -48,12 +71,13 @@ class JobDriver:
         try:
             recovery.open()
             while True:
-                run = JobRun(self.env, self.graph, self.job_name)
+                run = self.current_run = JobRun(self.env, self.graph, self.job_name)
+                run.job_id = self.job_id
                 try:
                     coordinator = recovery.prepare(run)
                     run.open()
-                    yield from _drive(run, coordinator)
-                    if coordinator is not None:
+                    stopped = yield from _drive(run, coordinator, self)
+                    if coordinator is not None and not stopped:
                         coordinator.final_checkpoint()
                 except BaseException as failure:
                     run.close_quietly()
@@ -61,10 +85,26 @@ class JobDriver:
                         continue
                     raise
                 run.close()
-                self.result = recovery.finish(run, coordinator)
+                self.result = recovery.finish(run, coordinator, keep_checkpoints=stopped)
+                self._place_savepoint(coordinator)
                 return
         finally:
             recovery.release()
+
+    def _place_savepoint(self, coordinator: CheckpointCoordinator | None) -> None:
+        """Tell a savepoint request where its savepoint is: the one taken, or the final checkpoint
+        when the job ended first; copied (and checked) into the request's target if it has one."""
+        request = self.savepoint_request
+        if request is None or coordinator is None:
+            return
+        path = request.path or coordinator.latest_completed_path
+        if path is not None and request.target is not None:
+            copy = os.path.join(os.path.abspath(request.target), os.path.basename(path))
+            shutil.copytree(path, copy)
+            assert self.recovery.storage is not None
+            self.recovery.storage.read_verified(copy, self.recovery.fingerprint)
+            path = copy
+        request.path = path
 
     def run(self) -> JobExecutionResult:
         """Run the job to its end and return its result."""
@@ -74,17 +114,32 @@ class JobDriver:
         return self.result
 
 
-def _drive(run: JobRun, coordinator: CheckpointCoordinator | None) -> Iterator[None]:
-    """Give ``run``'s tasks their turns until all finished; the coordinator (if any) checkpoints
-    between turns."""
+def _drive(run: JobRun, coordinator: CheckpointCoordinator | None, driver: JobDriver) -> Iterator[None]:
+    """Give ``run``'s tasks their turns until all finished (returns False) or a requested
+    savepoint is complete (returns True); the coordinator (if any) checkpoints between turns."""
     scheduler, clock = run.scheduler, run.clock
     on_turn = coordinator.on_turn if coordinator is not None else None
     while True:
         if on_turn is not None:
-            on_turn(clock.now_ms())
+            now = clock.now_ms()
+            on_turn(now)
+            request = driver.savepoint_request
+            if request is not None and _savepoint_taken(request, coordinator, now):
+                return True
         if not scheduler.run_turn():
-            return
+            return False
         yield
+
+
+def _savepoint_taken(request: SavepointRequest, coordinator: CheckpointCoordinator, now: int) -> bool:
+    """Whether the savepoint ``request`` asked for is complete; if not, trigger it when none is
+    under way (first time, or after it failed) and FLIP-327 allows a checkpoint."""
+    if request.checkpoint_id is not None and coordinator.latest_completed_id == request.checkpoint_id:
+        request.path = coordinator.latest_completed_path
+        return True
+    if coordinator.pending is None:
+        request.checkpoint_id = coordinator.trigger_savepoint(now)
+    return False
 
 
 def execute_job(env: StreamExecutionEnvironment, transformations: list[Transformation], job_name: str,
@@ -110,4 +165,4 @@ def collect_job(env: StreamExecutionEnvironment, transformations: list[Transform
     return CloseableIterator(records(), turns.close)
 
 
-__all__ = ["JobDriver", "collect_job", "execute_job"]
+__all__ = ["JobDriver", "SavepointRequest", "collect_job", "execute_job"]

@@ -174,6 +174,16 @@ class CheckpointCoordinator:
                 task.flush()
         return checkpoint_id
 
+    def trigger_savepoint(self, now: int) -> int | None:
+        """Trigger a checkpoint now, whatever the interval (a savepoint before a stop); None when one
+        is under way or FLIP-327 forbids one now (the caller asks again after the next turn)."""
+        if self.pending is not None:
+            return None
+        self._deploy_ready_tasks()
+        if self._blocked_reason() is not None:
+            return None
+        return self.trigger(now)
+
     def acknowledge(self, task: Any, checkpoint_id: int, snapshots: list[OperatorSnapshot]) -> None:
         pending = self.pending
         if pending is None or pending.checkpoint_id != checkpoint_id:

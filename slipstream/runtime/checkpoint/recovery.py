@@ -146,9 +146,10 @@ class Recovery:
             self.restore = find_restore_point(self.storage, LATEST, self.fingerprint)
         return True
 
-    def finish(self, run: JobRun, coordinator: CheckpointCoordinator | None) -> JobExecutionResult:
-        """The result of the run that succeeded, with the checkpoints' figures; checkpoints the
-        configuration does not retain are deleted."""
+    def finish(self, run: JobRun, coordinator: CheckpointCoordinator | None,
+               keep_checkpoints: bool = False) -> JobExecutionResult:
+        """The result of the run that succeeded (or stopped with a savepoint: ``keep_checkpoints``),
+        with the checkpoints' figures; checkpoints the configuration does not retain are deleted."""
         storage = self.storage
         if coordinator is not None:
             assert storage is not None
@@ -157,7 +158,7 @@ class Recovery:
                                               restored_from=None if self.restore is None else self.restore.path)
         result = run.result()
         cleanup = self.config.get_externalized_checkpoint_cleanup()
-        if storage is not None and self._temporary is None and \
+        if storage is not None and self._temporary is None and not keep_checkpoints and \
                 cleanup is ExternalizedCheckpointCleanup.DELETE_ON_CANCELLATION:
             storage.remove_all()
         return result

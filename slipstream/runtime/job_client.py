@@ -1,0 +1,147 @@
+"""A live job: ``env.execute_async()`` runs the job on a thread and hands back a :class:`JobClient`.
+
+As Flink's ``JobClient``: the job's status, its metrics so far, cancel, stop with a
+savepoint, and its result once it ends. The job's tasks run only on the job's own thread,
+driven turn by turn by the one :class:`~slipstream.runtime.driver.JobDriver`; the client
+only sets flags the driver reads between two turns (cancel, a savepoint request) and reads
+the counters the tasks keep. A turn is short (a few batches per task), except during the
+sorted batch work of the backlog, which a cancel or a savepoint waits for.
+"""
+
+from __future__ import annotations
+
+import threading
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from slipstream.errors import InvalidProgramError, JobCancelledError, JobExecutionError
+from slipstream.runtime.driver import JobDriver, SavepointRequest
+
+if TYPE_CHECKING:
+    from slipstream.datastream.environment import JobExecutionResult
+
+
+class JobStatus(Enum):
+    """The states of a job, as Flink's ``JobStatus`` (those a job of the embedded runtime passes)."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    CANCELLING = "CANCELLING"
+    CANCELED = "CANCELED"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+
+    def is_globally_terminal_state(self) -> bool:
+        """Whether the job has ended (finished, failed or was cancelled) and will not change again."""
+        return self in (JobStatus.CANCELED, JobStatus.FINISHED, JobStatus.FAILED)
+
+
+class JobClient:
+    """A handle on a job running on a thread of its own (see :func:`submit_job`)."""
+
+    def __init__(self, driver: JobDriver) -> None:
+        self._driver = driver
+        self._status = JobStatus.CREATED
+        self._cancel_requested = False
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._drive, name=f"slipstream job '{driver.job_name}'",
+                                        daemon=True)
+
+    def _start(self) -> None:
+        self._thread.start()
+
+    def _drive(self) -> None:
+        """The job's thread: run the driver's turns until the job ends or a cancel is seen."""
+        turns = self._driver.turns()
+        try:
+            self._status = JobStatus.RUNNING
+            for _ in turns:
+                if self._cancel_requested:
+                    turns.close()
+                    self._status = JobStatus.CANCELED
+                    return
+            self._status = JobStatus.FINISHED
+        except BaseException as error:  # noqa: BLE001 - handed to get_job_execution_result
+            self._error = error
+            self._status = JobStatus.FAILED
+        finally:
+            self._done.set()
+
+    # -- Flink's JobClient ------------------------------------------------------------------------
+    def get_job_id(self) -> str:
+        return self._driver.job_id
+
+    def get_job_status(self) -> JobStatus:
+        return self._status
+
+    def get_metrics(self) -> dict[str, dict[str, Any]]:
+        """Per operator, its counters so far (records in and out, and operator-specific ones); once
+        the job finished, its final figures. Copies, read without stopping the job."""
+        if self._driver.result is not None:
+            return self._driver.result.get_all_accumulator_results()
+        run = self._driver.current_run
+        if run is None:
+            return {}
+        # list() and dict() copy in one step under the GIL: safe while the job's thread counts on
+        return {name: dict(values) for name, values in list(run.metrics.items())}
+
+    def cancel(self) -> None:
+        """Stop the job after its current turn, without a final checkpoint; waits until it has stopped.
+        Checkpoints already taken stay, so the job can be restored from the latest one."""
+        if not self._done.is_set():
+            self._status = JobStatus.CANCELLING
+            self._cancel_requested = True
+        self._done.wait()
+
+    def stop_with_savepoint(self, path: str | None = None) -> str:
+        """Take a checkpoint now (a savepoint), commit it, and stop; returns its directory, from which
+        ``execute(restore_from=...)`` (or ``slipstream run --restore``) continues the job.
+
+        The savepoint is taken in the checkpoint storage directory and, with ``path``, copied into
+        ``path``. While the backlog's sorted batch work runs (FLIP-327) no checkpoint can be taken,
+        so the savepoint waits for it to end. A job that ends first returns its final checkpoint.
+        """
+        if self._done.is_set():
+            raise InvalidProgramError(f"the job has already ended ({self._status.name}): no savepoint to take")
+        config = self._driver.env.get_checkpoint_config()
+        if not config.is_checkpointing_enabled():
+            raise InvalidProgramError("stop_with_savepoint needs checkpointing: env.enable_checkpointing(...)")
+        if path is None and config.get_checkpoint_storage_dir() is None:
+            raise InvalidProgramError("the job has no checkpoint storage directory (its checkpoints go to a "
+                                      "temporary one, deleted when it stops): give stop_with_savepoint a path, "
+                                      "or set_checkpoint_storage_dir(...)")
+        request = SavepointRequest(target=path)
+        self._driver.savepoint_request = request
+        self.get_job_execution_result()
+        if request.path is None:  # it ended before the driver saw the request
+            raise JobExecutionError(f"job '{self._driver.job_name}' ended before the savepoint was taken")
+        return request.path
+
+    def get_job_execution_result(self) -> JobExecutionResult:
+        """Wait until the job ends; its result, or the error it failed with (:class:`JobCancelledError`
+        when it was cancelled)."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        if self._status is JobStatus.CANCELED:
+            raise JobCancelledError(f"job '{self._driver.job_name}' ({self.get_job_id()}) was cancelled")
+        assert self._driver.result is not None
+        return self._driver.result
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds (None: until the end) for the job to end; whether it has."""
+        return self._done.wait(timeout)
+
+    def __repr__(self) -> str:
+        return f"JobClient(job_id={self.get_job_id()!r}, status={self._status.name})"
+
+
+def submit_job(driver: JobDriver) -> JobClient:
+    """Start ``driver``'s job on a thread of its own and return its client."""
+    client = JobClient(driver)
+    client._start()
+    return client
+
+
+__all__ = ["JobClient", "JobStatus", "submit_job"]

@@ -1,0 +1,146 @@
+"""A live job handle: ``env.execute_async()`` runs the job on its own thread; the JobClient reports
+status and metrics while it runs, cancels it, and stops it with a savepoint it resumes from."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream.connectors.file_system import FileSink
+from slipstream.datastream.connectors.number_seq import NumberSequenceSource
+from slipstream.datastream.formats.base import Encoder
+from slipstream.errors import InvalidProgramError, JobCancelledError, UserFunctionError
+from slipstream.runtime.job_client import JobStatus
+
+KEYS = 7
+N = 60_000
+
+
+class Gate:
+    """An identity map that holds the job's thread at record ``at`` until :meth:`open` (or raises there)."""
+
+    def __init__(self, at: int | None = None, fail: bool = False) -> None:
+        self.at, self.fail = at, fail
+        self.reached, self.opened = threading.Event(), threading.Event()
+
+    def __call__(self, x: int) -> int:
+        if x == self.at:
+            if self.fail:
+                raise ValueError(f"bad record {x}")
+            self.reached.set()
+            assert self.opened.wait(30), "the test never opened the gate"
+        return x
+
+    def open_after(self, seconds: float) -> None:
+        threading.Timer(seconds, self.opened.set).start()
+
+
+def counting_job(tmp_path, gate: Gate, parallelism: int = 2, checkpoints: bool = True) -> StreamExecutionEnvironment:
+    """Numbers 1..N -> gate -> running count per key (x % KEYS) -> lines ``key,count`` in a FileSink."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.configure(batch_size=64, backlog_sorting=False, show_progress=False)
+    if checkpoints:
+        env.enable_checkpointing(20)
+        env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build()
+    (env.from_source(NumberSequenceSource(1, N), None, "numbers").uid("numbers")
+     .map(gate).name("gate").uid("gate").map(lambda x: (x % KEYS, 1)).uid("pairs")
+     .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")
+     .map(lambda p: f"{p[0]},{p[1]}").uid("format").sink_to(sink).uid("sink"))
+    return env
+
+
+def oracle(n: int) -> Counter:
+    per_key = Counter(x % KEYS for x in range(1, n + 1))
+    return Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
+
+
+def committed(directory) -> Counter:
+    lines: Counter = Counter()
+    for name in os.listdir(directory):
+        if not name.startswith((".", "_")):
+            lines.update((directory / name).read_text().splitlines())
+    return lines
+
+
+def test_status_runs_through_created_running_finished_and_metrics_grow(tmp_path):
+    gate = Gate(at=N // 2)
+    client = counting_job(tmp_path, gate, checkpoints=False).execute_async("count")
+    assert client.get_job_status() in (JobStatus.CREATED, JobStatus.RUNNING)
+    assert gate.reached.wait(30)
+    assert client.get_job_status() is JobStatus.RUNNING
+    held = client.get_metrics()
+    assert 0 < held["numbers"]["records_out"] < N
+    gate.opened.set()
+    result = client.get_job_execution_result()
+    assert client.get_job_status() is JobStatus.FINISHED
+    assert client.get_job_status().is_globally_terminal_state()
+    assert result.get_job_id() == client.get_job_id()
+    final = client.get_metrics()
+    assert final["numbers"]["records_out"] == N > held["numbers"]["records_out"]
+    assert final["gate"]["records_in"] == N
+    assert committed(tmp_path / "out") == oracle(N)
+
+
+def test_cancel_stops_the_job_and_its_result_raises(tmp_path):
+    gate = Gate(at=N // 3)
+    client = counting_job(tmp_path, gate).execute_async("count")
+    assert gate.reached.wait(30)
+    gate.open_after(0.2)
+    client.cancel()
+    assert client.get_job_status() is JobStatus.CANCELED
+    assert client.get_metrics()["numbers"]["records_out"] < N
+    with pytest.raises(JobCancelledError, match="cancelled"):
+        client.get_job_execution_result()
+
+
+def test_a_failing_job_reports_failed_and_its_result_raises_the_error(tmp_path):
+    client = counting_job(tmp_path, Gate(at=1000, fail=True), checkpoints=False).execute_async("count")
+    with pytest.raises(UserFunctionError, match="bad record 1000"):
+        client.get_job_execution_result()
+    assert client.get_job_status() is JobStatus.FAILED
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+def test_stop_with_savepoint_then_restore_gives_exactly_once_output(tmp_path, parallelism):
+    gate = Gate(at=N // 3)
+    client = counting_job(tmp_path, gate, parallelism).execute_async("count")
+    assert gate.reached.wait(30)
+    gate.open_after(0.2)
+    savepoint = client.stop_with_savepoint()
+    assert client.get_job_status() is JobStatus.FINISHED
+    stopped_at = client.get_metrics()["numbers"]["records_out"]
+    assert N // 3 <= stopped_at < N
+    assert os.path.basename(savepoint).startswith("chk-")
+    partial = committed(tmp_path / "out")
+    assert partial and not partial - oracle(N)  # a consistent prefix: no line the full job would not write
+    result = counting_job(tmp_path, Gate(), parallelism).execute("count", restore_from=savepoint)
+    assert result.get_accumulator_result("checkpoints")["restored_from"] == savepoint
+    assert committed(tmp_path / "out") == oracle(N)
+
+
+def test_stop_with_savepoint_copies_it_into_the_given_directory(tmp_path):
+    gate = Gate(at=N // 3)
+    client = counting_job(tmp_path, gate).execute_async("count")
+    assert gate.reached.wait(30)
+    gate.open_after(0.1)
+    savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"))
+    assert os.path.dirname(savepoint) == str(tmp_path / "savepoints")
+    counting_job(tmp_path, Gate()).execute("count", restore_from=savepoint)
+    assert committed(tmp_path / "out") == oracle(N)
+
+
+def test_stop_with_savepoint_needs_checkpointing(tmp_path):
+    gate = Gate(at=100)
+    client = counting_job(tmp_path, gate, checkpoints=False).execute_async("count")
+    with pytest.raises(InvalidProgramError, match="enable_checkpointing"):
+        client.stop_with_savepoint()
+    gate.opened.set()
+    client.get_job_execution_result()
+    with pytest.raises(InvalidProgramError, match="already ended"):
+        client.stop_with_savepoint()
