@@ -500,10 +500,15 @@ class StreamExecutionEnvironment:
         from slipstream.runtime.planner import plan_job
         return execution_plan_json(plan_job(self, list(self._transformations)))
 
-    def explain(self) -> str:
-        """The job graph as text: tasks, chained operators, parallelism and edges."""
+    def explain(self, format: str = "text") -> str:
+        """The job graph as text: tasks, chained operators, parallelism and edges; ``format``
+        "json", "mermaid" or "dot" gives the same plan as a document or a picture
+        (see :mod:`slipstream.runtime.plan_formats`)."""
+        from slipstream.runtime.plan_formats import FORMATS, render_plan
         from slipstream.runtime.planner import plan_job
-        return plan_job(self, list(self._transformations)).explain()
+        if format not in FORMATS:
+            raise InvalidProgramError(f"explain's format must be one of {', '.join(FORMATS)}, got {format!r}")
+        return render_plan(plan_job(self, list(self._transformations)), format)
 
     def _take_graph(self) -> list[Transformation]:
         """Hand the graph to a run; the environment starts afresh, as Flink clears it on execute."""

@@ -86,13 +86,14 @@ class JobClient:
         # list() and dict() copy in one step under the GIL: safe while the job's thread counts on
         return {name: dict(values) for name, values in list(run.metrics.items())}
 
-    def cancel(self) -> None:
-        """Stop the job after its current turn, without a final checkpoint; waits until it has stopped.
-        Checkpoints already taken stay, so the job can be restored from the latest one."""
+    def cancel(self, timeout: float | None = None) -> bool:
+        """Stop the job after its current turn, without a final checkpoint; waits up to ``timeout``
+        seconds (None: until it has stopped) and says whether it has. Checkpoints already taken
+        stay, so the job can be restored from the latest one."""
         if not self._done.is_set():
             self._status = JobStatus.CANCELLING
             self._cancel_requested = True
-        self._done.wait()
+        return self._done.wait(timeout)
 
     def stop_with_savepoint(self, path: str | None = None) -> str:
         """Take a checkpoint now (a savepoint), commit it, and stop; returns its directory, from which

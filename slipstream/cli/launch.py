@@ -1,0 +1,138 @@
+"""Running a job script under the command line: the execution contexts of ``run`` and ``explain``.
+
+The script runs as ``__main__`` (as ``python job.py`` would run it) inside an
+:class:`~slipstream.datastream.context.ExecutionContext`, so the command line's options
+apply to every environment it creates, and its ``execute()`` is the command line's:
+``run`` runs the job on its own thread and turns Ctrl-C into a stop with a savepoint;
+``explain`` renders the plan and stops the script before anything runs.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import click
+
+from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR
+from slipstream.datastream.context import execution_context
+from slipstream.datastream.environment import JobExecutionResult, StreamExecutionEnvironment
+from slipstream.runtime.job_client import JobClient
+
+SAVEPOINT_DIR = "slipstream-savepoints"
+"""Where Ctrl-C's savepoint goes (in the working directory) when the job has no checkpoint directory."""
+
+CANCEL_GRACE_S = 2.0
+"""How long a second Ctrl-C waits for the job's current turn to end before the process exits anyway."""
+
+
+class PlanShown(BaseException):
+    """Stops an ``explain``-ed script where it submits its job (a BaseException, so the script's
+    own ``except Exception`` cannot swallow it)."""
+
+    def __init__(self, plan: str) -> None:
+        super().__init__(plan)
+        self.plan = plan
+
+
+class JobStopped(BaseException):
+    """Stops a ``run`` script after Ctrl-C stopped its job; ``savepoint`` is where it can resume from."""
+
+    def __init__(self, savepoint: str | None) -> None:
+        super().__init__(savepoint)
+        self.savepoint = savepoint
+
+
+@dataclass
+class Settings:
+    """Command-line settings every environment of the script starts with (its own calls override them)."""
+
+    parallelism: int | None = None
+    checkpoint_dir: str | None = None
+
+    def configure(self, env: StreamExecutionEnvironment) -> None:
+        if self.parallelism is not None:
+            env.set_parallelism(self.parallelism)
+        if self.checkpoint_dir is not None:
+            env.get_checkpoint_config().set_checkpoint_storage_dir(self.checkpoint_dir)
+
+
+@dataclass
+class ExplainContext:
+    """``slipstream explain``: the first job the script submits is rendered in ``format``, not run."""
+
+    format: str
+    settings: Settings = field(default_factory=Settings)
+
+    def configure(self, env: StreamExecutionEnvironment) -> None:
+        self.settings.configure(env)
+
+    def execute(self, env: StreamExecutionEnvironment, job_name: str | None,
+                restore_from: str | None) -> JobExecutionResult:
+        self.submit(env)
+
+    def submit(self, env: StreamExecutionEnvironment) -> NoReturn:
+        raise PlanShown(env.explain(self.format))
+
+
+@dataclass
+class RunContext:
+    """``slipstream run``: jobs run on their own thread while the main thread waits for Ctrl-C."""
+
+    settings: Settings = field(default_factory=Settings)
+
+    def configure(self, env: StreamExecutionEnvironment) -> None:
+        self.settings.configure(env)
+
+    def execute(self, env: StreamExecutionEnvironment, job_name: str | None,
+                restore_from: str | None) -> JobExecutionResult:
+        client = env.execute_async(job_name, restore_from)
+        try:
+            return client.get_job_execution_result()
+        except KeyboardInterrupt:
+            raise JobStopped(stop_gracefully(env, client)) from None
+
+    def submit(self, env: StreamExecutionEnvironment) -> None:
+        """``execute_async`` and ``execute_and_collect`` run as the script drives them."""
+
+
+def stop_gracefully(env: StreamExecutionEnvironment, client: JobClient) -> str | None:
+    """After a first Ctrl-C: stop the job with a savepoint (when it checkpoints) and return its
+    path; a second Ctrl-C cancels the job at once (None)."""
+    config = env.get_checkpoint_config()
+    try:
+        if not config.is_checkpointing_enabled():
+            click.echo("Ctrl-C: cancelling the job (it does not checkpoint, so there is no savepoint; "
+                       "Ctrl-C again to exit at once)", err=True)
+            client.cancel()
+            return None
+        click.echo("Ctrl-C: stopping the job with a savepoint (Ctrl-C again to stop at once, without one)",
+                   err=True)
+        target = None if config.get_checkpoint_storage_dir() is not None else os.path.abspath(SAVEPOINT_DIR)
+        return client.stop_with_savepoint(target)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        click.echo("Ctrl-C again: stopping at once, without a savepoint", err=True)
+        client.cancel(timeout=CANCEL_GRACE_S)
+        return None
+
+
+def run_script(script: str, argv: list[str], context: RunContext | ExplainContext,
+               restore: str | None = None) -> None:
+    """Run ``script`` as ``__main__`` with ``argv`` inside ``context``; ``restore`` is the default
+    ``restore_from`` of its jobs (through ``SLIPSTREAM_RESTORE_FROM``, as a script run by hand reads it)."""
+    path = os.path.abspath(script)
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(path))
+    if restore is not None:
+        os.environ[RESTORE_ENV_VAR] = restore
+    try:
+        with execution_context(context):
+            runpy.run_path(path, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
