@@ -10,6 +10,7 @@ Examples::
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
@@ -78,9 +79,11 @@ def run(script: str, parallelism: int | None, restore: str | None, checkpoint_di
 @PARALLELISM
 @SCRIPT_ARGS
 def explain(script: str, format_: str, parallelism: int | None, script_args: tuple[str, ...]) -> None:
-    """Print the plan of the first job SCRIPT submits, without running it."""
+    """Print the plan of the first job SCRIPT submits, without running it (what the script itself
+    prints goes to stderr, so the plan alone is on stdout)."""
     try:
-        run_script(script, list(script_args), ExplainContext(format_, Settings(parallelism)))
+        with contextlib.redirect_stdout(sys.stderr):
+            run_script(script, list(script_args), ExplainContext(format_, Settings(parallelism)))
     except PlanShown as shown:
         click.echo(shown.plan)
         return
