@@ -20,7 +20,7 @@ thick and FEEDBACK edges dashed.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from slipstream.runtime.job_graph import JobGraph, StreamNode, node_notes
 
@@ -88,29 +88,36 @@ def _by_scope(document: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]]
     return members, children
 
 
+def _nested(document: dict[str, Any], operator: Callable[[dict[str, Any]], str],
+            opening: Callable[[str], list[str]], closing: str) -> list[str]:
+    """Lines of the operators, loop scopes enclosing theirs (``opening`` lines, inner lines, ``closing``)."""
+    members, children = _by_scope(document)
+    lines: list[str] = []
+
+    def visit(scope: str, indent: str) -> None:
+        lines.extend(indent + operator(op) for op in members.get(scope, []))
+        for inner in children.get(scope, []):
+            lines.extend(indent + line for line in opening(inner))
+            visit(inner, indent + "  ")
+            lines.append(indent + closing)
+
+    visit("root", "  ")
+    return lines
+
+
 def _quote_mermaid(text: str) -> str:
     return text.replace('"', "#quot;")
 
 
 def to_mermaid(document: dict[str, Any]) -> str:
     """A mermaid flowchart of the plan document."""
-    members, children = _by_scope(document)
-    lines = ["flowchart LR"]
-
-    def scope_lines(scope: str, indent: str) -> None:
-        for operator in members.get(scope, []):
-            lines.append(f'{indent}op{operator["id"]}["{_quote_mermaid(_label(operator))}"]')
-        for inner in children.get(scope, []):
-            lines.append(f'{indent}subgraph scope{inner.replace("/", "_")} ["loop scope {inner}"]')
-            scope_lines(inner, indent + "  ")
-            lines.append(f"{indent}end")
-
-    scope_lines("root", "  ")
     arrows = {"PIPELINED": "-->", "BLOCKING": "==>", "FEEDBACK": "-.->"}
-    for edge in document["edges"]:
-        lines.append(f'  op{edge["source"]} {arrows[edge["kind"]]}|"{_quote_mermaid(_edge_label(edge))}"| '
-                     f'op{edge["target"]}')
-    return "\n".join(lines)
+    return "\n".join(
+        ["flowchart LR"]
+        + _nested(document, lambda op: f'op{op["id"]}["{_quote_mermaid(_label(op))}"]',
+                  lambda scope: [f'subgraph scope{scope.replace("/", "_")} ["loop scope {scope}"]'], "end")
+        + [f'  op{edge["source"]} {arrows[edge["kind"]]}|"{_quote_mermaid(_edge_label(edge))}"| op{edge["target"]}'
+           for edge in document["edges"]])
 
 
 def _quote_dot(text: str) -> str:
@@ -119,25 +126,15 @@ def _quote_dot(text: str) -> str:
 
 def to_dot(document: dict[str, Any]) -> str:
     """A Graphviz dot digraph of the plan document."""
-    members, children = _by_scope(document)
-    lines = ["digraph plan {", "  rankdir=LR;", "  node [shape=box];"]
-
-    def scope_lines(scope: str, indent: str) -> None:
-        for operator in members.get(scope, []):
-            lines.append(f"{indent}op{operator['id']} [label={_quote_dot(_label(operator))}];")
-        for inner in children.get(scope, []):
-            lines.append(f"{indent}subgraph cluster_{inner.replace('/', '_')} {{")
-            lines.append(f"{indent}  label={_quote_dot('loop scope ' + inner)};")
-            scope_lines(inner, indent + "  ")
-            lines.append(f"{indent}}}")
-
-    scope_lines("root", "  ")
     styles = {"PIPELINED": "solid", "BLOCKING": "bold", "FEEDBACK": "dashed"}
-    for edge in document["edges"]:
-        lines.append(f"  op{edge['source']} -> op{edge['target']} [label={_quote_dot(_edge_label(edge))}, "
-                     f"style={styles[edge['kind']]}];")
-    lines.append("}")
-    return "\n".join(lines)
+    return "\n".join(
+        ["digraph plan {", "  rankdir=LR;", "  node [shape=box];"]
+        + _nested(document, lambda op: f"op{op['id']} [label={_quote_dot(_label(op))}];",
+                  lambda scope: [f"subgraph cluster_{scope.replace('/', '_')} {{",
+                                 f"  label={_quote_dot('loop scope ' + scope)};"], "}")
+        + [f"  op{edge['source']} -> op{edge['target']} [label={_quote_dot(_edge_label(edge))}, "
+           f"style={styles[edge['kind']]}];" for edge in document["edges"]]
+        + ["}"])
 
 
 def render_plan(graph: JobGraph, format: str = "text") -> str:

@@ -106,32 +106,22 @@ def test_a_failing_job_reports_failed_and_its_result_raises_the_error(tmp_path):
     assert client.get_job_status() is JobStatus.FAILED
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-def test_stop_with_savepoint_then_restore_gives_exactly_once_output(tmp_path, parallelism):
+@pytest.mark.parametrize("parallelism,into", [(1, None), (2, None), (4, None), (2, "savepoints")])
+def test_stop_with_savepoint_then_restore_gives_exactly_once_output(tmp_path, parallelism, into):
     gate = Gate(at=N // 3)
     client = counting_job(tmp_path, gate, parallelism).execute_async("count")
     assert gate.reached.wait(30)
     gate.open_after(0.2)
-    savepoint = client.stop_with_savepoint()
+    savepoint = client.stop_with_savepoint(None if into is None else str(tmp_path / into))
     assert client.get_job_status() is JobStatus.FINISHED
     stopped_at = client.get_metrics()["numbers"]["records_out"]
     assert N // 3 <= stopped_at < N
+    assert os.path.dirname(savepoint) == str(tmp_path / (into or "chk"))
     assert os.path.basename(savepoint).startswith("chk-")
     partial = committed(tmp_path / "out")
     assert partial and not partial - oracle(N)  # a consistent prefix: no line the full job would not write
     result = counting_job(tmp_path, Gate(), parallelism).execute("count", restore_from=savepoint)
     assert result.get_accumulator_result("checkpoints")["restored_from"] == savepoint
-    assert committed(tmp_path / "out") == oracle(N)
-
-
-def test_stop_with_savepoint_copies_it_into_the_given_directory(tmp_path):
-    gate = Gate(at=N // 3)
-    client = counting_job(tmp_path, gate).execute_async("count")
-    assert gate.reached.wait(30)
-    gate.open_after(0.1)
-    savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"))
-    assert os.path.dirname(savepoint) == str(tmp_path / "savepoints")
-    counting_job(tmp_path, Gate()).execute("count", restore_from=savepoint)
     assert committed(tmp_path / "out") == oracle(N)
 
 
