@@ -2,4 +2,5 @@
 
 from slipstream.cli import main
 
-main(prog_name="slipstream")
+if __name__ == "__main__":  # not when a tool walks the package and imports every module
+    main(prog_name="slipstream")
