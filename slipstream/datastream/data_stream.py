@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, TypeVar
 
+from slipstream.attributes import Boundedness
 from slipstream.datastream.fields import FieldKey, get_field, replace_field
 from slipstream.datastream.functions import (
+    BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeySelector,
@@ -29,11 +32,14 @@ from slipstream.datastream.functions import (
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.python_dependencies import warn_not_applied
 from slipstream.datastream.slot_sharing_group import SlotSharingGroup
+from slipstream.datastream.state import MapStateDescriptor
 from slipstream.datastream.transformations import (
+    BroadcastProcessTransformation,
     CoProcessTransformation,
     FilterTransformation,
     FlatMapTransformation,
     KeyedProcessTransformation,
+    LoopHeadTransformation,
     MapTransformation,
     Partitioning,
     PartitionTransformation,
@@ -41,6 +47,7 @@ from slipstream.datastream.transformations import (
     ReduceTransformation,
     SideOutputTransformation,
     SinkTransformation,
+    SourceTransformation,
     TimestampsAndWatermarksTransformation,
     Transformation,
     UnionTransformation,
@@ -252,9 +259,25 @@ class DataStream(Generic[T]):
         """Distribute records uniformly at random (seeded, so runs repeat)."""
         return self._partition(Partitioning.SHUFFLE)
 
-    def broadcast(self) -> DataStream[T]:
-        """Send every record to every downstream subtask."""
-        return self._partition(Partitioning.BROADCAST)
+    def broadcast(self, broadcast_state_descriptor: MapStateDescriptor | None = None,
+                  *other_broadcast_state_descriptors: MapStateDescriptor) -> DataStream[T] | BroadcastStream:
+        """Send every record to every downstream subtask.
+
+        Given ``MapStateDescriptor``s, returns a :class:`BroadcastStream` with a broadcast state
+        for each, to ``connect`` a data stream to (as PyFlink's ``broadcast``)."""
+        if broadcast_state_descriptor is None:
+            if other_broadcast_state_descriptors:
+                raise InvalidProgramError("DataStream.broadcast: the first MapStateDescriptor is None")
+            return self._partition(Partitioning.BROADCAST)
+        descriptors = [broadcast_state_descriptor, *other_broadcast_state_descriptors]
+        for descriptor in descriptors:
+            if not isinstance(descriptor, MapStateDescriptor):
+                raise InvalidProgramError(f"DataStream.broadcast expects MapStateDescriptors (broadcast state "
+                                          f"is map state), got {descriptor!r}")
+        names = [descriptor.name for descriptor in descriptors]
+        if len(set(names)) != len(names):
+            raise InvalidProgramError(f"DataStream.broadcast: two broadcast states have the same name ({names})")
+        return BroadcastStream(self._partition(Partitioning.BROADCAST), descriptors)
 
     def global_(self) -> DataStream[T]:
         """Send every record to the first downstream subtask."""
@@ -279,12 +302,16 @@ class DataStream(Generic[T]):
         return DataStream(self._env, self._env._add_transformation(
             UnionTransformation, "Union", inputs, output_type=self.get_type()))
 
-    def connect(self, ds: DataStream) -> ConnectedStreams:
-        """Connect with another stream (possibly of another type) for a two-input function."""
-        if not isinstance(ds, DataStream):
-            raise InvalidProgramError(f"DataStream.connect expects a DataStream, got {ds!r}")
-        self._env._check_same_environment(ds, "connect")
-        self._env._check_same_scope([self._transformation, ds._transformation], "connect")
+    def connect(self, ds: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
+        """Connect with another stream (possibly of another type) for a two-input function, or with
+        a :class:`BroadcastStream` for a (keyed) broadcast process function."""
+        other = ds.input_stream if isinstance(ds, BroadcastStream) else ds
+        if not isinstance(other, DataStream):
+            raise InvalidProgramError(f"DataStream.connect expects a DataStream or a BroadcastStream, got {ds!r}")
+        self._env._check_same_environment(other, "connect")
+        self._env._check_same_scope([self._transformation, other._transformation], "connect")
+        if isinstance(ds, BroadcastStream):
+            return BroadcastConnectedStream(self, ds, ds.broadcast_state_descriptors)
         return ConnectedStreams(self, ds)
 
     def co_group(self, other: DataStream) -> Any:
@@ -613,6 +640,81 @@ class ConnectedStreams:
             return self._append("process", func, "Co-Process", output_type)
         raise InvalidProgramError("ConnectedStreams.process expects a CoProcessFunction or a "
                                   f"KeyedCoProcessFunction, got {func!r}")
+
+
+class BroadcastStream:
+    """A stream whose every record reaches every parallel instance of the operator it is connected
+    to, with broadcast state for it to keep them in, as PyFlink's ``BroadcastStream``. Made by
+    ``DataStream.broadcast(descriptor, ...)``; its one use is ``data_stream.connect(broadcast_stream)``."""
+
+    def __init__(self, input_stream: DataStream, broadcast_state_descriptors: list[MapStateDescriptor]) -> None:
+        self.input_stream = input_stream
+        self.broadcast_state_descriptors = broadcast_state_descriptors
+
+    def get_execution_environment(self) -> StreamExecutionEnvironment:
+        return self.input_stream.get_execution_environment()
+
+    def __repr__(self) -> str:
+        return f"BroadcastStream({self.input_stream.get_name()!r}, {[d.name for d in self.broadcast_state_descriptors]})"
+
+
+def _all_bounded(transformation: Transformation) -> bool:
+    """Whether every source upstream of ``transformation`` is bounded, so that what it carries is
+    backlog from the start to its end; False where a loop feeds it (no source decides its end)."""
+    seen: set[int] = set()
+    sources: list[Any] = []
+    pending = [transformation]
+    while pending:
+        current = pending.pop()
+        if current.id in seen:
+            continue
+        seen.add(current.id)
+        if isinstance(current, LoopHeadTransformation):
+            return False
+        if isinstance(current, SourceTransformation):
+            sources.append(current.source)
+        pending.extend(current.inputs)
+    return bool(sources) and all(source.get_boundedness() is Boundedness.BOUNDED for source in sources)
+
+
+class BroadcastConnectedStream:
+    """A data stream (keyed or not) connected with a :class:`BroadcastStream`, as PyFlink's
+    ``BroadcastConnectedStream``: ``process`` applies a ``BroadcastProcessFunction`` (non-keyed
+    data stream) or a ``KeyedBroadcastProcessFunction`` (keyed data stream)."""
+
+    def __init__(self, non_broadcast_stream: DataStream, broadcast_stream: BroadcastStream,
+                 broadcast_state_descriptors: list[MapStateDescriptor]) -> None:
+        self.non_broadcast_stream = non_broadcast_stream
+        self.broadcast_stream = broadcast_stream
+        self.broadcast_state_descriptors = broadcast_state_descriptors
+
+    def _is_keyed_stream(self) -> bool:
+        return isinstance(self.non_broadcast_stream, KeyedStream)
+
+    def process(self, func: BroadcastProcessFunction | KeyedBroadcastProcessFunction,
+                output_type: Any = None) -> DataStream:
+        """Run ``func``: ``process_element`` on the data stream's records (read-only broadcast state;
+        keyed state and timers when keyed), ``process_broadcast_element`` on every broadcast element
+        in every parallel instance (writable broadcast state)."""
+        keyed = self._is_keyed_stream()
+        if isinstance(func, BroadcastProcessFunction) and keyed:
+            raise InvalidProgramError("a BroadcastProcessFunction applies to a non-keyed DataStream; on a "
+                                      "KeyedStream use a KeyedBroadcastProcessFunction")
+        if isinstance(func, KeyedBroadcastProcessFunction) and not keyed:
+            raise InvalidProgramError("a KeyedBroadcastProcessFunction applies to a KeyedStream (key_by before "
+                                      "connect); on a non-keyed DataStream use a BroadcastProcessFunction")
+        if not isinstance(func, (BroadcastProcessFunction, KeyedBroadcastProcessFunction)):
+            raise InvalidProgramError("BroadcastConnectedStream.process expects a BroadcastProcessFunction or a "
+                                      f"KeyedBroadcastProcessFunction, got {func!r}")
+        data, broadcast = self.non_broadcast_stream, self.broadcast_stream.input_stream
+        env = data._env
+        selectors = [data._key_selectors()[0], None] if keyed else []
+        transformation = env._add_transformation(
+            BroadcastProcessTransformation, "Keyed-Co-Process-Broadcast" if keyed else "Co-Process-Broadcast",
+            [data._transformation, broadcast._transformation], output_type=output_type, key_selectors=selectors,
+            function=func, descriptors=list(self.broadcast_state_descriptors),
+            broadcast_bounded=_all_bounded(broadcast._transformation))
+        return DataStream(env, transformation)
 
 
 class CloseableIterator(Iterator[T]):

@@ -17,6 +17,7 @@ from slipstream.datastream.metrics import MetricGroup
 from slipstream.errors import InvalidProgramError
 
 IN = TypeVar("IN")
+IN2 = TypeVar("IN2")
 OUT = TypeVar("OUT")
 KEY = TypeVar("KEY")
 ACC = TypeVar("ACC")
@@ -252,6 +253,98 @@ class KeyedCoProcessFunction(Function):
         return ()
 
 
+class BaseBroadcastProcessFunction(Function):
+    """What :class:`BroadcastProcessFunction` and :class:`KeyedBroadcastProcessFunction` share, as
+    PyFlink's: a function over a data stream connected with a broadcast stream, whose elements
+    update broadcast state that every parallel instance holds a copy of."""
+
+    class BaseContext(ABC):
+        """The context of both sides: the element's timestamp, the clocks, side outputs."""
+
+        @abstractmethod
+        def timestamp(self) -> int | None:
+            """Event timestamp of the element (or firing timer), None when it has none."""
+
+        @abstractmethod
+        def current_processing_time(self) -> int: ...
+
+        @abstractmethod
+        def current_watermark(self) -> int: ...
+
+        @abstractmethod
+        def output(self, output_tag: Any, value: Any) -> None:
+            """Emit ``value`` to the side output ``output_tag`` (same as ``yield output_tag, value``)."""
+
+        @abstractmethod
+        def is_backlog(self) -> bool:
+            """Whether the element being processed is backlog (FLIP-327)."""
+
+    class Context(BaseContext, ABC):
+        """The broadcast side's context: reads and writes the broadcast state."""
+
+        @abstractmethod
+        def get_broadcast_state(self, state_descriptor: Any) -> Any:
+            """The ``BroadcastState`` described by the ``MapStateDescriptor`` given to ``broadcast``."""
+
+    class ReadOnlyContext(BaseContext, ABC):
+        """The data side's context: reads the broadcast state; changing it raises."""
+
+        @abstractmethod
+        def get_broadcast_state(self, state_descriptor: Any) -> Any:
+            """A ``ReadOnlyBroadcastState`` view of the state described by ``state_descriptor``."""
+
+
+class BroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[IN, IN2, OUT]):
+    """Applied to a non-keyed stream connected with a broadcast stream
+    (``ds.connect(rules.broadcast(descriptor)).process(fn)``), as PyFlink's: ``process_element``
+    sees each record of the data stream with read-only broadcast state, ``process_broadcast_element``
+    each broadcast element with writable broadcast state. Both yield outputs."""
+
+    class Context(BaseBroadcastProcessFunction.Context, ABC):
+        pass
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext, ABC):
+        pass
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: BroadcastProcessFunction.ReadOnlyContext) -> Iterable[Any]: ...
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Any, ctx: BroadcastProcessFunction.Context) -> Iterable[Any]: ...
+
+
+class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[KEY, IN, IN2, OUT]):
+    """Applied to a keyed stream connected with a broadcast stream, as PyFlink's: the data side
+    also has keyed state and timers (``on_timer``); the broadcast side may visit every key's state
+    with ``ctx.apply_to_keyed_state`` (Flink's Java ``applyToKeyedState``, which PyFlink lacks)."""
+
+    class Context(BaseBroadcastProcessFunction.Context, ABC):
+        @abstractmethod
+        def apply_to_keyed_state(self, state_descriptor: Any, function: Callable[[Any, Any], None]) -> None:
+            """Call ``function(key, state)`` for every key of this subtask that has ``state_descriptor``'s
+            state (``function`` may also be an object with ``process(key, state)``)."""
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext, ABC):
+        @abstractmethod
+        def timer_service(self) -> TimerService: ...
+
+        @abstractmethod
+        def get_current_key(self) -> Any: ...
+
+    class OnTimerContext(ReadOnlyContext, ABC):
+        @abstractmethod
+        def time_domain(self) -> TimeDomain: ...
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext) -> Iterable[Any]: ...
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Any, ctx: KeyedBroadcastProcessFunction.Context) -> Iterable[Any]: ...
+
+    def on_timer(self, timestamp: int, ctx: KeyedBroadcastProcessFunction.OnTimerContext) -> Iterable[Any]:
+        return ()
+
+
 class _CallableFunction:
     """Mixin remembering the wrapped callable so names and errors can refer to it."""
 
@@ -320,8 +413,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["AggregateFunction", "AllWindowFunction", "BaseContext", "CoFlatMapFunction", "CoMapFunction",
-           "CoProcessFunction", "FilterFunction", "FlatMapFunction", "Function", "KeySelector", "KeyedCoProcessFunction",
+__all__ = ["AggregateFunction", "AllWindowFunction", "BaseBroadcastProcessFunction", "BaseContext",
+           "BroadcastProcessFunction", "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction", "FilterFunction",
+           "FlatMapFunction", "Function", "KeySelector", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction",
            "KeyedProcessFunction", "KeyedStateStore", "MapFunction", "Partitioner", "ProcessAllWindowFunction",
            "ProcessFunction", "ProcessWindowFunction", "ReduceFunction", "RuntimeContext", "TimeDomain",
            "TimerService", "WindowFunction", "as_function", "function_name"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from slipstream.attributes import OperatorAttributes
 from slipstream.datastream.scope import ROOT_SCOPE, StreamScope
@@ -155,6 +155,22 @@ class CoProcessTransformation(Transformation):
 
     function: Any = None
     kind: str = "process"
+
+
+@dataclass(eq=False, repr=False)
+class BroadcastProcessTransformation(Transformation):
+    """A ``BroadcastProcessFunction`` or, on a keyed data stream, a ``KeyedBroadcastProcessFunction``:
+    input 0 is the data stream, input 1 the broadcast stream (a BROADCAST edge), ``descriptors``
+    the ``MapStateDescriptor``s of the broadcast state (PyFlink's ``broadcast(desc, ...)``).
+
+    ``broadcast_bounded`` says every source upstream of the broadcast input is bounded, so that
+    input is backlog from its first element to its end: the data input waits for it from the start.
+    """
+
+    function: Any = None
+    descriptors: list[Any] = field(default_factory=list)
+    broadcast_bounded: bool = False
+    priority_input: ClassVar[int] = 1  # the broadcast input is read first (Flink's BATCH rule)
 
 
 @dataclass(eq=False, repr=False)

@@ -3,8 +3,8 @@
 Importing this package registers every operator with :class:`StreamOperator`.
 """
 
-from slipstream.operators import co_group, co_process, iteration, loops, map, process, reduce, sink, source, timestamps, window
+from slipstream.operators import broadcast, co_group, co_process, iteration, loops, map, process, reduce, sink, source, timestamps, window
 from slipstream.operators.base import StreamOperator
 
-__all__ = ["StreamOperator", "co_group", "co_process", "iteration", "loops", "map", "process", "reduce", "sink", "source", "timestamps",
+__all__ = ["StreamOperator", "broadcast", "co_group", "co_process", "iteration", "loops", "map", "process", "reduce", "sink", "source", "timestamps",
            "window"]

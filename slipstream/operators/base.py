@@ -384,6 +384,11 @@ class StreamOperator(ABC):
         backlog does, for ``explain()`` in STREAMING mode (see :mod:`slipstream.operators.backlog`)."""
         return []
 
+    @classmethod
+    def plan_notes(cls, transformation: Transformation) -> list[str]:
+        """What ``explain()`` says about this operator beyond its attributes; nothing by default."""
+        return []
+
     # -- helpers --------------------------------------------------------------------------------
     def where(self) -> str:
         """This operator subtask as error messages name it."""

@@ -127,10 +127,13 @@ class JobRun:
             options = self.env.runtime_options
             return SourceTask(name, subtask, operators, writers, timers, self.clock, quantum,
                               options.batch_size)
-        # feedback first (FLIP-15); an iteration may ask for it only when the feedback buffer is full
+        # feedback first (FLIP-15); an iteration may ask for it only when the feedback buffer is full;
+        # an operator may name an input to read first (a broadcast operator's broadcast input)
         when_full = getattr(vertex.head.transformation, "feedback_first_when_full", False)
+        first_input = getattr(vertex.head.transformation, "priority_input", None)
         inputs = [InputChannel(channels[(edge, i, subtask)], edge.input_index,
-                               priority=1 if edge.kind is EdgeKind.FEEDBACK and not when_full else 0,
+                               priority=1 if (edge.kind is EdgeKind.FEEDBACK and not when_full)
+                               or edge.input_index == first_input else 0,
                                first_when_full=edge.kind is EdgeKind.FEEDBACK and when_full,
                                blocking=edge.kind is EdgeKind.BLOCKING)
                   for edge in vertex.in_edges

@@ -167,7 +167,8 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
     engine its backlog batch work runs on, and in STREAMING mode what of its results a sorted
     backlog cannot give as streaming the backlog does)."""
     attributes = node.transformation.get_operator_attributes()
-    notes = []
+    operator_cls = StreamOperator.registry.get(type(node.transformation))
+    notes = [] if operator_cls is None else operator_cls.plan_notes(node.transformation)
     scope = node.transformation.scope
     if scope.get_level():
         notes.append(f"in loop scope {scope} (level {scope.get_level()})")
@@ -175,7 +176,6 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
         notes.append("processes its backlog record by record (backlog_sorting=False)")
     elif attributes.has_internal_sorter():
         notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}, then switches to streaming")
-        operator_cls = StreamOperator.registry.get(type(node.transformation))
         if streaming and operator_cls is not None:
             notes.extend(f"differs from streaming its backlog: {text}"
                          for text in operator_cls.backlog_differences(node.transformation))

@@ -2,7 +2,7 @@
 
 The pairs are PyFlink's (``pyflink.<module>``, name), from the ``__all__`` lists and test imports of
 ``pyflink.common``, ``pyflink.datastream`` and ``pyflink.metrics``; the names slipstream does not provide
-(JVM-only classes, broadcast state, the job client) are listed with their reason in the README's
+(JVM-only classes, the job client) are listed with their reason in the README's
 porting section, and :data:`NOT_PROVIDED` holds them so that a name cannot be silently dropped.
 """
 
@@ -35,24 +35,28 @@ PYFLINK_NAMES: dict[str, list[str]] = {
                    "PredefinedOptions", "CheckpointStorage", "FileSystemCheckpointStorage", "RuntimeExecutionMode",
                    "Window", "TimeWindow", "CountWindow", "GlobalWindow", "WindowAssigner", "MergingWindowAssigner",
                    "TriggerResult", "Trigger", "TimeCharacteristic", "TimeDomain", "KeySelector", "Partitioner",
-                   "SlotSharingGroup", "MemorySize", "OutputTag"],
+                   "SlotSharingGroup", "MemorySize", "OutputTag", "BroadcastStream", "BroadcastConnectedStream",
+                   "BroadcastProcessFunction", "KeyedBroadcastProcessFunction"],
     "datastream.checkpoint_config": ["CheckpointConfig", "ExternalizedCheckpointCleanup"],
     "datastream.checkpoint_storage": ["CheckpointStorage", "FileSystemCheckpointStorage"],
     "datastream.checkpointing_mode": ["CheckpointingMode"],
     "datastream.data_stream": ["DataStream", "KeyedStream", "ConnectedStreams", "WindowedStream",
-                               "AllWindowedStream", "DataStreamSink", "CloseableIterator"],
+                               "AllWindowedStream", "DataStreamSink", "CloseableIterator", "BroadcastStream",
+                               "BroadcastConnectedStream"],
     "datastream.execution_mode": ["RuntimeExecutionMode"],
     "datastream.functions": ["RuntimeContext", "Function", "MapFunction", "CoMapFunction", "FlatMapFunction",
                              "CoFlatMapFunction", "ReduceFunction", "AggregateFunction", "KeySelector",
                              "FilterFunction", "Partitioner", "ProcessFunction", "KeyedProcessFunction",
                              "CoProcessFunction", "KeyedCoProcessFunction", "TimerService", "WindowFunction",
                              "AllWindowFunction", "ProcessWindowFunction", "ProcessAllWindowFunction",
-                             "KeyedStateStore"],
+                             "KeyedStateStore", "BaseBroadcastProcessFunction", "BroadcastProcessFunction",
+                             "KeyedBroadcastProcessFunction"],
     "datastream.output_tag": ["OutputTag"],
     "datastream.slot_sharing_group": ["MemorySize", "SlotSharingGroup"],
     "datastream.state": ["ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                          "ReducingStateDescriptor", "AggregatingStateDescriptor", "ValueState", "ListState",
-                         "MapState", "ReducingState", "AggregatingState", "StateTtlConfig"],
+                         "MapState", "ReducingState", "AggregatingState", "StateTtlConfig", "BroadcastState",
+                         "ReadOnlyBroadcastState"],
     "datastream.state_backend": ["StateBackend", "HashMapStateBackend", "EmbeddedRocksDBStateBackend",
                                  "MemoryStateBackend", "FsStateBackend", "RocksDBStateBackend", "PredefinedOptions"],
     "datastream.stream_execution_environment": ["StreamExecutionEnvironment"],
@@ -74,9 +78,7 @@ NOT_PROVIDED: dict[str, list[str]] = {
                "ExecutionMode", "InputDependencyConstraint",  # the DataSet API's
                "SerializationSchema", "DeserializationSchema", "SimpleStringSchema", "Encoder",
                "TypeSerializer", "Instant"],
-    "datastream": ["BroadcastStream", "BroadcastConnectedStream", "BroadcastProcessFunction",
-                   "KeyedBroadcastProcessFunction",  # broadcast state: later
-                   "SourceFunction", "SinkFunction", "CustomStateBackend", "CustomCheckpointStorage",  # Java classes
+    "datastream": ["SourceFunction", "SinkFunction", "CustomStateBackend", "CustomCheckpointStorage",  # Java classes
                    "JobManagerCheckpointStorage", "ExternalizedCheckpointRetention"],
 }
 
