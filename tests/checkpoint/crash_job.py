@@ -28,6 +28,11 @@ KIND:
            the body ``inner_rounds(x, left)`` times (same oracle: an epoch passes the loop whole)
   watched  a watched directory (``monitor_continuously``) ``watched/`` beside OUT_DIR -> a word count
            (keyed reduce, backlog sorted): unbounded, so the tests stop it with SIGKILL; N is unused
+  broadcast numbers 1..N (2 source subtasks) -> key_by(x % KEYS), connected with the rules 1..N/5
+           broadcast (2 source subtasks) -> a KeyedBroadcastProcessFunction: the rules build a sum per
+           residue in broadcast state (read first: they are backlog), each number counts its key in
+           keyed state and is written with the count and its key's sum (``broadcast_lines``); the hook is
+           on the numbers read and on the lines written (before and after the rules ended)
   online   examples/iteration_online_logistic_regression.py's offline-then-online job: a bounded
            iteration trains on ``HISTORY`` samples, then an unbounded one on N live samples from an
            unbounded source; each model version is written as ``version;w1,w2,w3``. Its oracle is
@@ -43,10 +48,18 @@ import os
 import sys
 from collections import Counter
 
-from slipstream.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, ValueStateDescriptor
+from slipstream.datastream import (
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    MapStateDescriptor,
+    OutputTag,
+    ProcessFunction,
+    ValueStateDescriptor,
+)
 from slipstream.datastream.iteration import IterationListener
 
 KEYS = 13
+RULE_SUMS = MapStateDescriptor("rule sums")
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 
 
@@ -144,7 +157,40 @@ def online_models(n: int) -> list:
     return online.online_numpy(X[HISTORY:], y[HISTORY:], start, 0.5, 40)
 
 
+def rule_sums(n: int) -> Counter:
+    """The broadcast job's broadcast state when its rules have ended: the rules 1..n/5 summed by residue."""
+    sums: Counter = Counter()
+    for rule in range(1, n // 5 + 1):
+        sums[rule % KEYS] += rule
+    return sums
+
+
+def broadcast_lines(n: int) -> Counter:
+    sums = rule_sums(n)
+    per_key = Counter(x % KEYS for x in range(1, n + 1))
+    return Counter(f"{k},{i},{sums[k]}" for k, count in per_key.items() for i in range(1, count + 1))
+
+
+class SumRulesCountNumbers(KeyedBroadcastProcessFunction):
+    """The broadcast job's function: rules summed by residue in broadcast state, numbers counted per key."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_broadcast_element(self, value, ctx):
+        sums = ctx.get_broadcast_state(RULE_SUMS)
+        sums.put(value % KEYS, (sums.get(value % KEYS) or 0) + value)
+        return ()
+
+    def process_element(self, value, ctx):
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        yield f"{ctx.get_current_key()},{count},{ctx.get_broadcast_state(RULE_SUMS).get(ctx.get_current_key())}"
+
+
 def oracle(kind: str, n: int) -> Counter:
+    if kind == "broadcast":
+        return broadcast_lines(n)
     if kind in ("iteration", "iteration_loop"):
         return iteration_lines(n)
     if kind in ("loop", "nested"):
@@ -245,6 +291,11 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
             StreamFormat.text_line_format(), text_input(file_input(kind, out), n)).build(), None, "lines").uid("lines").set_parallelism(2)
         (numbers.union(lines.map(int).uid("parse")).map(hook).uid("hook").key_by(lambda v: v % KEYS)
          .process(Count()).uid("count").sink_to(sink).uid("sink"))
+    elif kind == "broadcast":
+        numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers").set_parallelism(2)
+        rules = env.from_source(NumberSequenceSource(1, n // 5), None, "rules").uid("rules").set_parallelism(2)
+        (numbers.map(hook).uid("hook").key_by(lambda x: x % KEYS).connect(rules.broadcast(RULE_SUMS))
+         .process(SumRulesCountNumbers()).uid("count").map(hook).uid("hook-out").sink_to(sink).uid("sink"))
     elif kind == "bad":
         from slipstream.datastream.connectors.file_system import OutputFileConfig
         from slipstream.datastream.formats.csv import CsvReaderFormat, CsvSchema

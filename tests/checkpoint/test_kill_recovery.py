@@ -1,7 +1,7 @@
 """Fault injection: SIGKILL a job in a child process at random moments, restart it from its
 checkpoint directory, repeat until it finishes; the committed output must equal the oracle.
 
-Across the three jobs at least 20 kills happen in every run of the suite (asserted).
+Across the four jobs at least 20 kills happen in every run of the suite (asserted).
 The child restores through the command-line route (``SLIPSTREAM_RESTORE_FROM=latest``).
 """
 
@@ -63,7 +63,8 @@ def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kill
         return kills
 
 
-@pytest.mark.parametrize("kind,n,target", [("counts", 300_000, 8), ("union", 160_000, 7), ("windows", 40_000, 6)])
+@pytest.mark.parametrize("kind,n,target", [("counts", 300_000, 8), ("union", 160_000, 7), ("windows", 40_000, 6),
+                                           ("broadcast", 100_000, 5)])
 def test_sigkill_and_restart_gives_exactly_once_output(tmp_path, kind, n, target, kill_counter):
     rng = random.Random(f"kill-{kind}")
     kills = rounds = 0
@@ -83,6 +84,6 @@ def kill_counter() -> dict[str, int]:
 
 
 def test_at_least_twenty_kills_across_the_jobs():
-    if len(_KILLS) < 3:
-        pytest.skip("runs after the three kill tests (run the whole module)")
+    if len(_KILLS) < 4:
+        pytest.skip("runs after the four kill tests (run the whole module)")
     assert sum(_KILLS.values()) >= 20, _KILLS
