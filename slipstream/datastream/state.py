@@ -190,57 +190,8 @@ class AggregatingState(AppendingState[T, V]):
     pass
 
 
-class MapState(State, Generic[K, V]):
-    @abstractmethod
-    def get(self, key: K) -> V | None: ...
-
-    @abstractmethod
-    def put(self, key: K, value: V) -> None: ...
-
-    @abstractmethod
-    def put_all(self, dict_value: dict[K, V]) -> None: ...
-
-    @abstractmethod
-    def remove(self, key: K) -> None: ...
-
-    @abstractmethod
-    def contains(self, key: K) -> bool: ...
-
-    @abstractmethod
-    def items(self) -> Iterable[tuple[K, V]]: ...
-
-    @abstractmethod
-    def keys(self) -> Iterable[K]: ...
-
-    @abstractmethod
-    def values(self) -> Iterable[V]: ...
-
-    @abstractmethod
-    def is_empty(self) -> bool: ...
-
-    def __getitem__(self, key: K) -> V:
-        return self.get(key)
-
-    def __setitem__(self, key: K, value: V) -> None:
-        self.put(key, value)
-
-    def __delitem__(self, key: K) -> None:
-        self.remove(key)
-
-    def __contains__(self, key: K) -> bool:
-        return self.contains(key)
-
-    def __iter__(self):
-        return iter(self.keys())
-
-
-class ReadOnlyBroadcastState(State, Generic[K, V]):
-    """A read-only view of a :class:`BroadcastState`: what the data side of a broadcast connected
-    stream sees (``ReadOnlyContext.get_broadcast_state``), as PyFlink's ``ReadOnlyBroadcastState``.
-
-    Values are handed out as stored, not copied: changing a value got from here would change
-    the state of this subtask only, so that its copy would differ from the others'.
-    """
+class _ReadableMap(ABC, Generic[K, V]):
+    """Reading a map-shaped state: what :class:`MapState` and :class:`ReadOnlyBroadcastState` share."""
 
     @abstractmethod
     def get(self, key: K) -> V | None: ...
@@ -270,14 +221,8 @@ class ReadOnlyBroadcastState(State, Generic[K, V]):
         return iter(self.keys())
 
 
-class BroadcastState(ReadOnlyBroadcastState[K, V]):
-    """Map state every parallel instance of a broadcast operator holds a copy of, written only
-    by ``process_broadcast_element`` (``Context.get_broadcast_state``), as PyFlink's ``BroadcastState``.
-
-    Every instance receives every broadcast element, so the copies stay equal as long as the
-    function updates them from the broadcast elements alone; a restore at another parallelism
-    gives every new instance a copy (Flink's rule: instance ``i`` takes old instance ``i mod n``'s).
-    """
+class _WritableMap(_ReadableMap[K, V]):
+    """Changing a map-shaped state: what :class:`MapState` and :class:`BroadcastState` share."""
 
     @abstractmethod
     def put(self, key: K, value: V) -> None: ...
@@ -293,3 +238,26 @@ class BroadcastState(ReadOnlyBroadcastState[K, V]):
 
     def __delitem__(self, key: K) -> None:
         self.remove(key)
+
+
+class MapState(State, _WritableMap[K, V]):
+    """Keyed state holding a map per key."""
+
+
+class ReadOnlyBroadcastState(State, _ReadableMap[K, V]):
+    """A read-only view of a :class:`BroadcastState`: what the data side of a broadcast connected
+    stream sees (``ReadOnlyContext.get_broadcast_state``), as PyFlink's ``ReadOnlyBroadcastState``.
+
+    Values are handed out as stored, not copied: changing a value got from here would change
+    the state of this subtask only, so that its copy would differ from the others'.
+    """
+
+
+class BroadcastState(ReadOnlyBroadcastState[K, V], _WritableMap[K, V]):
+    """Map state every parallel instance of a broadcast operator holds a copy of, written only
+    by ``process_broadcast_element`` (``Context.get_broadcast_state``), as PyFlink's ``BroadcastState``.
+
+    Every instance receives every broadcast element, so the copies stay equal as long as the
+    function updates them from the broadcast elements alone; a restore at another parallelism
+    gives every new instance a copy (Flink's rule: instance ``i`` takes old instance ``i mod n``'s).
+    """

@@ -12,7 +12,7 @@ import copy
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, Callable, ClassVar, Iterable, Protocol
 
 from slipstream.attributes import OperatorAttributes, RecordAttributes
 from slipstream.datastream.functions import Function, RuntimeContext
@@ -121,6 +121,8 @@ class KeyedStateBackend(Protocol):
     def set_current_key(self, key: Any) -> None: ...
 
     def get_current_key(self) -> Any: ...
+
+    def keys(self, state_name: str) -> Iterable[Any]: ...
 
     def snapshot(self) -> Any: ...
 
