@@ -13,8 +13,9 @@ input is backlog the data side's records wait in this operator (held with the ev
 watermark does not pass them) and are processed, in arrival order, once the broadcast backlog is
 over. A broadcast input whose sources are all bounded is backlog from its first element to its
 end, so the data side waits from the start; one that becomes backlog later (a HybridSource, a
-watched directory) holds the data side from the moment it says so. The held records are part of
-the operator's checkpointed state. This operator has no batch path: it runs record by record.
+watched directory) holds the data side from the moment it says so. The held records stay in memory
+up to ``channel_memory_budget`` records and spill to disk past it; they are part of the operator's
+checkpointed state. This operator has no batch path: it runs record by record.
 """
 
 from __future__ import annotations
@@ -25,11 +26,16 @@ from slipstream.datastream.functions import BroadcastProcessFunction, Function, 
 from slipstream.datastream.state import StateDescriptor
 from slipstream.datastream.transformations import BroadcastProcessTransformation
 from slipstream.errors import SlipstreamError
-from slipstream.operators.base import OperatorContext, StreamOperator
-from slipstream.operators.broadcast_state import BroadcastStateStore, HeapBroadcastState, \
-    ReadOnlyBroadcastStateView, copy_for_instance
+from slipstream.operators.base import OperatorContext
+from slipstream.operators.broadcast_state import (
+    BroadcastStateStore,
+    HeapBroadcastState,
+    ReadOnlyBroadcastStateView,
+    copy_for_instance,
+)
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.process import OnTimerOperator, ProcessContext, UnkeyedTimerService, run_process_function
+from slipstream.operators.replay_cache import ReplayCache
 from slipstream.operators.timers import InternalTimerService, KeyedTimerService, merge_timer_snapshots
 
 BROADCAST_INPUT = BroadcastProcessTransformation.priority_input
@@ -102,7 +108,6 @@ class BroadcastProcessOperator(OnTimerOperator):
         super().__init__(transformation)
         self.function: Any = transformation.function
         self.key_selector = transformation.key_selectors[0] if transformation.is_keyed else None
-        self.held: list[RecordBatch] = []  # data-side batches waiting for the broadcast backlog to end
         self._broadcast_unfinished = transformation.broadcast_bounded  # backlog until it ends
 
     @classmethod
@@ -119,6 +124,9 @@ class BroadcastProcessOperator(OnTimerOperator):
     def setup(self, ctx: OperatorContext) -> None:
         super().setup(ctx)
         self.broadcast_state = BroadcastStateStore(self.transformation.descriptors, ctx.name)
+        # data-side batches waiting for the broadcast backlog to end
+        self.held = ReplayCache(ctx.channel_memory_budget, f"operator '{ctx.name}' (records waiting for the "
+                                "broadcast backlog)", ctx.spill_dir)
         if self.key_selector is not None:
             self.timers: InternalTimerService | None = InternalTimerService(
                 ctx.keyed_backend, ctx.processing_time_service, self._on_event_time, self._on_processing_time)
@@ -143,8 +151,7 @@ class BroadcastProcessOperator(OnTimerOperator):
 
     def _release(self) -> None:
         """The broadcast backlog is over: process the held data records, then let event time on."""
-        held, self.held = self.held, []
-        for batch in held:
+        for batch in self.held.drain():
             run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
         self._advance_combined_watermark()
 
@@ -175,7 +182,8 @@ class BroadcastProcessOperator(OnTimerOperator):
         if not state:
             return
         self.broadcast_state.restore(state["broadcast"])
-        self.held = [RecordBatch(values, timestamps) for values, timestamps in state["held"]]
+        for values, timestamps in state["held"]:
+            self.held.append(RecordBatch(values, timestamps))
         self._broadcast_unfinished = state["broadcast_unfinished"]
         if self.timers is not None and state["timers"] is not None:
             self.timers.restore(state["timers"])
@@ -194,6 +202,12 @@ class BroadcastProcessOperator(OnTimerOperator):
         self.initialize_state({"broadcast": own["broadcast"] if own else {}, "held": held,
                                "broadcast_unfinished": any(state["broadcast_unfinished"] for state in present),
                                "timers": merge_timer_snapshots(timers, owns_key) if timers else None})
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.held.close()
 
     def _held_owned(self, held: list[tuple[list, list | None]], old_index: int,
                     owns_key: Callable[[Any], bool]) -> list[tuple[list, list | None]]:

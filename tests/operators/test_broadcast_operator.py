@@ -56,7 +56,7 @@ class CountTimesFactor(KeyedBroadcastProcessFunction):
 
 class Harness:
     def __init__(self, *, bounded: bool, subtask: int = 0, parallelism: int = 1,
-                 function: Any = None) -> None:
+                 function: Any = None, memory_budget: int = 100_000, spill_dir: str | None = None) -> None:
         transformation = BroadcastProcessTransformation(
             id=1, name="Broadcast", key_selectors=[lambda value: value, None],
             function=function or CountTimesFactor(), descriptors=[FACTORS], broadcast_bounded=bounded)
@@ -65,7 +65,8 @@ class Harness:
         self.operator.setup(OperatorContext(
             name="Broadcast", uid="broadcast", subtask_index=subtask, parallelism=parallelism,
             max_parallelism=MAX_PARALLELISM, output=self.output, processing_time_service=ManualClock(),
-            keyed_backend=HeapKeyedStateBackend(MAX_PARALLELISM)))
+            keyed_backend=HeapKeyedStateBackend(MAX_PARALLELISM), channel_memory_budget=memory_budget,
+            spill_dir=spill_dir))
 
     def open(self) -> Harness:
         self.operator.open()
@@ -127,6 +128,26 @@ def test_a_bounded_broadcast_input_holds_the_data_side_and_event_time_until_it_e
                        ("timer", "a", 11, 2), ("timer", "b", 12, 1), Watermark(50)]
     harness.data(("b", 70))
     assert harness.output.records[-1] == (("b", 2, 4), 70)
+
+
+def test_held_records_past_the_memory_budget_spill_and_come_back_in_order(tmp_path):
+    harness = Harness(bounded=True, memory_budget=4, spill_dir=str(tmp_path)).open()
+    records = [(f"k{i % 3}", i) for i in range(20)]
+    for record in records:
+        harness.data(record)
+    assert harness.operator.held.spilled_bytes > 0 and harness.emitted() == []
+    restored = Harness(bounded=True, memory_budget=4, spill_dir=str(tmp_path))
+    restored.operator.initialize_state(harness.operator.snapshot_state())
+    restored.open().broadcast(("k1", 5)).end_broadcast()
+    counts: Counter = Counter()
+    expected = []
+    for key, _ in records:
+        counts[key] += 1
+        expected.append((key, counts[key], 5 if key == "k1" else None))
+    assert [value for value, _ in restored.output.records if value[0] not in ("broadcast", "timer")] == expected
+    for operator in (harness.operator, restored.operator):
+        operator.close()
+    assert not any(tmp_path.iterdir())  # the spill files are gone
 
 
 def test_a_broadcast_input_that_becomes_backlog_holds_the_data_side_while_it_is():
