@@ -15,7 +15,7 @@ over. A broadcast input whose sources are all bounded is backlog from its first 
 end, so the data side waits from the start; one that becomes backlog later (a HybridSource, a
 watched directory) holds the data side from the moment it says so. The held records stay in memory
 up to ``channel_memory_budget`` records and spill to disk past it; they are part of the operator's
-checkpointed state. This operator has no batch path: it runs record by record.
+checkpointed state, and counted in its metrics (``backlog_records``, ``spilled_bytes``). This operator has no batch path: it runs record by record.
 """
 
 from __future__ import annotations
@@ -142,6 +142,8 @@ class BroadcastProcessOperator(OnTimerOperator):
             run_process_function(self, self.function.process_broadcast_element, batch, self.broadcast_context, None)
         elif self._holding():
             self.held.append(batch)
+            metrics = self.ctx.metrics
+            metrics["backlog_records"] = metrics.get("backlog_records", 0) + len(batch)
         else:
             run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
 
@@ -151,6 +153,8 @@ class BroadcastProcessOperator(OnTimerOperator):
 
     def _release(self) -> None:
         """The broadcast backlog is over: process the held data records, then let event time on."""
+        metrics = self.ctx.metrics
+        metrics["spilled_bytes"] = metrics.get("spilled_bytes", 0) + self.held.spilled_bytes
         for batch in self.held.drain():
             run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
         self._advance_combined_watermark()

@@ -136,6 +136,7 @@ def test_held_records_past_the_memory_budget_spill_and_come_back_in_order(tmp_pa
     for record in records:
         harness.data(record)
     assert harness.operator.held.spilled_bytes > 0 and harness.emitted() == []
+    assert harness.operator.ctx.metrics["backlog_records"] == len(records)
     restored = Harness(bounded=True, memory_budget=4, spill_dir=str(tmp_path))
     restored.operator.initialize_state(harness.operator.snapshot_state())
     restored.open().broadcast(("k1", 5)).end_broadcast()
@@ -145,6 +146,7 @@ def test_held_records_past_the_memory_budget_spill_and_come_back_in_order(tmp_pa
         counts[key] += 1
         expected.append((key, counts[key], 5 if key == "k1" else None))
     assert [value for value, _ in restored.output.records if value[0] not in ("broadcast", "timer")] == expected
+    assert restored.operator.ctx.metrics["spilled_bytes"] > 0
     for operator in (harness.operator, restored.operator):
         operator.close()
     assert not any(tmp_path.iterdir())  # the spill files are gone
