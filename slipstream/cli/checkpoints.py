@@ -15,32 +15,38 @@ import re
 
 import click
 
-from slipstream.errors import CorruptCheckpointError
+from slipstream.errors import CorruptCheckpointError, InvalidProgramError
+from slipstream.filesystem import FileSystem, resolve
 from slipstream.runtime.checkpoint.manifest import MANIFEST_NAME, Manifest
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 
 _CHECKPOINT = re.compile(r"^chk-(\d+)$")
-DIRECTORY = click.argument("directory", type=click.Path(exists=True, file_okay=False))
+DIRECTORY = click.argument("directory")
 
 
 def _open(directory: str) -> tuple[CheckpointStorage, list[int]]:
     """The storage and the checkpoint ids DIRECTORY means: every checkpoint of a checkpoint storage
-    directory, or the one checkpoint a ``chk-N`` directory is."""
-    path = os.path.abspath(directory)
+    directory, or the one checkpoint a ``chk-N`` directory is; a local path or a URL (``s3://``)."""
+    try:
+        fs, path = resolve(directory, "DIRECTORY")
+    except InvalidProgramError as error:
+        raise click.BadParameter(str(error)) from None
+    if not fs.is_dir(path):
+        raise click.BadParameter(f"directory '{directory}' does not exist")
     match = _CHECKPOINT.match(os.path.basename(path))
     if match:
-        return CheckpointStorage(os.path.dirname(path)), [int(match.group(1))]
-    storage = CheckpointStorage(path)
+        return CheckpointStorage(os.path.dirname(path), fs=fs), [int(match.group(1))]
+    storage = CheckpointStorage(path, fs=fs)
     return storage, storage.checkpoint_ids()
 
 
-def _manifest(path: str) -> Manifest:
-    with open(os.path.join(path, MANIFEST_NAME), "rb") as handle:
-        return Manifest.decode(handle.read(), path)
+def _manifest(fs: FileSystem, path: str) -> Manifest:
+    return Manifest.decode(fs.read_file(os.path.join(path, MANIFEST_NAME)), path)
 
 
-def _size(path: str) -> int:
-    return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+def _size(fs: FileSystem, path: str) -> int:
+    return sum(fs.size(os.path.join(path, name)) for name in fs.listdir(path)
+               if fs.is_file(os.path.join(path, name)))
 
 
 def _when(ms: float) -> str:
@@ -73,11 +79,11 @@ def list_checkpoints(directory: str) -> None:
         path = storage.path_of(checkpoint_id)
         complete = storage.is_complete(checkpoint_id)
         try:
-            taken = _when(_manifest(path).created_ms) if complete else _when(os.stat(path).st_mtime * 1000)
+            taken = _when(_manifest(storage.fs, path).created_ms if complete else storage.fs.modified_ms(path))
             state = "yes" if complete else "no (no manifest)"
         except CorruptCheckpointError:
-            taken, state = _when(os.stat(path).st_mtime * 1000), "damaged manifest"
-        click.echo(f"{os.path.basename(path):<12} {taken:<24} {_human(_size(path)):>10}  {state}")
+            taken, state = _when(storage.fs.modified_ms(path)), "damaged manifest"
+        click.echo(f"{os.path.basename(path):<12} {taken:<24} {_human(_size(storage.fs, path)):>10}  {state}")
 
 
 @checkpoints.command()
@@ -93,7 +99,7 @@ def inspect(directory: str) -> None:
         raise click.ClickException(f"no complete checkpoint in {directory}")
     path = storage.path_of(complete[-1])
     try:
-        manifest = _manifest(path)
+        manifest = _manifest(storage.fs, path)
     except CorruptCheckpointError as error:
         raise click.ClickException(str(error)) from None
     click.echo(f"checkpoint {manifest.checkpoint_id}: {path}")

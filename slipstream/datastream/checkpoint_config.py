@@ -24,13 +24,13 @@ a job script can be restarted from the command line unchanged::
 
 from __future__ import annotations
 
-import os
 import warnings
 from enum import Enum
 from typing import Any
 
 from slipstream.datastream.time import Duration
 from slipstream.errors import InvalidProgramError
+from slipstream.filesystem import normalize
 
 RESTORE_ENV_VAR = "SLIPSTREAM_RESTORE_FROM"
 """Environment variable read by ``execute`` when ``restore_from`` is not given."""
@@ -56,27 +56,12 @@ class CheckpointStorage:
     """Where checkpoints go (a base class, as PyFlink's)."""
 
 
-def local_path(path: str | os.PathLike, what: str) -> str:
-    """The absolute local path of ``path``, which may be a ``file://`` URI as Flink writes them.
-
-    Other schemes (``hdfs://``, ``s3://``) are refused: slipstream writes checkpoints to the
-    local file system.
-    """
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise InvalidProgramError(f"{what} needs a directory path, got {path!r}")
-    text = os.fspath(path)
-    if text.startswith("file://"):
-        text = text[len("file://"):]
-    elif "://" in text:
-        raise InvalidProgramError(f"{what} {text!r}: only local paths (or file:// URIs) are supported")
-    return os.path.abspath(text)
-
-
 class FileSystemCheckpointStorage(CheckpointStorage):
-    """Checkpoints in a directory of the local file system (``chk-<id>`` subdirectories)."""
+    """Checkpoints in a directory (``chk-<id>`` subdirectories): a local path, a ``file://`` URI or
+    a URL of another file system fsspec serves (``s3://bucket/checkpoints``)."""
 
     def __init__(self, checkpoint_path: str) -> None:
-        self._path = local_path(checkpoint_path, "checkpoint storage")
+        self._path = normalize(checkpoint_path, "checkpoint storage")
 
     def get_checkpoint_path(self) -> str:
         return self._path
@@ -308,5 +293,5 @@ def _warn_unaligned(what: str) -> None:
                   "for each other at tasks with several inputs)", stacklevel=3)
 
 
-__all__ = ["CheckpointConfig", "CheckpointingMode", "CheckpointStorage", "ExternalizedCheckpointCleanup", "local_path",
+__all__ = ["CheckpointConfig", "CheckpointingMode", "CheckpointStorage", "ExternalizedCheckpointCleanup",
            "FileSystemCheckpointStorage", "RESTORE_ENV_VAR"]

@@ -12,7 +12,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterable
 
 from slipstream.datastream import python_dependencies
-from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR, CheckpointConfig, CheckpointingMode, local_path
+from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR, CheckpointConfig, CheckpointingMode
 from slipstream.datastream.configuration import Configuration
 from slipstream.datastream.connectors.base import Source
 from slipstream.datastream.context import current_context
@@ -25,6 +25,7 @@ from slipstream.datastream.state_backend import StateBackend
 from slipstream.datastream.time_characteristic import TimeCharacteristic
 from slipstream.datastream.transformations import SourceTransformation, Transformation
 from slipstream.errors import InvalidProgramError
+from slipstream.filesystem import normalize
 
 if TYPE_CHECKING:
     from slipstream.runtime.job_client import JobClient
@@ -425,7 +426,7 @@ class StreamExecutionEnvironment:
         from slipstream.datastream.formats.text import TextLineInputFormat
         from slipstream.datastream.typeinfo import Types
         source = FileSource.for_record_stream_format(TextLineInputFormat(charset_name),
-                                                     local_path(file_path, "read_text_file")).build()
+                                                     normalize(file_path, "read_text_file")).build()
         return self.from_source(source, None, f"Text File Source ({file_path})", Types.STRING())
 
     def from_spark(self, dataframe: Any, type_info: Any = None, source_name: str = "Spark Source") -> DataStream:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from slipstream.datastream.checkpoint_config import local_path
+from slipstream.filesystem import normalize
 
 __all__ = ["EmbeddedRocksDBStateBackend", "FsStateBackend", "HashMapStateBackend", "MemoryStateBackend",
            "PredefinedOptions", "RocksDBStateBackend", "StateBackend"]
@@ -68,7 +68,7 @@ class MemoryStateBackend(StateBackend):
 
     def __init__(self, checkpoint_path: str | None = None, savepoint_path: str | None = None,
                  max_state_size: int | None = None, using_asynchronous_snapshots: bool | None = None) -> None:
-        self._checkpoint_path = None if checkpoint_path is None else local_path(checkpoint_path, "checkpoint_path")
+        self._checkpoint_path = None if checkpoint_path is None else normalize(checkpoint_path, "checkpoint_path")
         self._options = {"savepoint_path": savepoint_path, "max_state_size": max_state_size,
                          "using_asynchronous_snapshots": using_asynchronous_snapshots}
 
@@ -91,7 +91,7 @@ class FsStateBackend(StateBackend):
     def __init__(self, checkpoint_directory_uri: str, default_savepoint_directory_uri: str | None = None,
                  using_asynchronous_snapshots: bool | None = None, file_state_size_threshold: int | None = None,
                  write_buffer_size: int | None = None) -> None:
-        self._directory = local_path(checkpoint_directory_uri, "checkpoint_directory_uri")
+        self._directory = normalize(checkpoint_directory_uri, "checkpoint_directory_uri")
         self._options = {"default_savepoint_directory_uri": default_savepoint_directory_uri,
                          "using_asynchronous_snapshots": using_asynchronous_snapshots,
                          "file_state_size_threshold": file_state_size_threshold,

@@ -14,13 +14,13 @@ and may ask, between two turns, for a savepoint and a stop (:class:`SavepointReq
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.data_stream import CloseableIterator
+from slipstream.filesystem import copy_directory, normalize
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator
 from slipstream.runtime.checkpoint.fs import FileSystem
 from slipstream.runtime.checkpoint.recovery import Recovery
@@ -99,8 +99,8 @@ class JobDriver:
             return
         path = request.path or coordinator.latest_completed_path
         if path is not None and request.target is not None:
-            copy = os.path.join(os.path.abspath(request.target), os.path.basename(path))
-            shutil.copytree(path, copy)
+            copy = os.path.join(normalize(request.target, "savepoint target"), os.path.basename(path))
+            copy_directory(path, copy)
             assert self.recovery.storage is not None
             self.recovery.storage.read_verified(copy, self.recovery.fingerprint)
             path = copy

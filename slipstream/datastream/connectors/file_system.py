@@ -77,6 +77,7 @@ from slipstream.datastream.formats.base import (
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.time import Duration, to_millis
 from slipstream.errors import InvalidProgramError
+from slipstream.filesystem import filesystem_of, normalize
 
 __all__ = [
     "BulkFormat", "BulkWriterFactory", "DefaultRollingPolicy", "Encoder", "FileSink", "FileSource",
@@ -94,29 +95,22 @@ def _is_hidden(name: str) -> bool:
 
 
 def list_files(paths: list[str]) -> list[tuple[str, int, str]]:
-    """The visible files under ``paths``, sorted by path: each as its absolute path, the index
-    of the source path it lies under and its path relative to that one. Directories are walked
-    recursively."""
+    """The visible files under ``paths``, sorted by path: each as its normal path (absolute, or a
+    full URL), the index of the source path it lies under and its path relative to that one.
+    Directories are walked recursively."""
     found = []
     for index, root in enumerate(paths):
-        if not os.path.exists(root):
+        fs = filesystem_of(root)
+        if not fs.exists(root):
             raise SourcePathNotFoundError(f"FileSource: path '{root}' does not exist")
-        if os.path.isfile(root):
-            found.append((root, index, os.curdir))
-            continue
-        for directory, subdirectories, names in os.walk(root):
-            subdirectories[:] = sorted(d for d in subdirectories if not _is_hidden(d))
-            for name in names:
-                if not _is_hidden(name):
-                    path = os.path.join(directory, name)
-                    found.append((path, index, os.path.relpath(path, root)))
+        found.extend((path, index, relative) for path, relative in fs.find_files(root, _is_hidden))
     return sorted(found)
 
 
 def split_path(paths: list[str], split: Split) -> str:
     """Where the file of ``split`` is under the source paths ``paths``."""
     index, relative, _ = split
-    return os.path.normpath(os.path.join(paths[index], relative))
+    return filesystem_of(paths[index]).join(paths[index], relative)
 
 
 def split_owner(split: Split, parallelism: int) -> int:
@@ -157,7 +151,7 @@ class FileSource(Source):
                  bad_record_output: OutputTag | None = None) -> None:
         """Use :meth:`for_record_stream_format` or :meth:`for_bulk_file_format`, then ``build()``."""
         self._format = reader_format
-        self._paths = [os.path.abspath(os.fspath(p)) for p in paths]
+        self._paths = [normalize(p, "FileSource") for p in paths]
         self._discovery_interval_ms = discovery_interval_ms
         self._bad_record_output = bad_record_output
 
@@ -221,7 +215,7 @@ class FileSource(Source):
                 raise SourceRestoreError(f"{self.default_name()} cannot resume: {said} was {how}, but the "
                                          f"source has {len(self._paths)} path(s)")
             path = split_path(self._paths, split)
-            if not os.path.isfile(path):
+            if not filesystem_of(path).is_file(path):
                 raise SourceRestoreError(
                     f"{self.default_name()} cannot resume: {said} ('{self._paths[index]}') was {how}, but "
                     f"'{path}' does not exist. If the input moved, build the source with the path that now "
@@ -515,7 +509,7 @@ class FileSink(Sink):
     def __init__(self, base_path: str, encoder: Encoder | None, writer_factory: BulkWriterFactory | None,
                  output_file_config: OutputFileConfig, rolling_policy: RollingPolicy) -> None:
         """Use :meth:`for_row_format` or :meth:`for_bulk_format`, then ``build()``."""
-        self._base_path = os.path.abspath(os.fspath(base_path))
+        self._base_path = normalize(base_path, "FileSink")
         self._encoder = encoder
         self._writer_factory = writer_factory
         self._output_file_config = output_file_config
@@ -591,14 +585,6 @@ def _raise_disk_full(error: OSError, path: str) -> None:
         raise DiskFullError(path, "sink part file", error) from error
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _part_owner(name: str, prefix: str, suffix: str) -> tuple[int, int, bool] | None:
     """``(subtask, counter, in_progress)`` of a part file name of this sink, or None."""
     hidden = name.startswith(".") and ".inprogress." in name
@@ -619,6 +605,7 @@ class _PartFileWriter(SinkWriter):
     def __init__(self, base_path: str, encoder: Encoder | None, writer_factory: BulkWriterFactory | None,
                  output_file_config: OutputFileConfig, rolling_policy: RollingPolicy) -> None:
         self._base_path = base_path
+        self._fs = filesystem_of(base_path)
         self._encoder = encoder
         self._writer_factory = writer_factory
         self._config = output_file_config
@@ -639,9 +626,9 @@ class _PartFileWriter(SinkWriter):
 
     def open(self, subtask_index: int, parallelism: int) -> None:
         self._subtask_index = subtask_index
-        os.makedirs(self._base_path, exist_ok=True)
+        self._fs.makedirs(self._base_path, private=False)
         # Start after this subtask's existing parts, so a second run adds files instead of replacing them.
-        existing = set(os.listdir(self._base_path))
+        existing = set(self._fs.listdir(self._base_path))
         while self._part_name(self._counter) in existing:
             self._counter += 1
 
@@ -650,7 +637,7 @@ class _PartFileWriter(SinkWriter):
         self._counter += 1
         self._final_path = os.path.join(self._base_path, name)
         self._in_progress_path = os.path.join(self._base_path, f".{name}.inprogress.{uuid.uuid4().hex}")
-        self._stream = open(self._in_progress_path, "wb")
+        self._stream = self._fs.open_output(self._in_progress_path)
         if self._writer_factory is not None:
             self._bulk_writer = self._writer_factory.create(self._stream)
         self._opened_at_ms = self._last_write_ms = _now_ms()
@@ -663,9 +650,7 @@ class _PartFileWriter(SinkWriter):
             with self._naming_the_part():
                 self._bulk_writer.finish()
             self._bulk_writer = None
-        self._stream.flush()
-        os.fsync(self._stream.fileno())
-        self._stream.close()
+        self._fs.close_durably(self._stream)
         self._stream = None
         self._pending.append((self._in_progress_path, self._final_path))
 
@@ -711,7 +696,7 @@ class _PartFileWriter(SinkWriter):
         """Close the current part and give every finished part its final name."""
         self._close_part()
         for in_progress, final in self._pending:
-            os.replace(in_progress, final)
+            self._fs.rename(in_progress, final)
         self._pending = []
 
     def close(self) -> None:
@@ -754,11 +739,11 @@ class _PartFileWriter(SinkWriter):
         for cid in sorted(done):
             for in_progress, final in self._prepared.pop(cid):
                 if (in_progress, final) not in committed:
-                    _commit_part(in_progress, final)
+                    self._commit_part(in_progress, final)
                     committed.add((in_progress, final))
         if committed:
             self._pending = [entry for entry in self._pending if entry not in committed]
-            _fsync_dir(self._base_path)
+            self._fs.fsync_dir(self._base_path)
 
     def _listed_parts(self, states: list[Any]) -> list[tuple[str, str]]:
         """The (in-progress, final) paths of the parts ``states`` had pending."""
@@ -768,11 +753,11 @@ class _PartFileWriter(SinkWriter):
     def _parts_of(self, counters: dict[int, int]) -> list[tuple[str, int, int, bool]]:
         """``(path, subtask, counter, in_progress)`` of every part file written by the subtasks
         of ``counters`` (the subtasks whose state is being restored)."""
-        if not os.path.isdir(self._base_path):
+        if not self._fs.is_dir(self._base_path):
             return []
         prefix, suffix = self._config.get_part_prefix(), self._config.get_part_suffix()
         parts = []
-        for name in sorted(os.listdir(self._base_path)):
+        for name in self._fs.listdir(self._base_path):
             owner = _part_owner(name, prefix, suffix)
             if owner is not None and owner[0] in counters:
                 parts.append((os.path.join(self._base_path, name), *owner))
@@ -781,7 +766,7 @@ class _PartFileWriter(SinkWriter):
     def check_commit_state(self, states: list[Any]) -> None:
         from slipstream.errors import CheckpointError
         for in_progress, final in self._listed_parts(states):
-            if not os.path.exists(in_progress) and not os.path.exists(final):
+            if not self._fs.exists(in_progress) and not self._fs.exists(final):
                 raise CheckpointError(f"FileSink: the part file '{in_progress}' a checkpoint says is pending is "
                                       f"gone, and its final name '{final}' does not exist either: output is lost")
         counters = _restored_counters(states)
@@ -795,21 +780,22 @@ class _PartFileWriter(SinkWriter):
 
     def restore_commit_state(self, states: list[Any]) -> None:
         for in_progress, final in self._listed_parts(states):
-            _commit_part(in_progress, final)
+            self._commit_part(in_progress, final)
         counters = _restored_counters(states)
         for path, _, _, in_progress in self._parts_of(counters):
             if in_progress:
-                os.unlink(path)  # written after the checkpoint
-        _fsync_dir(self._base_path)
+                self._fs.remove(path)  # written after the checkpoint
+        self._fs.fsync_dir(self._base_path)
         own = counters.get(self._subtask_index)
         if own is not None:
             self._counter = max(self._counter, own)
 
-
-def _commit_part(in_progress: str, final: str) -> None:
-    """Give a pending part its final name, unless an earlier commit already did."""
-    if os.path.exists(in_progress):
-        os.replace(in_progress, final)
+    def _commit_part(self, in_progress: str, final: str) -> None:
+        """Give a pending part its final name, unless an earlier commit already did. On an object
+        store the "rename" is a copy then a delete: a crash between them leaves the in-progress
+        object, so the restore copies it again (the same bytes) and the part appears once, whole."""
+        if self._fs.exists(in_progress):
+            self._fs.rename(in_progress, final)
 
 
 def _restored_counters(states: list[Any]) -> dict[int, int]:

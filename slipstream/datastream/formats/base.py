@@ -21,6 +21,7 @@ from slipstream.datastream.connectors.base import SourceBatch
 from slipstream.datastream.connectors.errors import BadRecord, SourceFormatError
 from slipstream.datastream.columnar import named_row  # noqa: F401  (re-exported for the formats)
 from slipstream.errors import InvalidProgramError
+from slipstream.filesystem import filesystem_of
 
 
 class FileRecordReader(ABC):
@@ -99,7 +100,7 @@ class LineRecordReader(FileRecordReader):
     def __init__(self, path: str, charset_name: str, position: Any | None) -> None:
         self.path = path
         self._charset = charset_name
-        self._file: BinaryIO = open(path, "rb")
+        self._file: BinaryIO = filesystem_of(path).open_input(path)
         self._offset = 0
         self._line = 0
         if position is not None:

@@ -26,6 +26,7 @@ from slipstream.datastream.formats.base import (
 )
 from slipstream.datastream.typeinfo import Row
 from slipstream.errors import InvalidProgramError
+from slipstream.filesystem import filesystem_of
 
 
 class ParquetColumnarRowInputFormat(BulkFormat):
@@ -43,15 +44,23 @@ class ParquetColumnarRowInputFormat(BulkFormat):
         self._batch_size = batch_size
 
     def split_file(self, path: str) -> list[int | None]:
-        return list(range(_open_parquet(path).num_row_groups))
+        parquet = _open_parquet(path)
+        try:
+            return list(range(parquet.num_row_groups))
+        finally:
+            parquet.close(force=True)
 
     def create_reader(self, path: str, part: int | None, position: Any | None) -> FileRecordReader:
         return _RowGroupReader(path, part or 0, self._columns, self._batch_size, position)
 
 
 def _open_parquet(path: str) -> pq.ParquetFile:
+    """``path`` as a Parquet file, read natively when local and through fsspec otherwise;
+    ``close(force=True)`` releases the file."""
+    fs = filesystem_of(path)
     try:
-        return pq.ParquetFile(path)
+        source = pa.OSFile(path) if fs.local else pa.PythonFile(fs.open_input(path), mode="r")
+        return pq.ParquetFile(source)
     except (pa.ArrowInvalid, OSError) as error:
         raise SourceFormatError(path, None, None, f"a Parquet file ({error})", path) from None
 
@@ -103,7 +112,7 @@ class _RowGroupReader(FileRecordReader):
         return self._rows_read
 
     def close(self) -> None:
-        self._file.close()
+        self._file.close(force=True)
 
 
 class _ParquetBulkWriter(BulkWriter):

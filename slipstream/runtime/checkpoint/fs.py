@@ -1,81 +1,20 @@
 """The file operations a checkpoint is written with, behind one small interface.
 
 Checkpoint storage never calls ``open``/``os.replace`` directly: it goes through a
-:class:`FileSystem`, so tests can swap in :class:`FaultInjectingFileSystem`, which
-"crashes" (raises :class:`SimulatedCrash`) after the n-th write, fsync or rename —
-the crash-point tests walk n over every operation of one checkpoint.
+:class:`~slipstream.filesystem.FileSystem` (local files, or an fsspec URL's store), so
+tests can swap in :class:`FaultInjectingFileSystem`, which "crashes" (raises
+:class:`SimulatedCrash`) after the n-th write, fsync or rename — the crash-point tests
+walk n over every operation of one checkpoint.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import shutil
 
-from slipstream.errors import DiskFullError
+from slipstream.filesystem import FileSystem
 
-
-class FileSystem:
-    """Local files with the durability steps spelled out (write, fsync, rename, fsync directory)."""
-
-    def makedirs(self, path: str) -> None:
-        """Create ``path`` (and parents) private to the user: mode 0700."""
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        os.chmod(path, 0o700)
-
-    def write_file(self, path: str, data: bytes, what: str = "checkpoint file") -> None:
-        """Write ``data`` to a new file and fsync it; ENOSPC becomes :class:`DiskFullError`."""
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                self._write_all(fd, data)
-                self._fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise DiskFullError(path, what, exc) from exc
-            raise
-
-    def _write_all(self, fd: int, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-
-    def _fsync(self, fd: int) -> None:
-        os.fsync(fd)
-
-    def rename(self, source: str, target: str) -> None:
-        """Atomically move ``source`` to ``target`` (replacing it)."""
-        os.replace(source, target)
-
-    def fsync_dir(self, path: str) -> None:
-        """Make the directory entries of ``path`` (created, renamed, deleted files) durable."""
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def remove(self, path: str) -> None:
-        os.unlink(path)
-
-    def remove_tree(self, path: str) -> None:
-        shutil.rmtree(path, ignore_errors=True)
-
-    def read_file(self, path: str) -> bytes:
-        with open(path, "rb") as handle:
-            return handle.read()
-
-    def listdir(self, path: str) -> list[str]:
-        return sorted(os.listdir(path))
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
-
-    def is_dir(self, path: str) -> bool:
-        return os.path.isdir(path)
+__all__ = ["FaultInjectingFileSystem", "FileSystem", "SimulatedCrash"]
 
 
 class SimulatedCrash(BaseException):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from slipstream.datastream.checkpoint_config import ExternalizedCheckpointCleanup
 from slipstream.errors import CheckpointError, CorruptCheckpointError, InvalidProgramError
+from slipstream.filesystem import normalize
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator
 from slipstream.runtime.checkpoint.fs import FileSystem
 from slipstream.runtime.checkpoint.iteration_region import restore_iteration_regions
@@ -98,7 +99,7 @@ class Recovery:
         directory = self.config.get_checkpoint_storage_dir()
         if directory is None:
             if restore_from is not None and restore_from != LATEST:
-                directory = os.path.dirname(os.path.abspath(restore_from))
+                directory = os.path.dirname(normalize(restore_from, "restore_from"))
             elif restore_from is not None:
                 raise InvalidProgramError("restore_from='latest' needs a checkpoint directory: "
                                           "env.get_checkpoint_config().set_checkpoint_storage_dir(...)")

@@ -8,6 +8,8 @@ Layout::
             op0-0.keyed-1.pkl    (Arrow when columnar, pickle otherwise), operator state
             op1-0.state.pkl
             _manifest.json    written as _manifest.json.tmp, fsynced, renamed, directory fsynced
+                              (on an object store: uploaded last under its own name, which
+                              makes it appear whole or not at all)
 
 A checkpoint is complete exactly when its manifest is in place. Reading verifies
 everything — the manifest's own checksum and format version, the job fingerprint,
@@ -23,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from slipstream.errors import CorruptCheckpointError, DiskFullError
-from slipstream.runtime.checkpoint.fs import FileSystem
+from slipstream.filesystem import FileSystem, resolve
 from slipstream.runtime.checkpoint.manifest import MANIFEST_NAME, MANIFEST_TEMP_NAME, Manifest, sha256_hex
 
 log = logging.getLogger("slipstream.checkpoint")
@@ -49,12 +51,15 @@ class VerifiedCheckpoint:
 
 
 class CheckpointStorage:
-    """Checkpoints of one job in one directory (created private, mode 0700)."""
+    """Checkpoints of one job in one directory (created private, mode 0700), local or at a URL
+    (``s3://bucket/checkpoints``): ``fs`` defaults to the file system the directory lives on."""
 
     def __init__(self, directory: str, num_retained: int = 1, fs: FileSystem | None = None) -> None:
-        self.directory = os.path.abspath(directory)
+        if fs is None:
+            fs, directory = resolve(directory, "checkpoint storage")
+        self.directory = fs.normalize(directory)
         self.num_retained = max(1, num_retained)
-        self.fs = fs or FileSystem()
+        self.fs = fs
 
     def ensure_directory(self) -> None:
         self.fs.makedirs(self.directory)
@@ -105,10 +110,8 @@ class CheckpointStorage:
             for name, data in files.items():
                 self.fs.write_file(os.path.join(path, name), data)
                 manifest.files[name] = {"sha256": sha256_hex(data), "size": len(data)}
-            self.fs.write_file(os.path.join(path, MANIFEST_TEMP_NAME), manifest.encode(), what="checkpoint manifest")
-            self.fs.fsync_dir(path)
-            self.fs.rename(os.path.join(path, MANIFEST_TEMP_NAME), os.path.join(path, MANIFEST_NAME))
-            self.fs.fsync_dir(path)
+            self.fs.publish_file(os.path.join(path, MANIFEST_NAME), manifest.encode(), MANIFEST_TEMP_NAME,
+                                 what="checkpoint manifest")
         except Exception as exc:
             # A checkpoint without its manifest is incomplete and ignored; remove it so no
             # half-written checkpoint stays around (best effort: the disk may be full).
@@ -138,16 +141,17 @@ class CheckpointStorage:
 
     # -- reading ----------------------------------------------------------------------------------
     def read_verified(self, path: str, fingerprint: str | None) -> VerifiedCheckpoint:
-        """Read and verify the checkpoint in ``path``; raises :class:`CorruptCheckpointError`."""
-        path = os.path.abspath(path)
-        if not self.fs.is_dir(path):
+        """Read and verify the checkpoint in ``path`` (on this storage's file system or any other);
+        raises :class:`CorruptCheckpointError`."""
+        fs, path = (self.fs, self.fs.normalize(path)) if self.fs.owns(path) else resolve(path, "checkpoint")
+        if not fs.is_dir(path):
             raise CorruptCheckpointError("the checkpoint directory does not exist", checkpoint=path)
         manifest_path = os.path.join(path, MANIFEST_NAME)
-        if not self.fs.exists(manifest_path):
+        if not fs.exists(manifest_path):
             raise CorruptCheckpointError("the checkpoint has no manifest: it is incomplete (the writer "
                                          "stopped before finishing it) or the manifest was deleted",
                                          checkpoint=path, file=MANIFEST_NAME)
-        manifest = Manifest.decode(self.fs.read_file(manifest_path), path)
+        manifest = Manifest.decode(fs.read_file(manifest_path), path)
         match = _CHECKPOINT_DIR.match(os.path.basename(path))
         if match and int(match.group(1)) != manifest.checkpoint_id:
             raise CorruptCheckpointError("the manifest belongs to another checkpoint", checkpoint=path,
@@ -158,7 +162,7 @@ class CheckpointStorage:
                 f"the checkpoint was written by another job ('{manifest.job_name}'): its operators "
                 "(uids and kinds) differ from this job's", checkpoint=path, file=MANIFEST_NAME,
                 expected=f"job fingerprint {fingerprint}", actual=f"job fingerprint {manifest.job_fingerprint}")
-        present = set(self.fs.listdir(path)) - {MANIFEST_NAME}
+        present = set(fs.listdir(path)) - {MANIFEST_NAME}
         for name in sorted(present - set(manifest.files)):
             what = "a leftover temporary file" if name.endswith(".tmp") else "a file the manifest does not list"
             raise CorruptCheckpointError(f"the checkpoint holds {what} (copied in from elsewhere, or left "
@@ -169,7 +173,7 @@ class CheckpointStorage:
                 raise CorruptCheckpointError("a state file listed in the manifest is missing",
                                              checkpoint=path, file=name,
                                              expected=f"sha256 {info['sha256']}", actual="no file")
-            data = self.fs.read_file(os.path.join(path, name))
+            data = fs.read_file(os.path.join(path, name))
             if len(data) != info["size"]:
                 raise CorruptCheckpointError("a state file has the wrong size (truncated or extended)",
                                              checkpoint=path, file=name,
