@@ -1,14 +1,15 @@
-# Two commands set everything up and run: `make run` (the flagship job) and `make test`.
+# Two commands set everything up and run: `make run` (the flagship job) and `make test`;
+# `make docs` builds the documentation site into site/.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench clean
+.PHONY: run test docs bench clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[test,spark,docs]'
 	touch $@
 
 run: $(BIN)/.installed
@@ -17,8 +18,11 @@ run: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
 
+docs: $(BIN)/.installed
+	$(BIN)/python -m mkdocs build --strict
+
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/stream_throughput.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -335,7 +335,7 @@ def _fsspec_implementation(protocol: str, path: str, what: str) -> type:
 def resolve(path: str | os.PathLike, what: str = "path") -> tuple[FileSystem, str]:
     """The file system of ``path`` and ``path`` in its normal form (see :meth:`FileSystem.normalize`).
 
-    Example:
+    Examples:
         >>> fs, path = resolve("file:///tmp/out/../in")
         >>> path, fs.atomic_rename
         ('/tmp/in', True)

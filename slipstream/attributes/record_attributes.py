@@ -6,7 +6,7 @@ from __future__ import annotations
 class RecordAttributes:
     """Says whether the records that follow are backlog (history, processed for throughput).
 
-    Example:
+    Examples:
         >>> RecordAttributes(is_backlog=True).is_backlog()
         True
         >>> RecordAttributes() == RecordAttributes(False)

@@ -5,7 +5,7 @@ regular intervals and writes it to a checkpoint directory; sinks that support it
 (``FileSink``) commit their output only when a checkpoint completes, so a job that
 is restarted from its latest checkpoint produces every record exactly once.
 
-Example:
+Examples:
     >>> from slipstream.datastream import StreamExecutionEnvironment
     >>> env = StreamExecutionEnvironment.get_execution_environment()
     >>> _ = env.enable_checkpointing(1000, CheckpointingMode.EXACTLY_ONCE)

@@ -25,7 +25,7 @@ Functions:
   produce nothing). :class:`FlatJoinFunction` yields any number of outputs per pair. A
   plain callable is a ``JoinFunction``, a generator function a ``FlatJoinFunction``.
 
-Example:
+Examples:
     >>> from slipstream.datastream import StreamExecutionEnvironment
     >>> from slipstream.datastream.window import EndOfStreamWindows
     >>> env = StreamExecutionEnvironment.get_execution_environment()

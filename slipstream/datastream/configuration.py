@@ -7,7 +7,7 @@ does: ``set_string("n", "3")`` then ``get_integer("n", 0)`` gives 3, and
 ``True``). ``env.configure(configuration)`` applies the keys slipstream knows
 (see :mod:`slipstream.datastream.pipeline_options`) and keeps the others readable.
 
-Example:
+Examples:
     >>> config = Configuration().set_string("k1", "v1").set_integer("k2", 1)
     >>> str(config), config.get_string("k2", ""), config.to_dict()
     ('{k1=v1, k2=1}', '1', {'k1': 'v1', 'k2': '1'})

@@ -219,7 +219,7 @@ class StreamExecutionEnvironment:
         started on first use with ``master`` (``local[*]`` by default). A ``BatchEngine``
         object is used as it is. Both engines give the same results.
 
-        Example:
+        Examples:
             >>> env = StreamExecutionEnvironment.get_execution_environment()
             >>> env = env.set_batch_engine("spark", master="local[2]")
         """

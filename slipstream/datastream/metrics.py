@@ -13,7 +13,7 @@ operator's subtasks:
 * a gauge as the list of its subtasks' values (index = subtask), read when the
   operator closes.
 
-Example:
+Examples:
     >>> report = {}
     >>> group = OperatorMetricGroup(report, "Map", 0, 1)
     >>> group.add_group("db").counter("errors").inc(2)

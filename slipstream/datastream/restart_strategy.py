@@ -8,7 +8,7 @@ the last error (so a record that keeps failing ends the job rather than looping)
 Strategies are equal by value, as PyFlink's (``RestartStrategies.no_restart() ==
 RestartStrategies.no_restart()``); the delay reads back as a ``timedelta``, as in PyFlink.
 
-Example:
+Examples:
     >>> strategy = RestartStrategies.fixed_delay_restart(3, 100)
     >>> strategy.get_restart_attempts(), strategy.get_delay_between_attempts_interval()
     (3, datetime.timedelta(microseconds=100000))

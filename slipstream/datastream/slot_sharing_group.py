@@ -7,7 +7,7 @@ stream and ``env.register_slot_sharing_group`` keep the group (it shows in
 ``get_execution_plan``) and warn that it places nothing. The builder checks what
 Flink's checks: CPU cores and task heap memory are given together and positive.
 
-Example:
+Examples:
     >>> group = SlotSharingGroup.builder("heavy").set_cpu_cores(1.0).set_task_heap_memory_mb(100).build()
     >>> group.get_name(), group.get_cpu_cores(), str(group.get_task_heap_memory())
     ('heavy', 1.0, '100 mb')

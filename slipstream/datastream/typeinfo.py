@@ -64,7 +64,7 @@ class Row:
     hash by their values, so they can serve as keys; mutating a row used as a
     key breaks the dict or state holding it, as with any Python key.
 
-    Example:
+    Examples:
         >>> Row(1, 'a')
         <Row(1, 'a')>
         >>> row = Row(name='Alice', age=11)   # keyword fields are sorted by name
@@ -847,7 +847,7 @@ class MapTypeInfo(TypeInformation):
 class Types:
     """Factories for the common types, named as in ``pyflink.common.typeinfo.Types``.
 
-    Example:
+    Examples:
         >>> Types.ROW_NAMED(['name', 'age'], [Types.STRING(), Types.INT()])
         RowTypeInfo(name: String, age: Integer)
     """

@@ -6,7 +6,7 @@ Python. A strategy is an immutable description; at run time the
 timestamps-and-watermarks operator asks it for a fresh assigner and generator
 per subtask.
 
-Example:
+Examples:
     >>> strategy = (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_seconds(5))
     ...             .with_timestamp_assigner(lambda event, ts: event[1]))
     >>> strategy.get_idle_timeout() is None

@@ -7,7 +7,7 @@ the window function, and an optional *evictor* removes contents before or after
 that. Time windows are half-open ``[start, end)`` in milliseconds;
 ``max_timestamp()`` is ``end - 1`` and is the timestamp of what the window emits.
 
-Example:
+Examples:
     >>> from slipstream.datastream.time import Time
     >>> TumblingEventTimeWindows.of(Time.seconds(5)).assign_windows("a", 7_300, None)
     [TimeWindow(start=5000, end=10000)]
@@ -827,7 +827,7 @@ class EndOfStreamWindows(GlobalWindows):
     backlog. On an unbounded input it never fires. ``GlobalWindows.create_with_end_of_stream_trigger()``
     is Flink's name for the same assigner.
 
-    Example:
+    Examples:
         >>> EndOfStreamWindows.get().assign_windows("any", None, None)
         [GlobalWindow]
         >>> GlobalWindows.create_with_end_of_stream_trigger() is EndOfStreamWindows.get()

@@ -4,7 +4,7 @@ Records travel as Arrow record batches, so vectorised operators (a vectorised
 co_group, a Parquet sink) never build Python rows; an operator running a Python
 function per record gets named ``Row`` objects.
 
-Example:
+Examples:
     >>> import pyarrow as pa
     >>> source = ArrowSource(pa.table({"f0": [1, 2, 3]}), batch_size=2)
     >>> source.num_rows

@@ -5,7 +5,7 @@ By default a bounded source is backlog until it ends and an unbounded one is not
 replays a long retention window (backlog), or a small bounded lookup that should be
 processed record by record (not backlog).
 
-Example:
+Examples:
     >>> from slipstream.datastream.connectors.iterator import IteratorSource
     >>> source = BacklogSource(IteratorSource(range(3), bounded=False), is_backlog=True)
     >>> source.get_boundedness().name

@@ -59,7 +59,7 @@ class BadRecord:
     found), ``path``, ``line`` (1-based) and ``offset`` (bytes) where it starts, and
     ``field`` the field that did not fit, if one did.
 
-    Example:
+    Examples:
         >>> BadRecord("x,1", "expected 2 fields", "/data/a.csv", 3, 17).as_dict()["line"]
         3
     """

@@ -141,7 +141,7 @@ def _position_entries(partial: dict[Split, Any]) -> list[list[Any]]:
 class FileSource(Source):
     """Reads files with a record format (text, CSV, JSON lines) or a bulk format (Parquet).
 
-    Example:
+    Examples:
         >>> source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), "/tmp").build()
         >>> source.get_boundedness()
         <Boundedness.BOUNDED: 'BOUNDED'>
@@ -263,7 +263,7 @@ class FileSourceBuilder:
         records and before the same checkpoint barriers, so a ``FileSink`` on that side
         output is exactly-once too. Only for record formats (text, CSV, JSON lines).
 
-        Example:
+        Examples:
             >>> from slipstream.datastream.output_tag import OutputTag
             >>> bad = OutputTag("bad-lines")
             >>> source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), "/tmp")
@@ -502,7 +502,7 @@ class FileSink(Sink):
     With checkpoints, part files are committed when a checkpoint completes (two-phase
     commit), so the output is exactly-once and becomes visible at checkpoints.
 
-    Example:
+    Examples:
         >>> sink = FileSink.for_row_format("/tmp/out", Encoder.simple_string_encoder()).build()
     """
 

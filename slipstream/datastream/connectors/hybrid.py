@@ -5,7 +5,7 @@ then the live stream. The records of every source but the last are backlog
 (FLIP-327): operators may process them as sorted batch work; when the last source
 starts, the stream switches to ``is_backlog=False``.
 
-Example:
+Examples:
     >>> from slipstream.datastream.connectors.iterator import CollectionSource
     >>> source = HybridSource.builder(CollectionSource([1, 2])).add_source(CollectionSource([3])).build()
     >>> source.get_boundedness().name

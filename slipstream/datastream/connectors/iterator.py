@@ -48,7 +48,7 @@ class IteratorSource(Source):
     queue and wakes the scheduler, so the iterator may block; if it ends, the
     source ends too.
 
-    Example:
+    Examples:
         >>> def numbers():
         ...     yield from range(3)
         >>> source = IteratorSource(numbers)
@@ -219,7 +219,7 @@ class CollectionSource(Source):
     :func:`~slipstream.datastream.connectors.number_seq.slice_bounds`), in
     order; its position is the index of the next element it would emit.
 
-    Example:
+    Examples:
         >>> source = CollectionSource(["a", "b", "c"])
         >>> source.create_reader(0, 1).poll(10).values
         ['a', 'b', 'c']

@@ -110,7 +110,7 @@ def redistribute_slices(positions: list[Any], count: int, parallelism: int, offs
 class NumberSequenceSource(Source):
     """A bounded source of the integers ``start, start + 1, ..., end`` (``end`` included).
 
-    Example:
+    Examples:
         >>> source = NumberSequenceSource(1, 10)
         >>> (source.get_from(), source.get_to())
         (1, 10)

@@ -6,7 +6,7 @@ As in PyFlink, a schema lists typed columns; types are given as
 ``set_use_header()`` takes its column names from each file's header and reads
 every field as a string. Quoted fields may span lines.
 
-Example:
+Examples:
     >>> schema = (CsvSchema.builder()
     ...           .add_number_column('id', number_type=Types.INT())
     ...           .add_string_column('name')
@@ -536,7 +536,7 @@ class CsvEncoder(Encoder):
     column order and positional ones (tuples, lists) are checked against its
     width; without one, fields are written in the record's own order.
 
-    Example:
+    Examples:
         >>> CsvEncoder().encode(('a', 1, None, True))
         b'a,1,,true\\n'
     """
@@ -577,7 +577,7 @@ class _CsvBulkWriterFactory(BulkWriterFactory):
 class CsvBulkWriters:
     """Creates bulk writers of CSV part files for ``FileSink.for_bulk_format``; each part gets a header if the schema uses one.
 
-    Example:
+    Examples:
         >>> schema = CsvSchema.builder().add_string_column('word').set_use_header().build()
         >>> factory = CsvBulkWriters.for_schema(schema)
     """

@@ -6,7 +6,7 @@ values (dicts for objects), or as ``Row`` records through a
 line. Field values are checked against the schema's ``Types``; dates and times
 are not parsed from strings here.
 
-Example:
+Examples:
     >>> from slipstream.datastream.typeinfo import Types
     >>> schema = (JsonRowDeserializationSchema.builder()
     ...           .type_info(Types.ROW_NAMED(['id', 'name'], [Types.INT(), Types.STRING()]))
@@ -236,7 +236,7 @@ class _JsonLinesReader(LineRecordReader):
 class JsonLinesEncoder(Encoder):
     """Encodes each record as one line of compact JSON: dicts and named rows as objects, the rest as values.
 
-    Example:
+    Examples:
         >>> JsonLinesEncoder().encode({'id': 1, 'tags': ('a', 'b')})
         b'{"id":1,"tags":["a","b"]}\\n'
     """

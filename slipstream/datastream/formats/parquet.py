@@ -206,7 +206,7 @@ class _ParquetBulkWriterFactory(BulkWriterFactory):
 class ParquetBulkWriters:
     """Creates bulk writers of Parquet part files for ``FileSink.for_bulk_format``.
 
-    Example:
+    Examples:
         >>> factory = ParquetBulkWriters.for_schema(pa.schema([('word', pa.string()), ('n', pa.int64())]))
     """
 

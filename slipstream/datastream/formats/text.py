@@ -18,7 +18,7 @@ from slipstream.errors import InvalidProgramError
 class TextLineInputFormat(StreamFormat):
     """Reads each line of a file as one ``str``, without its terminator; empty lines are kept.
 
-    Example:
+    Examples:
         >>> fmt = StreamFormat.text_line_format()
         >>> type(fmt).__name__
         'TextLineInputFormat'
@@ -39,7 +39,7 @@ class _TextLineReader(LineRecordReader):
 class SimpleStringEncoder(Encoder):
     """Encodes a record as ``str(record)`` followed by ``\\n``.
 
-    Example:
+    Examples:
         >>> Encoder.simple_string_encoder().encode(42)
         b'42\\n'
     """

@@ -22,7 +22,7 @@ imports without it. Needs ``pip install 'slipstream[spark]'`` (pyspark >= 4.0, f
 Functions given to the co-group methods, and the records they see, are pickled to Spark's
 workers: on a cluster, slipstream must be installed where the executors run Python.
 
-Example:
+Examples:
     >>> engine = SparkBatchEngine(master="local[2]")  # doctest: +SKIP
     >>> engine.sort(pa.table({"k": [2, 1]}), ["k"]).column("k").to_pylist()  # doctest: +SKIP
     [1, 2]

@@ -29,7 +29,7 @@ Both kinds are listed in the manifest with their SHA-256 and verified before the
 read; unpickling runs code, which is why a checkpoint directory must be trusted like
 the job's code (see :mod:`slipstream.runtime.checkpoint.snapshot`).
 
-Example:
+Examples:
     >>> parts = encode_keyed_state({"count": {3: [("a", 1), ("b", 2)]}, "seen": {3: [("a", {1, 2})]},
     ...                             "last": {3: [("a", [1, 2])]}, "by": {3: [("a", {"x": 1.5})]}})
     >>> [(name, kind) for name, kind, _ in parts]
