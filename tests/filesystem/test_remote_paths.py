@@ -17,7 +17,7 @@ from slipstream.datastream.connectors.file_system import FileSink, FileSource
 from slipstream.datastream.connectors.number_seq import NumberSequenceSource
 from slipstream.datastream.formats.base import Encoder, StreamFormat
 from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
-from slipstream.errors import CorruptCheckpointError, UserFunctionError
+from slipstream.errors import CorruptCheckpointError, InvalidProgramError, UserFunctionError
 from slipstream.filesystem import resolve
 from slipstream.runtime.checkpoint.manifest import Manifest
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
@@ -167,3 +167,10 @@ def test_a_commit_interrupted_between_copy_and_delete_is_finished_by_the_restore
     restored.restore_commit_state([state])
     assert names_under(f"{store}/out") == ["part-0-0"]
     assert visible_lines(f"{store}/out") == Counter(["a", "b"])
+
+
+def test_a_scheme_no_file_system_serves_is_refused_when_the_job_is_built() -> None:
+    with pytest.raises(InvalidProgramError, match="FileSource 'nosuch://b/in': fsspec knows no file system"):
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), "nosuch://b/in").build()
+    with pytest.raises(InvalidProgramError, match="FileSink 'nosuch://b/out': fsspec knows no file system"):
+        FileSink.for_row_format("nosuch://b/out", Encoder.simple_string_encoder()).build()
