@@ -33,8 +33,7 @@ from typing import Any, BinaryIO
 
 from slipstream.errors import DiskFullError, InvalidProgramError
 
-__all__ = ["FileSystem", "LocalFileSystem", "RemoteFileSystem", "copy_directory", "filesystem_of", "normalize",
-           "resolve"]
+__all__ = ["FileSystem", "RemoteFileSystem", "copy_directory", "filesystem_of", "normalize", "resolve"]
 
 
 class FileSystem:
@@ -174,9 +173,6 @@ class FileSystem:
                     found.append((path, os.path.relpath(path, root)))
         return found
 
-
-LocalFileSystem = FileSystem
-"""The local file system, by the name that says so."""
 
 _LOCAL = FileSystem()
 
