@@ -3,16 +3,23 @@
 While sorting operators buffer their backlog, then run it as batch work, then
 switch to streaming, a small table shows per operator its phase, the records
 buffered, the bytes spilled and the engine — and, for every operator that has dropped
-late records, how many (``num_late_records_dropped``, summed over its subtasks), so a drop is seen as it happens.
-It is drawn by ``rich`` in its own refresh thread, so it keeps moving while a long batch
-step runs; it reads the operators' metrics and never touches the job.
+late records, how many (``num_late_records_dropped``, summed over its subtasks), so a drop
+is seen as it happens. A thread of its own redraws it once a second, so it keeps moving
+while a long batch step runs; it reads the operators' metrics and never touches the job.
+
+It stays out of the streaming that follows: the table goes away as soon as the job
+has no backlog left (the switch; a later late drop is still warned and counted), and it
+never captures the job's own output — a ``print`` in a user function or a print sink goes
+straight to the terminal instead of making the table redraw (with rich's default
+redirection that slowed a printing job 44 times).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from rich.console import Console
 from rich.live import Live
@@ -41,14 +48,17 @@ def backlog_table(metrics: dict[str, dict[str, Any]], elapsed: float) -> Table:
 
 
 class BacklogProgress:
-    """Live backlog progress on ``stream`` when it is a terminal; a no-op otherwise."""
+    """Live backlog progress on ``stream`` when it is a terminal, while ``in_backlog()``; a no-op otherwise."""
 
-    def __init__(self, metrics: dict[str, dict[str, Any]], stream: IO[str] | None = None,
-                 refresh_per_second: float = 4) -> None:
+    def __init__(self, metrics: dict[str, dict[str, Any]], in_backlog: Callable[[], bool] = lambda: True,
+                 stream: IO[str] | None = None, refresh_per_second: float = 1) -> None:
         self._metrics = metrics
+        self._in_backlog = in_backlog
         self._stream = stream if stream is not None else sys.stderr
-        self._refresh = refresh_per_second
+        self._interval = 1 / refresh_per_second
         self._live: Live | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
         self._started = 0.0
 
     @property
@@ -56,17 +66,31 @@ class BacklogProgress:
         isatty = getattr(self._stream, "isatty", None)
         return bool(isatty and isatty())
 
+    @property
+    def showing(self) -> bool:
+        """Whether the table is on the terminal now."""
+        return self._thread is not None and self._thread.is_alive()
+
     def _render(self) -> Table:
         return backlog_table(self._metrics, time.perf_counter() - self._started)
 
     def start(self) -> None:
-        if self.enabled and self._live is None:
+        if self.enabled and self._thread is None:
             self._started = time.perf_counter()
             self._live = Live(get_renderable=self._render, console=Console(file=self._stream),
-                              refresh_per_second=self._refresh, transient=True)
-            self._live.start()
+                              auto_refresh=False, transient=True, redirect_stdout=False, redirect_stderr=False)
+            self._live.start(refresh=True)
+            self._thread = threading.Thread(target=self._redraw, name="backlog progress", daemon=True)
+            self._thread.start()
+
+    def _redraw(self) -> None:
+        """Redraw every interval until the backlog is over or the job ends; then take the table away."""
+        while not self._stopping.wait(self._interval) and self._in_backlog():
+            self._live.refresh()
+        self._live.stop()
 
     def stop(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        if self._thread is not None:
+            self._stopping.set()
+            self._thread.join()
+            self._thread = None

@@ -1,6 +1,9 @@
-"""The backlog progress display: drawn only on a terminal, from the operators' metrics."""
+"""The backlog progress display: drawn only on a terminal, from the operators' metrics, only
+while the job has backlog, and never in the way of the job's own output."""
 
 import io
+import sys
+import time
 
 from rich.console import Console
 
@@ -51,3 +54,28 @@ def test_operators_that_dropped_late_records_are_listed_with_the_count() -> None
     text = console.export_text()
     assert "late dropped" in text and "windows" in text and "1,234" in text
     assert "quiet windows" not in text
+
+
+def test_the_table_goes_away_when_the_backlog_is_over() -> None:
+    backlog = [True]
+    progress = BacklogProgress(METRICS, lambda: backlog[0], stream=FakeTerminal(), refresh_per_second=100)
+    progress.start()
+    assert progress.showing
+    backlog[0] = False
+    deadline = time.monotonic() + 5
+    while progress.showing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not progress.showing
+    progress.stop()
+
+
+def test_prints_of_the_job_reach_stdout_and_do_not_redraw_the_table(capsys) -> None:
+    stream = FakeTerminal()
+    progress = BacklogProgress(METRICS, stream=stream, refresh_per_second=0.01)
+    progress.start()
+    drawn = stream.getvalue()
+    for i in range(100):
+        print(f"record {i}")
+    assert sys.stdout is not stream and stream.getvalue() == drawn  # not captured, not redrawn
+    progress.stop()
+    assert capsys.readouterr().out == "".join(f"record {i}\n" for i in range(100))
