@@ -19,6 +19,7 @@ from slipstream.datastream.transformations import (
 )
 from slipstream.operators.base import OperatorContext, StreamOperator
 from slipstream.operators.iteration import create_operator
+from slipstream.runtime import gc_policy
 from slipstream.runtime.batch import make_batch_engine
 from slipstream.runtime.channels import Channel, SpillingChannel
 from slipstream.runtime.clock import Clock, SystemClock
@@ -52,9 +53,13 @@ class JobRun:
         self.batch_engine = make_batch_engine(options.batch_engine, options.engine_options) \
             if options.backlog_sorting else None
         self.tasks = self._build_tasks(options)
+        for task in self.tasks:
+            task.backlog_ended = self._after_backlog_ended
         self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
         self._closed = False
-        self._progress = BacklogProgress(self.metrics)
+        self._progress = BacklogProgress(self.metrics, self.in_backlog)
+        self._gc_policy = False
+        self._switched = False
         self._started = 0.0
 
     # -- construction -----------------------------------------------------------------------------
@@ -146,11 +151,30 @@ class JobRun:
 
     # -- running ----------------------------------------------------------------------------------
     def open(self) -> None:
-        """Start the clock (and, on a terminal, the backlog progress display); each task
-        deploys (opens its operators) on its first turn."""
+        """Start the clock, the garbage collection policy of :mod:`~slipstream.runtime.gc_policy`
+        (and, on a terminal, the backlog progress display); each task deploys (opens its
+        operators) on its first turn."""
         self._started = time.perf_counter()
+        self._gc_policy = gc_policy.job_started()
         if self.env.runtime_options.show_progress:
             self._progress.start()
+
+    def in_backlog(self) -> bool:
+        """Whether some task still has backlog ahead (read by the progress display's thread)."""
+        return any(task.in_backlog() for task in self.tasks)
+
+    def _after_backlog_ended(self) -> None:
+        """An input of a task left its backlog. Once no task has backlog ahead and a source
+        goes on, the job has switched to streaming: the moment to walk the heap whole, within
+        the switch's own pause (see :mod:`~slipstream.runtime.gc_policy`). The job's metrics
+        say when, as ``job.switched_ms``: milliseconds from the start to the end of the switch."""
+        if self._switched or self.in_backlog() or \
+                not any(isinstance(task, SourceTask) and not task.finished for task in self.tasks):
+            return
+        self._switched = True
+        if self._gc_policy:
+            gc_policy.collect_now()
+        self.metrics["job"] = {"switched_ms": (time.perf_counter() - self._started) * 1000}
 
     def close(self) -> None:
         """Close every task; on failure paths, errors while closing must not hide the first one."""
@@ -158,6 +182,8 @@ class JobRun:
             return
         self._closed = True
         self._progress.stop()
+        if self._gc_policy:
+            gc_policy.job_ended()
         first_error: BaseException | None = None
         for task in self.tasks:
             try:

@@ -99,6 +99,7 @@ class StreamTask:
         self.iteration: Any = None  # inside an iteration: tells operators its epochs and its end (loop_task)
         self.deployed = False
         self.after_open: list[Callable[[], None]] = []  # restore steps that need open operators
+        self.backlog_ended: Callable[[], None] = lambda: None  # an input left its backlog (set by the job run)
         self.deployed_at: float | None = None
         self.finished_at: float | None = None
         self._blocking_inputs = [c for c in inputs if c.blocking]
@@ -135,6 +136,11 @@ class StreamTask:
             input_channel.backlog = True
         for index in {c.input_index for c in self._blocking_inputs}:
             self._update_backlog(index)
+
+    def in_backlog(self) -> bool:
+        """Whether backlog is still ahead of this task: it is not deployed yet (it may wait behind
+        a BLOCKING edge) or one of its inputs is backlog (FLIP-327)."""
+        return not self.finished and (not self.deployed or any(self._input_backlog))
 
     def is_deployable(self) -> bool:
         for input_channel in self._blocking_inputs:
@@ -276,6 +282,8 @@ class StreamTask:
         if backlog != self._input_backlog[input_index]:
             self._input_backlog[input_index] = backlog
             self.head.process_record_attributes(RecordAttributes(backlog), input_index)
+            if not backlog:
+                self.backlog_ended()
 
     def _end_channel(self, source: InputChannel) -> None:
         source.ended = True
@@ -325,6 +333,9 @@ class SourceTask(StreamTask):
         """Called by a reader (possibly from its own thread) when it has records."""
         self.available = True
         self.wakeup()
+
+    def in_backlog(self) -> bool:
+        return not self.finished and (not self.deployed or self.source.is_backlog())
 
     def is_runnable(self, now: int) -> bool:
         if self.finished or not self.can_write():

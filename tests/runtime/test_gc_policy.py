@@ -1,0 +1,116 @@
+"""Python's cyclic GC while jobs run: full collections walk only what is new, the whole heap is
+walked at the switch and after a quarter's growth, and everything is unfrozen when jobs end."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from typing import Any
+
+import pytest
+
+from slipstream.datastream import KeyedCoProcessFunction, RuntimeContext, StreamExecutionEnvironment
+from slipstream.datastream import ValueStateDescriptor
+from slipstream.datastream.connectors.iterator import IteratorSource
+from slipstream.runtime import gc_policy
+
+
+class Node:
+    """An object in a reference cycle with itself, as garbage only the cyclic GC frees."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def policy():
+    assert gc.get_freeze_count() == 0
+    assert gc_policy.job_started()
+    try:
+        yield
+    finally:
+        gc_policy.job_ended()
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_full_collection_freezes_its_survivors_until_the_job_ends(policy) -> None:
+    survivors = [[i] for i in range(10_000)]
+    gc.collect()
+    assert gc.get_freeze_count() >= len(survivors)
+    assert not gc.get_objects(2) or len(gc.get_objects(2)) < len(survivors)  # the next walk skips them
+
+
+def test_frozen_cycles_are_collected_once_the_frozen_heap_grew_by_a_quarter(policy) -> None:
+    node = Node()
+    alive = weakref.ref(node)
+    gc_policy.collect_now()  # the whole heap walked: node is frozen
+    assert gc.get_freeze_count() > 0
+    del node
+    gc.collect()
+    assert alive() is not None  # frozen garbage waits
+    growth = [[i] for i in range(gc.get_freeze_count() // 3)]
+    gc.collect()  # the frozen heap grew by a third: unfrozen, so that the next walk is whole
+    gc.collect()
+    assert alive() is None
+    del growth
+
+
+def test_a_process_that_froze_objects_itself_is_left_alone() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert not gc_policy.job_started()
+        gc.collect()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
+class Profiles(KeyedCoProcessFunction):
+    """Input 2 is the backlog (profiles into state); each live record reports what is frozen."""
+
+    def __init__(self, profiles: int, loaded: threading.Event) -> None:
+        self.profiles, self.loaded, self.seen = profiles, loaded, 0
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.profile = runtime_context.get_state(ValueStateDescriptor("profile"))
+
+    def process_element1(self, key: int, ctx: Any):
+        yield key, self.profile.value(), gc.get_freeze_count()
+
+    def process_element2(self, key: int, ctx: Any):
+        self.profile.update([key, str(key)])
+        self.seen += 1
+        if self.seen == self.profiles:
+            self.loaded.set()
+        return ()
+
+
+def test_the_state_a_backlog_left_is_frozen_once_the_job_switched_to_streaming() -> None:
+    profiles, loaded = 20_000, threading.Event()
+
+    def live():
+        loaded.wait(60)
+        yield from range(5)
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    out: list[Any] = []
+    env.from_source(IteratorSource(live, bounded=False), None, "live") \
+        .connect(env.from_collection(list(range(profiles)))) \
+        .key_by(lambda key: key, lambda key: key).process(Profiles(profiles, loaded)).add_sink(out.append)
+    result = env.execute("switch")
+    assert [(key, profile) for key, profile, _ in out] == [(k, [k, str(k)]) for k in range(5)]
+    assert all(frozen >= profiles for _, _, frozen in out)
+    assert result.get_accumulator_result("job")["switched_ms"] > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_bounded_job_never_switches_and_never_walks_the_heap_for_it() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    env.from_collection(list(range(1000))).key_by(lambda x: x % 10).reduce(lambda a, b: a + b).add_sink(
+        lambda _: None)
+    result = env.execute("bounded")
+    assert result.get_accumulator_result("job") is None
