@@ -18,6 +18,7 @@ values, not the names.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import decimal
 import pickle
@@ -164,6 +165,16 @@ class Row:
 
     def __reduce__(self) -> tuple[Callable[..., Row], tuple[Any, ...]]:
         return _create_row, (self._fields, tuple(self._values), self._row_kind)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Row:
+        """A row whose values are copies; it shares the list of field names, which no method
+        changes in place (a state backend copies rows on write while a checkpoint is written)."""
+        row = Row.__new__(Row)
+        memo[id(self)] = row
+        row._fields = self._fields
+        row._values = copy.deepcopy(self._values, memo)
+        row._row_kind = self._row_kind
+        return row
 
     def __repr__(self) -> str:
         if self._fields is None:

@@ -28,7 +28,6 @@ from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.datastream.transformations import ReduceTransformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.backlog import BacklogSortingOperator
-from slipstream.operators.base import OperatorContext
 from slipstream.operators.batch_engine import Aggregation
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.sort_buffer import SortBuffer
@@ -48,10 +47,6 @@ class KeyedReduceOperator(BacklogSortingOperator):
     def user_functions(self) -> list[Function]:
         return [self.function]
 
-    def setup(self, ctx: OperatorContext) -> None:
-        super().setup(ctx)
-        self.accumulators = ctx.keyed_backend.value_table(REDUCE_STATE)
-
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         if self._buffering:
             self.buffer_backlog(batch)
@@ -59,8 +54,7 @@ class KeyedReduceOperator(BacklogSortingOperator):
         reduce = self.function.reduce
         key_selector = self.key_selector
         set_key = self.ctx.keyed_backend.set_current_key
-        table = self.accumulators
-        get = table.get
+        get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
         out: list = []
         append = out.append
         value: Any = None
@@ -76,7 +70,7 @@ class KeyedReduceOperator(BacklogSortingOperator):
                                         "combined value")
                 else:
                     current = value
-                table[key] = current
+                put(key, current)
                 append(current)
         except SlipstreamError:
             raise
@@ -120,7 +114,8 @@ class KeyedReduceOperator(BacklogSortingOperator):
 
     def _install(self, key: Any, partial: Any) -> Any:
         """Fold ``partial`` (the reduce of the key's backlog) into the key's accumulator."""
-        current = self.accumulators.get(key)
+        get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
+        current = get(key)
         if current is not None:
             self.ctx.keyed_backend.set_current_key(key)
             try:
@@ -132,18 +127,18 @@ class KeyedReduceOperator(BacklogSortingOperator):
             if partial is None:
                 raise self.user_error(current, TypeError("the reduce function returned None; it must "
                                                          "return the combined value"))
-        self.accumulators[key] = partial
+        put(key, partial)
         return partial
 
     def _reduce_per_key(self, buffer: SortBuffer) -> Iterator[tuple[Any, int | None]]:
         """The Python path: fold each key's records in order with the reduce function, yielding
         the key's final value."""
         reduce = self.function.reduce
-        table = self.accumulators
+        get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
         set_key = self.ctx.keyed_backend.set_current_key
         for key, stamps, values in buffer.groups():
             set_key(key)
-            current = table.get(key)
+            current = get(key)
             value: Any = None
             try:
                 for value in values:
@@ -158,7 +153,7 @@ class KeyedReduceOperator(BacklogSortingOperator):
                 raise
             except Exception as exc:
                 raise self.user_error(value, exc) from exc
-            table[key] = current
+            put(key, current)
             yield current, stamps[-1]
 
     def _aggregate_vectorised(self, buffer: SortBuffer) -> Iterator[tuple[Any, int | None]] | None:

@@ -73,6 +73,7 @@ class JobDriver:
             while True:
                 run = self.current_run = JobRun(self.env, self.graph, self.job_name)
                 run.job_id = self.job_id
+                coordinator = None
                 try:
                     coordinator = recovery.prepare(run)
                     run.open()
@@ -80,6 +81,8 @@ class JobDriver:
                     if coordinator is not None and not stopped:
                         coordinator.final_checkpoint()
                 except BaseException as failure:
+                    if coordinator is not None:
+                        coordinator.close()  # a write under way ends before the next run restores
                     run.close_quietly()
                     if recovery.restart_after(failure):
                         continue

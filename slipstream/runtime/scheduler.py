@@ -29,8 +29,12 @@ class Scheduler:
         self.turns = 0
         for task in tasks:
             if isinstance(task, SourceTask):
-                task.wakeup = self._wake.set
+                task.wakeup = self.wake
         self._active = list(tasks)
+
+    def wake(self) -> None:
+        """Cut an idle wait short (from any thread): something outside the tasks changed."""
+        self._wake.set()
 
     @property
     def finished(self) -> bool:

@@ -40,6 +40,9 @@ KIND:
            themselves (summation order may differ in the last bits)
 
 Usage for the last three: python crash_job.py KIND OUT_DIR CHECKPOINT_DIR N [PARALLELISM]
+
+With ``CRASH_JOB_ASYNC_WRITES=1`` in its environment every checkpoint is written by the
+background writer (``set_async_write_threshold(0)``), however small its state.
 """
 
 from __future__ import annotations
@@ -250,7 +253,7 @@ class Hook:
 
 def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | None = 40,
           records: int | None = 3000, parallelism: int = 2, mode=None, restart=None, fail=None,
-          retained: int = 2):
+          retained: int = 2, async_writes: bool = False):
     from slipstream.datastream import (CheckpointingMode, KeyedProcessFunction, RestartStrategies,
                                        StreamExecutionEnvironment, ValueStateDescriptor)
     from slipstream.datastream.connectors.file_system import FileSink, FileSource
@@ -267,6 +270,8 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
     if records is not None:
         config.set_checkpoint_interval_records(records)
     config.set_checkpoint_storage_dir(checkpoints).set_num_retained_checkpoints(retained)
+    if async_writes:
+        config.set_async_write_threshold(0)
     env.set_restart_strategy(restart or RestartStrategies.no_restart())
     hook = Hook(fail)
     sink = FileSink.for_row_format(out, Encoder.simple_string_encoder()).build()
@@ -526,7 +531,7 @@ def main() -> None:
         env = build(kind, out, checkpoints, n, parallelism=int(sys.argv[5]),
                     records=None if kind == "iteration" else 400)
     else:
-        env = build(kind, out, checkpoints, n)
+        env = build(kind, out, checkpoints, n, async_writes=os.environ.get("CRASH_JOB_ASYNC_WRITES") == "1")
     env.execute(f"crash-{kind}")  # restore_from comes from SLIPSTREAM_RESTORE_FROM
 
 

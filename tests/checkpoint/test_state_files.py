@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import decimal
 import os
+import pickle
 import shutil
 
 import pyarrow as pa
@@ -28,6 +29,7 @@ from slipstream.errors import CorruptCheckpointError, UserFunctionError
 from slipstream.runtime.checkpoint import state_files
 from slipstream.runtime.checkpoint.state_files import (
     ARROW,
+    LEGACY_PICKLE,
     PICKLE,
     decode_state_file,
     encode_keyed_state,
@@ -167,6 +169,23 @@ def test_other_state_falls_back_to_pickle_per_state_and_round_trips(entries):
     assert [(name, kind) for name, kind, _ in parts] == [("odd", PICKLE), ("plain", ARROW)]
     assert typed(decode_state_file(PICKLE, parts[0][2])) == typed(entries)
     assert decode_state_file(PICKLE, parts[0][2]) == entries
+
+
+def test_pickled_state_is_one_pickle_per_key_group_and_old_single_pickles_still_read():
+    entries = {group: [(group * 1000 + i, {i, group}) for i in range(50)] for group in range(0, 128, 7)}
+    [(_, kind, data)] = encode_keyed_state({"sets": entries})
+    assert kind == PICKLE
+    assert decode_state_file(PICKLE, data) == entries
+    first = int.from_bytes(data[:8], "little")  # a pickle per group, behind its length
+    assert pickle.loads(data[8:8 + first]) == (0, entries[0])
+    assert decode_state_file(LEGACY_PICKLE, pickle.dumps(entries)) == entries
+
+
+def test_arrow_state_of_many_rows_is_written_in_chunks_and_round_trips():
+    entries = {group: [(group * 10_000 + i, float(i)) for i in range(400)] for group in range(128)}
+    data = round_trips(entries, ARROW)
+    reader = pa.ipc.open_file(pa.BufferReader(data))
+    assert reader.num_record_batches == -(-len(entries) * 400 // state_files.CHUNK_ROWS) > 1
 
 
 class Average(AggregateFunction):

@@ -1,6 +1,11 @@
-"""The heap keyed-state backend: every state kind scoped per key and namespace; snapshots by key group."""
+"""The heap keyed-state backend: every state kind scoped per key and namespace; snapshots by key group;
+frozen views that stay as they were while the state goes on (copy-on-write)."""
+
+import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slipstream.datastream.functions import AggregateFunction
 from slipstream.datastream.state import (
@@ -204,3 +209,144 @@ def test_a_snapshot_is_not_changed_by_later_updates() -> None:
     again = HeapKeyedStateBackend(128)
     again.restore(snapshot)
     assert read_all(again, "a") == expected(1)
+
+
+# -- freezing for a checkpoint written while the job goes on (copy-on-write) ---------------------------------
+class Box:
+    """A user object kept in state and changed in place."""
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Box) and other.items == self.items
+
+    def __repr__(self) -> str:
+        return f"Box({self.items!r})"
+
+
+def change_everything(backend: HeapKeyedStateBackend, namespaced: bool) -> None:
+    """Every way to change state: updates, in-place adds and puts, removals, clears, new keys, and a
+    user object and a list changed in place after being read."""
+    namespace = "w" if namespaced else None
+    for n, key in enumerate(KEYS[:120]):
+        write_all(backend, key, n + 1000, namespaced, namespace)
+    backend.set_current_key(KEYS[0])
+    for descriptor in descriptors().values():
+        state = backend.get_state(descriptor, namespaced)
+        state.set_current_namespace(namespace)
+        state.clear()
+    backend.set_current_key(KEYS[1])
+    mapping = backend.get_state(MapStateDescriptor("m"), namespaced)
+    mapping.set_current_namespace(namespace)
+    mapping.remove("n")
+    write_all(backend, "a new key", 7, namespaced, namespace)
+    boxes = backend.get_state(ValueStateDescriptor("box"), namespaced)
+    boxes.set_current_namespace(namespace)
+    for key in KEYS[:50]:
+        backend.set_current_key(key)
+        boxes.value().items.append("changed in place")
+        values = backend.get_state(ListStateDescriptor("l"), namespaced)
+        values.set_current_namespace(namespace)
+        values.get().append(-1)
+
+
+def with_boxes(backend: HeapKeyedStateBackend, namespaced: bool) -> HeapKeyedStateBackend:
+    boxes = backend.get_state(ValueStateDescriptor("box"), namespaced)
+    boxes.set_current_namespace("w" if namespaced else None)
+    for key in KEYS:
+        backend.set_current_key(key)
+        boxes.update(Box([key]))
+    return backend
+
+
+def view_entries(view) -> dict:
+    return {name: dict(view.entries(name).items()) for name in view.names}
+
+
+@pytest.mark.parametrize("namespaced", [False, True])
+def test_a_frozen_view_keeps_the_state_as_it_was_while_the_state_changes(namespaced: bool) -> None:
+    backend = with_boxes(filled_backend(16, namespaced), namespaced)
+    twin = with_boxes(filled_backend(16, namespaced), namespaced)  # never frozen: the oracle
+    before = copy.deepcopy(twin.snapshot())
+    view = backend.freeze()
+    change_everything(backend, namespaced)
+    change_everything(twin, namespaced)
+    assert view_entries(view) == before
+    for key in KEYS + ["a new key"]:  # the live state already shows every change
+        assert read_all(backend, key, namespaced, "w" if namespaced else None) == \
+            read_all(twin, key, namespaced, "w" if namespaced else None)
+    assert sorted(map(repr, backend.keys("v"))) == sorted(map(repr, twin.keys("v")))
+    backend.release()
+    assert backend.snapshot() == twin.snapshot()
+
+
+def test_value_accessors_of_a_frozen_state_write_beside_the_view() -> None:
+    backend = HeapKeyedStateBackend(8)
+    descriptor = ValueStateDescriptor("acc")
+    get, put = backend.value_accessors(descriptor)
+    put("k", [1])
+    put("j", (1, 2))
+    view = backend.freeze()
+    get, put = backend.value_accessors(descriptor)
+    get("k").append(2)  # a mutable value comes out as the live state's own copy
+    put("j", (3, 4))
+    put("new", [5])
+    assert sorted(pair for pairs in view_entries(view)["acc"].values() for pair in pairs) == \
+        [("j", (1, 2)), ("k", [1])]
+    assert (get("k"), get("j"), get("new")) == ([1, 2], (3, 4), [5])
+    backend.release()
+    get, _ = backend.value_accessors(descriptor)
+    assert (get("k"), get("j"), get("new")) == ([1, 2], (3, 4), [5])
+
+
+def test_a_frozen_backend_cannot_be_frozen_again_until_released() -> None:
+    backend = filled_backend(8)
+    backend.freeze()
+    with pytest.raises(Exception, match="already frozen"):
+        backend.freeze()
+    backend.release()
+    backend.freeze()
+
+
+OPERATIONS = st.lists(st.tuples(st.sampled_from(["update", "clear", "add", "put", "remove", "reduce", "mutate"]),
+                                st.integers(0, 6), st.integers(0, 3)), max_size=40)
+
+
+def apply(backend: HeapKeyedStateBackend, operations: list) -> None:
+    value = backend.get_state(ValueStateDescriptor("v"))
+    items = backend.get_state(ListStateDescriptor("l"))
+    mapping = backend.get_state(MapStateDescriptor("m"))
+    total = backend.get_state(ReducingStateDescriptor("r", lambda a, b: a + b))
+    for operation, key, n in operations:
+        backend.set_current_key(key)
+        if operation == "update":
+            value.update([n])
+        elif operation == "clear":
+            (value, items, mapping, total)[n].clear()
+        elif operation == "add":
+            items.add(n)
+        elif operation == "put":
+            mapping.put(n, [n])
+        elif operation == "remove":
+            mapping.remove(n)
+        elif operation == "reduce":
+            total.add(n)
+        elif value.value() is not None:  # a list held in value state, changed in place
+            value.value().append(n)
+
+
+@given(before=OPERATIONS, during=OPERATIONS)
+@settings(max_examples=200, deadline=None)
+def test_any_changes_while_frozen_leave_the_view_as_at_the_freeze(before: list, during: list) -> None:
+    backend, twin = HeapKeyedStateBackend(4), HeapKeyedStateBackend(4)
+    apply(backend, before)
+    apply(twin, before)
+    expected = copy.deepcopy(twin.snapshot())
+    view = backend.freeze()
+    apply(backend, during)
+    apply(twin, during)
+    assert {name: groups for name, groups in view_entries(view).items() if groups} == \
+        {name: groups for name, groups in expected.items() if groups}
+    backend.release()
+    assert backend.snapshot() == twin.snapshot()

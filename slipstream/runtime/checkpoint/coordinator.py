@@ -5,9 +5,13 @@ on the processing-time interval (a separate one while sources report backlog) or
 after a number of source records, never sooner than the minimum pause after the
 last one. Triggering snapshots every finished task at once, tells every running
 task to expect the barrier, and has every running source snapshot itself and emit
-the barrier. When all tasks acknowledged, the snapshots are written (data files,
-then the manifest), older checkpoints are pruned, and operators are told the
-checkpoint completed — two-phase-commit sinks commit then.
+the barrier. When all tasks acknowledged, a writer thread serialises the snapshots
+and writes them (data files, each fsynced, then the manifest) and prunes older
+checkpoints while the tasks go on; once the files are durable the checkpoint is
+complete: the tasks' keyed state is released from its copy-on-write freeze, and
+operators are told — two-phase-commit sinks commit then. The timeout applies until
+every task acknowledged; a write that has begun is waited for. The job's last
+checkpoint, when every task finished, is written in the scheduler's thread.
 
 FLIP-327: no checkpoint is taken while a task still waits behind a BLOCKING edge
 or reads one, or while an operator reports ``is_checkpoint_blocked()`` (a sorter
@@ -17,16 +21,23 @@ on backlog input); the skip is logged and counted in the metrics instead.
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from slipstream.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
 from slipstream.errors import CheckpointError, SlipstreamError
 from slipstream.runtime.checkpoint.barriers import BarrierHandler
 from slipstream.runtime.checkpoint.iteration_region import attach_iteration_regions
 from slipstream.runtime.checkpoint.manifest import Manifest
-from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot, build_manifest_and_files, snapshot_task
+from slipstream.runtime.checkpoint.snapshot import (
+    OperatorSnapshot,
+    build_manifest_and_files,
+    release_task,
+    snapshot_task,
+)
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 
 log = logging.getLogger("slipstream.checkpoint")
@@ -39,6 +50,81 @@ class PendingCheckpoint:
     final: bool = False
     started_s: float = field(default_factory=time.perf_counter)
     acks: dict[int, list[OperatorSnapshot]] = field(default_factory=dict)  # id(task) -> snapshots
+    writer: CheckpointWriter | None = None  # once every task acknowledged
+
+
+WRITING_SWITCH_INTERVAL_S = 0.0005
+"""The interpreter's switch interval while a checkpoint writer thread runs (Python's default: 5 ms)."""
+
+_switching_lock = threading.Lock()
+_writers_running = 0
+_switch_interval_before = 0.0
+
+
+def _writer_started() -> None:
+    """The job's thread waits for the interpreter lock at most one switch interval while the writer
+    holds it: 0.5 ms while any writer runs, so a record never waits the default 5 ms."""
+    global _writers_running, _switch_interval_before
+    with _switching_lock:
+        if _writers_running == 0:
+            _switch_interval_before = sys.getswitchinterval()
+            sys.setswitchinterval(min(_switch_interval_before, WRITING_SWITCH_INTERVAL_S))
+        _writers_running += 1
+
+
+def _writer_ended() -> None:
+    global _writers_running
+    with _switching_lock:
+        _writers_running -= 1
+        if _writers_running == 0 and sys.getswitchinterval() == min(_switch_interval_before,
+                                                                    WRITING_SWITCH_INTERVAL_S):
+            sys.setswitchinterval(_switch_interval_before)  # unless someone else changed it meanwhile
+
+
+class CheckpointWriter:
+    """Serialises and writes one checkpoint, in a thread of its own (:meth:`start`, then ``done``
+    is called from it) or in the caller's (:meth:`run`); the outcome is kept for the scheduler's
+    thread."""
+
+    def __init__(self, storage: CheckpointStorage, manifest: Manifest, snapshots: list[OperatorSnapshot],
+                 done: Callable[[], None] = lambda: None) -> None:
+        self._storage, self._manifest, self._snapshots, self._done = storage, manifest, snapshots, done
+        self.path: str | None = None
+        self.size_bytes = 0
+        self.write_ms = 0.0
+        self.error: BaseException | None = None
+        self.finished = False
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        try:
+            files = build_manifest_and_files(self._manifest, self._snapshots)
+            self.size_bytes = sum(len(data) for data in files.values())
+            self.path = self._storage.write(self._manifest, files)
+            self._storage.prune(self._manifest.checkpoint_id)
+        except BaseException as exc:  # noqa: BLE001 - handed to the scheduler's thread, which decides
+            self.error = exc
+        self._snapshots = []
+        self.write_ms = (time.perf_counter() - started) * 1000
+        self.finished = True
+
+    def start(self) -> None:
+        _writer_started()
+        self._thread = threading.Thread(target=self._run_in_thread,
+                                        name=f"checkpoint {self._manifest.checkpoint_id} writer", daemon=True)
+        self._thread.start()
+
+    def _run_in_thread(self) -> None:
+        try:
+            self.run()
+        finally:
+            _writer_ended()
+            self._done()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
 
 
 class CheckpointCoordinator:
@@ -61,6 +147,7 @@ class CheckpointCoordinator:
         self.latest_completed_path: str | None = None
         self.consecutive_failures = 0
         self.sources = [task for task in tasks if isinstance(task, SourceTask)]
+        self.wakeup: Callable[[], None] = lambda: None  # wakes the scheduler when a write is done
         for task in tasks:
             # a task may bring its own handler: a loop head logs its feedback (FLINK-3257)
             task.barrier_handler = getattr(task, "barrier_handler_class", BarrierHandler)(
@@ -76,16 +163,19 @@ class CheckpointCoordinator:
         self._logged_reasons: set[str] = set()
         self.metrics: dict[str, Any] = {"completed": 0, "failed": 0, "skipped": 0, "skip_reasons": {},
                                         "last_duration_ms": None, "last_write_ms": None,
-                                        "last_size_bytes": None,
-                                        "durations_ms": [], "latest_completed_id": None}
+                                        "last_pause_ms": None, "last_size_bytes": None,
+                                        "durations_ms": [], "pauses_ms": [], "latest_completed_id": None}
 
     # -- the scheduler's hook -------------------------------------------------------------------
     def on_turn(self, now: int) -> None:
         """Called before every scheduler turn: finish, time out or start a checkpoint."""
         pending = self.pending
         if pending is not None:
-            if len(pending.acks) == len(self.tasks):
-                self._complete(pending)
+            if pending.writer is not None:
+                if pending.writer.finished:
+                    self._complete(pending)
+            elif len(pending.acks) == len(self.tasks):
+                self._start_writing(pending)
             elif now - pending.started_ms > self.config.get_checkpoint_timeout():
                 self._fail(pending, CheckpointError(
                     f"checkpoint {pending.checkpoint_id} timed out after "
@@ -194,45 +284,79 @@ class CheckpointCoordinator:
         """Every task finished: checkpoint the final state and commit (the job's last output)."""
         pending = self.pending
         if pending is not None:
-            if len(pending.acks) == len(self.tasks):
-                self._complete(pending, raise_errors=True)
+            if pending.writer is None and len(pending.acks) == len(self.tasks):
+                self._writer(pending).run()
+            if pending.writer is not None:
+                pending.writer.wait()
+                self._complete(pending)  # failing, it counts against the tolerated failures as ever
             else:
                 self._abort(pending)
-        pending = self.pending
         self.trigger(self.clock.now_ms(), final=True)
-        self._complete(self.pending, raise_errors=True)
+        pending = self.pending
+        self._writer(pending).run()
+        self._complete(pending, raise_errors=True)
 
-    # -- completion -----------------------------------------------------------------------------
-    def _complete(self, pending: PendingCheckpoint, raise_errors: bool = False) -> None:
-        checkpoint_id = pending.checkpoint_id
-        manifest = Manifest(checkpoint_id, self.job_name, self.fingerprint, time.time_ns() // 1_000_000,
+    def close(self) -> None:
+        """The run ends (failed or interrupted): wait for a write in progress, release the state."""
+        pending, self.pending = self.pending, None
+        if pending is not None and pending.writer is not None:
+            pending.writer.wait()
+        self._release()
+
+    # -- writing and completion -----------------------------------------------------------------
+    def _writer(self, pending: PendingCheckpoint, done: Callable[[], None] = lambda: None) -> CheckpointWriter:
+        manifest = Manifest(pending.checkpoint_id, self.job_name, self.fingerprint, time.time_ns() // 1_000_000,
                             "EXACTLY_ONCE" if self.exactly_once else "AT_LEAST_ONCE")
         snapshots = [snap for task in self.tasks for snap in pending.acks[id(task)]]
-        started = time.perf_counter()
-        try:
-            files = build_manifest_and_files(manifest, snapshots)
-            path = self.storage.write(manifest, files)
-            self.storage.prune(checkpoint_id)
-        except (OSError, SlipstreamError) as exc:
-            self._fail(pending, exc, always_raise=raise_errors)
+        pending.writer = CheckpointWriter(self.storage, manifest, snapshots, done)
+        return pending.writer
+
+    def _start_writing(self, pending: PendingCheckpoint) -> None:
+        """Every task acknowledged: write the checkpoint in the writer's thread, or now if its
+        keyed state is small (see ``CheckpointConfig.set_async_write_threshold``)."""
+        writer = self._writer(pending, self.wakeup)
+        entries = sum(snap.keyed.size for snapshots in pending.acks.values() for snap in snapshots
+                      if snap.keyed is not None)
+        if entries < self.config.get_async_write_threshold():
+            writer.run()
+            self._complete(pending)
+        else:
+            writer.start()
+
+    def _release(self) -> None:
+        for task in self.tasks:
+            release_task(task)
+
+    def _complete(self, pending: PendingCheckpoint, raise_errors: bool = False) -> None:
+        """The writer is done: complete the checkpoint, or fail it with the writer's error."""
+        writer = pending.writer
+        self._release()
+        error = writer.error
+        if error is not None:
+            if not isinstance(error, (OSError, SlipstreamError)):
+                self.pending = None
+                raise error  # a bug, or a simulated crash: not a checkpoint failure
+            self._fail(pending, error, always_raise=raise_errors)
             return
-        finished = time.perf_counter()
-        write_ms = (finished - started) * 1000
-        duration_ms = (finished - pending.started_s) * 1000
+        checkpoint_id = pending.checkpoint_id
+        duration_ms = (time.perf_counter() - pending.started_s) * 1000
+        pause_ms = sum(snap.taken_ms for snapshots in pending.acks.values() for snap in snapshots)
         self.pending = None
         self.latest_completed_id = checkpoint_id
-        self.latest_completed_path = path
+        self.latest_completed_path = writer.path
         self.consecutive_failures = 0
         self._last_done_ms = self.clock.now_ms()
         metrics = self.metrics
         metrics["completed"] += 1
         metrics["latest_completed_id"] = checkpoint_id
         metrics["last_duration_ms"] = duration_ms
-        metrics["last_write_ms"] = write_ms
-        metrics["last_size_bytes"] = sum(len(data) for data in files.values())
+        metrics["last_write_ms"] = writer.write_ms
+        metrics["last_pause_ms"] = pause_ms
+        metrics["last_size_bytes"] = writer.size_bytes
         metrics["durations_ms"].append(duration_ms)
-        log.debug("checkpoint %d complete: %s (%.1f ms from trigger, %.1f ms writing)", checkpoint_id, path,
-                  duration_ms, write_ms)
+        metrics["pauses_ms"].append(pause_ms)
+        log.debug("checkpoint %d complete: %s (%.1f ms from trigger, %.1f ms writing, tasks stopped %.1f ms)",
+                  checkpoint_id, writer.path, duration_ms, writer.write_ms, pause_ms)
         for task in self.tasks:
             for operator in task.operators:
                 operator.notify_checkpoint_complete(checkpoint_id)
@@ -242,6 +366,7 @@ class CheckpointCoordinator:
             task.barrier_handler.abort(pending.checkpoint_id)
             for operator in task.operators:
                 operator.notify_checkpoint_aborted(pending.checkpoint_id)
+        self._release()
         self.pending = None
 
     def _fail(self, pending: PendingCheckpoint, error: BaseException, always_raise: bool = False) -> None:

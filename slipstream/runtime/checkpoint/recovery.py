@@ -122,6 +122,7 @@ class Recovery:
             existing = self.storage.checkpoint_ids()
             coordinator = CheckpointCoordinator(run.tasks, self.config, self.storage, self.fingerprint,
                                                 self.job_name, run.clock, (max(existing) + 1) if existing else 1)
+            coordinator.wakeup = run.scheduler.wake
         restore = self.restore
         if restore is not None:
             ended = restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)

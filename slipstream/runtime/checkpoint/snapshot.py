@@ -3,9 +3,11 @@
 Each operator subtask contributes its keyed state (the backend's entries grouped by key
 group, so they can be redistributed), one file per state, and its operator state
 (``snapshot_state()``: source positions, timers, a sink's pending files) in one file.
-They are serialised when the snapshot is taken, in the task's own turn, so the
-checkpoint holds the state exactly as it was at the barrier even though processing
-goes on.
+The task's turn at the barrier only takes them: the operator state is serialised
+then, the keyed state is frozen as it is (copy-on-write, see
+:mod:`slipstream.runtime.state.heap_backend`) and grouped, serialised and written
+afterwards by the checkpoint writer's thread while processing goes on; the
+checkpoint still holds the state exactly as it was at the barrier.
 
 Formats: keyed state whose keys and values are primitives (ints, floats, strings,
 bools, bytes, None), lists of primitives (list state), dicts of primitives (map state)
@@ -25,27 +27,34 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slipstream.errors import CheckpointError, CorruptCheckpointError
 from slipstream.runtime.checkpoint.manifest import Manifest, OperatorEntry, SubtaskFiles
 from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_file, encode_keyed_state
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 
+if TYPE_CHECKING:
+    from slipstream.runtime.state.heap_backend import KeyedStateView
+
 
 @dataclass
 class OperatorSnapshot:
-    """One operator subtask's state at a checkpoint, already serialised."""
+    """One operator subtask's state at a checkpoint: its operator state serialised, its keyed
+    state a frozen view for the checkpoint writer to serialise (:func:`encode_keyed`)."""
 
     uid: str
     kind: str
     subtask_index: int
     parallelism: int
     max_parallelism: int
-    keyed: list[tuple[str, str, bytes]] | None  # (state name, format, file bytes) per keyed state
+    keyed: KeyedStateView | None
     key_groups: tuple[int, int] | None
     state: bytes | None
+    name: str = ""
+    taken_ms: float = 0.0  # how long taking it stopped the task
 
 
 def _dumps(value: Any, operator: Any, what: str) -> bytes:
@@ -58,31 +67,43 @@ def _dumps(value: Any, operator: Any, what: str) -> bytes:
                               ) from exc
 
 
-def _encode_keyed(snapshot: Any, operator: Any) -> list[tuple[str, str, bytes]]:
+def encode_keyed(snap: OperatorSnapshot) -> list[tuple[str, str, bytes]]:
+    """``(state name, format, file bytes)`` per keyed state of ``snap`` (in the checkpoint writer)."""
+    view = snap.keyed
     try:
-        return encode_keyed_state(snapshot)
+        return encode_keyed_state({name: view.entries(name) for name in view.names})
     except Exception as exc:  # noqa: BLE001 - any serialisation failure names the operator
-        ctx = operator.ctx
-        raise CheckpointError(f"operator '{ctx.name}' (uid '{ctx.uid}'), subtask {ctx.subtask_index + 1}: "
+        raise CheckpointError(f"operator '{snap.name}' (uid '{snap.uid}'), subtask {snap.subtask_index + 1}: "
                               f"its keyed state cannot be written to a checkpoint: {type(exc).__name__}: {exc}"
                               ) from exc
 
 
 def snapshot_task(task: Any) -> list[OperatorSnapshot]:
-    """Serialise the state of every operator of ``task``'s chain."""
+    """Take the state of every operator of ``task``'s chain: serialise the operator state, freeze
+    the keyed state (the checkpoint releases it once written or given up: :func:`release_task`)."""
     result = []
     for operator in task.operators:
+        started = time.perf_counter()
         ctx = operator.ctx
         keyed = key_groups = None
         if ctx.keyed_backend is not None:
-            keyed = _encode_keyed(ctx.keyed_backend.snapshot(), operator)
+            keyed = ctx.keyed_backend.freeze()
             groups = key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
             key_groups = (groups.start, groups.stop)
         state = operator.snapshot_state()
+        data = None if state is None else _dumps(state, operator, "operator state")
         result.append(OperatorSnapshot(ctx.uid, type(operator.transformation).__name__, ctx.subtask_index,
-                                       ctx.parallelism, ctx.max_parallelism, keyed, key_groups,
-                                       None if state is None else _dumps(state, operator, "operator state")))
+                                       ctx.parallelism, ctx.max_parallelism, keyed, key_groups, data, ctx.name,
+                                       (time.perf_counter() - started) * 1000))
     return result
+
+
+def release_task(task: Any) -> None:
+    """The checkpoint that froze ``task``'s keyed state is written or given up: let the state go on."""
+    for operator in task.operators:
+        backend = operator.ctx.keyed_backend
+        if backend is not None:
+            backend.release()
 
 
 def job_fingerprint(graph: Any) -> str:
@@ -94,7 +115,8 @@ def job_fingerprint(graph: Any) -> str:
 
 
 def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapshot]) -> dict[str, bytes]:
-    """Fill ``manifest.operators`` from the snapshots; the data files to write, by name."""
+    """Fill ``manifest.operators`` from the snapshots; the data files to write, by name (the keyed
+    state serialised now: in the checkpoint writer, off the tasks' turns)."""
     files: dict[str, bytes] = {}
     numbers = {uid: n for n, uid in enumerate(sorted({s.uid for s in snapshots}))}
     for snap in sorted(snapshots, key=lambda s: (numbers[s.uid], s.subtask_index)):
@@ -107,7 +129,7 @@ def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapsho
         base = f"op{numbers[snap.uid]}-{snap.subtask_index}"
         if snap.keyed is not None:
             files_of.key_groups = snap.key_groups
-            for number, (state, kind, data) in enumerate(snap.keyed):
+            for number, (state, kind, data) in enumerate(encode_keyed(snap)):
                 name = f"{base}.keyed-{number}.{EXTENSIONS[kind]}"
                 files_of.keyed_states.append({"state": state, "file": name, "format": kind})
                 files[name] = data

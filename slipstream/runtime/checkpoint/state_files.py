@@ -25,6 +25,13 @@ Python objects: user objects, nested containers, and windows' namespaced entries
 decoding it here would tie the checkpoint format to every window class). The choice
 is made per state, so one operator's checkpoint may hold both.
 
+A state is written by the checkpoint writer's thread while the job goes on (see
+:mod:`slipstream.runtime.state.heap_backend`), so no step may hold the interpreter
+lock for long: Arrow columns are converted ``CHUNK_ROWS`` at a time, and a pickled
+state is one pickle per key group, each behind its length, so the pickler never holds
+more than one group's objects (format ``pickle-by-key-group``; the single pickle of
+``{key group: entries}`` that older checkpoints hold, ``pickle``, is still read).
+
 Both kinds are listed in the manifest with their SHA-256 and verified before they are
 read; unpickling runs code, which is why a checkpoint directory must be trusted like
 the job's code (see :mod:`slipstream.runtime.checkpoint.snapshot`).
@@ -33,7 +40,7 @@ Examples:
     >>> parts = encode_keyed_state({"count": {3: [("a", 1), ("b", 2)]}, "seen": {3: [("a", {1, 2})]},
     ...                             "last": {3: [("a", [1, 2])]}, "by": {3: [("a", {"x": 1.5})]}})
     >>> [(name, kind) for name, kind, _ in parts]
-    [('count', 'arrow'), ('seen', 'pickle'), ('last', 'arrow'), ('by', 'arrow')]
+    [('count', 'arrow'), ('seen', 'pickle-by-key-group'), ('last', 'arrow'), ('by', 'arrow')]
     >>> decode_state_file(parts[0][1], parts[0][2])
     {3: [('a', 1), ('b', 2)]}
     >>> decode_state_file(parts[3][1], parts[3][2])
@@ -42,7 +49,9 @@ Examples:
 
 from __future__ import annotations
 
+import io
 import pickle
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -50,15 +59,18 @@ import pyarrow as pa
 from slipstream.errors import CheckpointError
 
 ARROW = "arrow"
-PICKLE = "pickle"
-EXTENSIONS = {ARROW: "arrow", PICKLE: "pkl"}
+PICKLE = "pickle-by-key-group"
+LEGACY_PICKLE = "pickle"
+EXTENSIONS = {ARROW: "arrow", PICKLE: "pkl", LEGACY_PICKLE: "pkl"}
+CHUNK_ROWS = 16_384
+"""Rows converted to Arrow per call (each call holds the interpreter lock throughout)."""
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _ARROW_TYPES: dict[type, pa.DataType] = {
     int: pa.int64(), float: pa.float64(), str: pa.string(), bytes: pa.binary(), bool: pa.bool_()}
 _COLUMNS = ["key_group", "key", "value"]
 
-KeyedEntries = dict[int, list[tuple[Any, Any]]]
+KeyedEntries = Mapping[int, list[tuple[Any, Any]]]
 """One state's snapshot: its ``(key, value)`` entries by key group."""
 
 
@@ -133,32 +145,66 @@ def _to_arrow(entries: KeyedEntries) -> bytes | None:
     value_type = _shape(values, nullable=True)
     if key_type is None or value_type is None:
         return None
+    schema = pa.schema([("key_group", pa.int32()), ("key", key_type), ("value", value_type)])
+    sink = pa.BufferOutputStream()
     try:
-        table = pa.table([pa.array(groups, pa.int32()), pa.array(keys, key_type), pa.array(values, value_type)],
-                         names=_COLUMNS)
+        with pa.ipc.new_file(sink, schema) as writer:
+            for start in range(0, len(keys), CHUNK_ROWS):  # a short call each: the job's thread gets its turns
+                end = start + CHUNK_ROWS
+                writer.write_batch(pa.record_batch(
+                    [pa.array(groups[start:end], pa.int32()), pa.array(keys[start:end], key_type),
+                     pa.array(values[start:end], value_type)], schema=schema))
+            if not keys:
+                writer.write_table(schema.empty_table())
     except (pa.ArrowException, UnicodeError, ValueError, TypeError, OverflowError):
         return None  # e.g. a str with lone surrogates, which UTF-8 cannot hold: pickle keeps it exactly
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
 
-def encode_keyed_state(snapshot: dict[str, KeyedEntries]) -> list[tuple[str, str, bytes]]:
-    """``(state name, ARROW or PICKLE, file bytes)`` for every state of a backend snapshot."""
+def _to_pickles(entries: KeyedEntries) -> bytes:
+    """Each key group's entries pickled on their own, each behind its length (8 bytes, little endian):
+    pickling never holds more than one group's objects, nor the interpreter for long."""
+    out = io.BytesIO()
+    for group, pairs in entries.items():
+        data = pickle.dumps((group, pairs), protocol=pickle.HIGHEST_PROTOCOL)
+        out.write(len(data).to_bytes(8, "little"))
+        out.write(data)
+    return out.getvalue()
+
+
+def _from_pickles(data: bytes) -> KeyedEntries:
+    entries: KeyedEntries = {}
+    view, offset = memoryview(data), 0
+    while offset < len(view):
+        size = int.from_bytes(view[offset:offset + 8], "little")
+        group, pairs = pickle.loads(view[offset + 8:offset + 8 + size])
+        entries.setdefault(group, []).extend(pairs)
+        offset += 8 + size
+    return entries
+
+
+def encode_keyed_state(snapshot: Mapping[str, KeyedEntries]) -> list[tuple[str, str, bytes]]:
+    """``(state name, ARROW or PICKLE, file bytes)`` for every state of a backend snapshot.
+
+    Each state's entries (``{key group: [(key, value), ...]}``, or a view with the same
+    ``items()``) may be read more than once.
+    """
     parts = []
     for name, entries in snapshot.items():
         data = _to_arrow(entries)
         if data is not None:
             parts.append((name, ARROW, data))
         else:
-            parts.append((name, PICKLE, pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)))
+            parts.append((name, PICKLE, _to_pickles(entries)))
     return parts
 
 
 def decode_state_file(kind: str, data: bytes) -> KeyedEntries:
-    """One state's entries by key group, from a (verified) file written by :func:`encode_keyed_state`."""
+    """One state's entries by key group, from a (verified) file written by :func:`encode_keyed_state`
+    (or, for ``LEGACY_PICKLE``, by a slipstream that pickled a state's entries as one dict)."""
     if kind == PICKLE:
+        return _from_pickles(data)
+    if kind == LEGACY_PICKLE:
         return pickle.loads(data)
     if kind != ARROW:
         raise CheckpointError(f"unknown keyed state file format {kind!r}")
@@ -172,4 +218,4 @@ def decode_state_file(kind: str, data: bytes) -> KeyedEntries:
     return entries
 
 
-__all__ = ["ARROW", "EXTENSIONS", "PICKLE", "decode_state_file", "encode_keyed_state"]
+__all__ = ["ARROW", "EXTENSIONS", "LEGACY_PICKLE", "PICKLE", "decode_state_file", "encode_keyed_state"]

@@ -3,12 +3,25 @@
 Tables are keyed by the record key (or ``(key, namespace)`` for namespaced state
 such as per-window contents), so a state access is one dict lookup. Key groups are
 computed only when a snapshot is taken, never on the per-record path.
+
+A checkpoint takes its snapshot without copying: :meth:`HeapKeyedStateBackend.freeze`
+hands the tables themselves to the checkpoint writer, which reads them in another
+thread while the job goes on. Until :meth:`HeapKeyedStateBackend.release`, the tables
+stay exactly as they were at the barrier: changes go to a delta per table (a removal
+is a tombstone), reads look there first, and a value from the frozen table that could
+be changed in place (a list, a dict, a row, an object — anything but plain immutable
+values) is copied into the delta before it is handed out, as Flink's copy-on-write
+state map does. Release folds the deltas back, in time proportional to what changed.
+So a value read from state belongs to that call: change it in place only right away
+or through the state, never later through a reference kept from an earlier call.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
-from typing import Any, Iterable
+from collections.abc import Iterator
+from typing import Any, Callable, Iterable
 
 from slipstream.datastream.state import (
     AggregatingState,
@@ -19,7 +32,45 @@ from slipstream.datastream.state import (
     StateDescriptor,
     ValueState,
 )
+from slipstream.errors import SlipstreamError
 from slipstream.runtime.key_groups import assign_to_key_group
+
+_UNCHANGED = object()
+"""Not in a delta: the frozen table has the entry's value."""
+
+_REMOVED = object()
+"""In a delta: the entry was removed since the freeze."""
+
+_ATOMS = frozenset({int, float, complex, str, bytes, bool, type(None)})
+
+
+def _is_immutable(value: Any) -> bool:
+    """Whether nothing can change ``value`` in place: a plain scalar, or a tuple or frozenset of them."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return True
+    if kind is tuple or kind is frozenset:
+        for item in value:
+            if not _is_immutable(item):
+                return False
+        return True
+    return False
+
+
+def _copied(value: Any, state_name: str, entry: Any) -> Any:
+    """A copy of ``value`` that can be changed without changing ``value`` (shallow where its
+    items are immutable)."""
+    kind = type(value)
+    try:
+        if kind is list and all(_is_immutable(item) for item in value):
+            return list(value)
+        if kind is dict and all(_is_immutable(item) for item in value.values()):
+            return dict(value)
+        return copy.deepcopy(value)
+    except Exception as exc:  # noqa: BLE001 - any failure to copy names the state and the entry
+        raise SlipstreamError(f"state {state_name!r}: the value of {entry!r} cannot be copied, which "
+                              f"keeping a checkpoint exact while it is written needs: "
+                              f"{type(exc).__name__}: {exc}") from exc
 
 
 class HeapKeyedStateBackend:
@@ -31,6 +82,7 @@ class HeapKeyedStateBackend:
         self._tables: dict[str, dict[Any, Any]] = {}
         self._states: dict[tuple[str, bool], _HeapState] = {}
         self._kinds: dict[str, str] = {}
+        self._deltas: dict[str, dict[Any, Any]] | None = None  # while frozen: the changes per table
 
     def set_current_key(self, key: Any) -> None:
         try:
@@ -59,30 +111,65 @@ class HeapKeyedStateBackend:
             cls = HeapKeyValueState if descriptor.kind == "value" and not namespaced else \
                 _STATE_CLASSES[descriptor.kind]
             handle = cls(self, table, descriptor, namespaced)
+            handle._delta = None if self._deltas is None else self._deltas.get(name)
             self._states[(name, namespaced)] = handle
         return handle
 
-    def value_table(self, descriptor: StateDescriptor) -> dict[Any, Any]:
-        """The dict behind a value state, keyed by record key: the per-record fast path of
-        built-in operators (one lookup, no method calls). Users go through :meth:`get_state`."""
-        self.get_state(descriptor)
-        return self._tables[descriptor.name]
+    def value_accessors(self, descriptor: StateDescriptor) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
+        """``get(key)`` and ``put(key, value)`` of a value state by record key: the per-record
+        fast path of built-in operators (the dict's own methods unless a snapshot is being
+        written). Take them afresh for every batch. Users go through :meth:`get_state`."""
+        handle = self.get_state(descriptor)
+        if handle._delta is None:
+            table = self._tables[descriptor.name]
+            return table.get, table.__setitem__
+        return handle._read, handle._write
 
     def keys(self, state_name: str) -> Iterable[Any]:
         """The keys that have an entry in ``state_name`` (for batch export and tests)."""
-        return list(self._tables.get(state_name, {}))
+        table = self._tables.get(state_name, {})
+        delta = None if self._deltas is None else self._deltas.get(state_name)
+        if not delta:
+            return list(table)
+        return [entry for entry in table if delta.get(entry, _UNCHANGED) is not _REMOVED] + \
+            [entry for entry, value in delta.items() if entry not in table and value is not _REMOVED]
 
+    # -- snapshots ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, dict[int, list[tuple[Any, Any]]]]:
-        """Entries grouped by state name and key group, so they can be redistributed on restore."""
-        result: dict[str, dict[int, list[tuple[Any, Any]]]] = {}
-        for name, table in self._tables.items():
-            groups: dict[int, list[tuple[Any, Any]]] = {}
-            for entry_key, value in table.items():
-                key = entry_key[0] if isinstance(entry_key, _NamespacedKey) else entry_key
-                groups.setdefault(assign_to_key_group(key, self.max_parallelism), []).append(
-                    (entry_key, _own_copy(value)))
-            result[name] = groups
-        return result
+        """Entries grouped by state name and key group, so they can be redistributed on restore;
+        copied now (a checkpoint takes :meth:`freeze` instead)."""
+        view = self.freeze()
+        try:
+            return {name: {group: [(entry, _own_copy(value)) for entry, value in pairs]
+                           for group, pairs in view.groups(name)} for name in view.names}
+        finally:
+            self.release()
+
+    def freeze(self) -> KeyedStateView:
+        """The tables as they are now, for a checkpoint writer to read while the job goes on;
+        until :meth:`release` they do not change (see the module docstring)."""
+        if self._deltas is not None:
+            raise SlipstreamError("keyed state is already frozen for a checkpoint being written")
+        self._deltas = {name: {} for name in self._tables}
+        for (name, _), handle in self._states.items():
+            handle._delta = self._deltas[name]
+        return KeyedStateView(dict(self._tables), self.max_parallelism)
+
+    def release(self) -> None:
+        """The frozen tables are written (or given up): fold the changes made since into them.
+        Nothing to do when not frozen."""
+        deltas, self._deltas = self._deltas, None
+        if deltas is None:
+            return
+        for handle in self._states.values():
+            handle._delta = None
+        for name, delta in deltas.items():
+            table = self._tables[name]
+            for entry, value in delta.items():
+                if value is _REMOVED:
+                    table.pop(entry, None)
+                else:
+                    table[entry] = value
 
     def restore(self, snapshot: dict[str, dict[int, list[tuple[Any, Any]]]],
                 key_groups: range | None = None) -> None:
@@ -92,6 +179,59 @@ class HeapKeyedStateBackend:
             for group, entries in groups.items():
                 if key_groups is None or group in key_groups:
                     table.update((entry_key, _own_copy(value)) for entry_key, value in entries)
+
+
+class KeyedStateView:
+    """A backend's tables as they were at a checkpoint barrier, read (by the checkpoint writer,
+    in its own thread) while the backend is frozen."""
+
+    def __init__(self, tables: dict[str, dict[Any, Any]], max_parallelism: int) -> None:
+        self._tables = tables
+        self.max_parallelism = max_parallelism
+        self._key_groups: dict[Any, int] = {}  # a key's group, computed once for all its states
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tables)
+
+    @property
+    def size(self) -> int:
+        """Entries over all states."""
+        return sum(len(table) for table in self._tables.values())
+
+    def entries(self, name: str) -> _StateEntries:
+        """State ``name``'s ``{key group: [(key, value), ...]}``, built one group at a time."""
+        return _StateEntries(self, name)
+
+    def groups(self, name: str) -> Iterator[tuple[int, list[tuple[Any, Any]]]]:
+        """The entries of state ``name`` by key group, one group at a time (so that what is
+        built for one is garbage before the next: the writer never holds millions of objects)."""
+        table = self._tables[name]
+        by_group: dict[int, list[Any]] = {}
+        known, max_parallelism = self._key_groups, self.max_parallelism
+        for entry in table:
+            key = entry[0] if type(entry) is _NamespacedKey else entry
+            group = known.get(key)
+            if group is None:
+                group = known[key] = assign_to_key_group(key, max_parallelism)
+            members = by_group.get(group)
+            if members is None:
+                by_group[group] = [entry]
+            else:
+                members.append(entry)
+        for group, entries in by_group.items():
+            yield group, [(entry, table[entry]) for entry in entries]
+
+
+class _StateEntries:
+    """One frozen state as the checkpoint file encoder reads it: ``items()``, as of a dict of
+    key group -> entries, but each group's entries made only when reached (and again per pass)."""
+
+    def __init__(self, view: KeyedStateView, name: str) -> None:
+        self._view, self._name = view, name
+
+    def items(self) -> Iterator[tuple[int, list[tuple[Any, Any]]]]:
+        return self._view.groups(self._name)
 
 
 def _own_copy(value: Any) -> Any:
@@ -107,10 +247,13 @@ class _NamespacedKey(tuple):
 
 
 class _HeapState:
+    """A state handle: reads and writes the table, or while frozen its delta (see the module docstring)."""
+
     def __init__(self, backend: HeapKeyedStateBackend, table: dict[Any, Any],
                  descriptor: StateDescriptor, namespaced: bool) -> None:
         self._backend = backend
         self._table = table
+        self._delta: dict[Any, Any] | None = None
         self._descriptor = descriptor
         self._namespaced = namespaced
         self.namespace: Any = None
@@ -123,29 +266,58 @@ class _HeapState:
             return _NamespacedKey((self._backend.current_key, self.namespace))
         return self._backend.current_key
 
+    def _read(self, entry: Any) -> Any:
+        """The entry's live value (None when absent), which the caller may change in place."""
+        delta = self._delta
+        if delta is None:
+            return self._table.get(entry)
+        value = delta.get(entry, _UNCHANGED)
+        if value is _UNCHANGED:
+            value = self._table.get(entry)
+            if value is not None and not _is_immutable(value):
+                value = delta[entry] = _copied(value, self._descriptor.name, entry)
+            return value
+        return None if value is _REMOVED else value
+
+    def _write(self, entry: Any, value: Any) -> None:
+        if self._delta is None:
+            self._table[entry] = value
+        else:
+            self._delta[entry] = value
+
+    def _remove(self, entry: Any) -> None:
+        if self._delta is None:
+            self._table.pop(entry, None)
+        else:
+            self._delta[entry] = _REMOVED
+
     def clear(self) -> None:
-        self._table.pop(self._entry_key(), None)
+        self._remove(self._entry_key())
 
 
 class HeapValueState(_HeapState, ValueState):
     def value(self) -> Any:
-        return self._table.get(self._entry_key())
+        return self._read(self._entry_key())
 
     def update(self, value: Any) -> None:
         if value is None:
             self.clear()
         else:
-            self._table[self._entry_key()] = value
+            self._write(self._entry_key(), value)
 
 
 class HeapKeyValueState(HeapValueState):
     """Value state without a namespace: the common case, one dict access per call."""
 
     def value(self) -> Any:
-        return self._table.get(self._backend.current_key)
+        if self._delta is None:
+            return self._table.get(self._backend.current_key)
+        return self._read(self._backend.current_key)
 
     def update(self, value: Any) -> None:
-        if value is None:
+        if self._delta is not None:
+            HeapValueState.update(self, value)
+        elif value is None:
             self._table.pop(self._backend.current_key, None)
         else:
             self._table[self._backend.current_key] = value
@@ -153,44 +325,66 @@ class HeapKeyValueState(HeapValueState):
 
 class HeapListState(_HeapState, ListState):
     def get(self) -> list:
-        return self._table.get(self._entry_key(), [])
+        values = self._read(self._entry_key())
+        return [] if values is None else values
 
     def add(self, value: Any) -> None:
         if value is None:
             raise ValueError(f"list state {self._descriptor.name!r}: cannot add None")
-        self._table.setdefault(self._entry_key(), []).append(value)
+        entry = self._entry_key()
+        current = self._read(entry)
+        if current is None:
+            self._write(entry, [value])
+        else:
+            current.append(value)
 
     def add_all(self, values: list) -> None:
         if values:
-            self._table.setdefault(self._entry_key(), []).extend(values)
+            entry = self._entry_key()
+            current = self._read(entry)
+            if current is None:
+                self._write(entry, list(values))
+            else:
+                current.extend(values)
 
     def update(self, values: list) -> None:
         if values:
-            self._table[self._entry_key()] = list(values)
+            self._write(self._entry_key(), list(values))
         else:
             self.clear()
 
 
 class HeapMapState(_HeapState, MapState):
     def _map(self) -> dict:
-        return self._table.get(self._entry_key(), {})
+        mapping = self._read(self._entry_key())
+        return {} if mapping is None else mapping
 
     def get(self, key: Any) -> Any:
         return self._map().get(key)
 
     def put(self, key: Any, value: Any) -> None:
-        self._table.setdefault(self._entry_key(), {})[key] = value
+        entry = self._entry_key()
+        mapping = self._read(entry)
+        if mapping is None:
+            self._write(entry, {key: value})
+        else:
+            mapping[key] = value
 
     def put_all(self, dict_value: dict) -> None:
-        self._table.setdefault(self._entry_key(), {}).update(dict_value)
+        entry = self._entry_key()
+        mapping = self._read(entry)
+        if mapping is None:
+            self._write(entry, dict(dict_value))
+        else:
+            mapping.update(dict_value)
 
     def remove(self, key: Any) -> None:
         entry = self._entry_key()
-        mapping = self._table.get(entry)
+        mapping = self._read(entry)
         if mapping is not None:
             mapping.pop(key, None)
             if not mapping:
-                del self._table[entry]
+                self._remove(entry)
 
     def contains(self, key: Any) -> bool:
         return key in self._map()
@@ -210,33 +404,32 @@ class HeapMapState(_HeapState, MapState):
 
 class HeapReducingState(_HeapState, ReducingState):
     def get(self) -> Any:
-        return self._table.get(self._entry_key())
+        return self._read(self._entry_key())
 
     def add(self, value: Any) -> None:
         entry = self._entry_key()
-        current = self._table.get(entry)
-        self._table[entry] = value if current is None else \
-            self._descriptor.reduce_function.reduce(current, value)
+        current = self._read(entry)
+        self._write(entry, value if current is None else self._descriptor.reduce_function.reduce(current, value))
 
 
 class HeapAggregatingState(_HeapState, AggregatingState):
     def get(self) -> Any:
-        acc = self._table.get(self._entry_key())
+        acc = self._read(self._entry_key())
         return None if acc is None else self._descriptor.agg_function.get_result(acc)
 
     def add(self, value: Any) -> None:
         entry = self._entry_key()
         fn = self._descriptor.agg_function
-        acc = self._table.get(entry)
+        acc = self._read(entry)
         if acc is None:
             acc = fn.create_accumulator()
-        self._table[entry] = fn.add(value, acc)
+        self._write(entry, fn.add(value, acc))
 
     def get_accumulator(self) -> Any:
-        return self._table.get(self._entry_key())
+        return self._read(self._entry_key())
 
     def set_accumulator(self, accumulator: Any) -> None:
-        self._table[self._entry_key()] = accumulator
+        self._write(self._entry_key(), accumulator)
 
 
 _STATE_CLASSES: dict[str, type[_HeapState]] = {

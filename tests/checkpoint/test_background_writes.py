@@ -1,0 +1,86 @@
+"""Checkpoints written by a background thread while the job goes on: the tasks stop only to freeze
+their keyed state (copy-on-write), the checkpoint completes once its files are durable, and the
+output stays exactly-once across failures."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from crash_job import build, oracle
+from test_kill_recovery import committed_output
+
+from slipstream.datastream import RestartStrategies
+from slipstream.runtime.checkpoint.fs import FileSystem
+from slipstream.runtime.driver import JobDriver
+
+
+class Counting:
+    """An identity step counting the records that passed it."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, value: int) -> None:
+        self.seen += 1
+
+
+class HoldingFileSystem(FileSystem):
+    """Holds the first fsync made outside the job's thread until the job processed ``more`` records
+    (or ``patience`` seconds passed): possible only if the job goes on while a checkpoint is written."""
+
+    def __init__(self, counting: Counting, more: int, patience: float = 30.0) -> None:
+        self.counting, self.more, self.patience = counting, more, patience
+        self.held: bool | None = None  # True: released by the job's progress; False: by impatience
+
+    def _fsync(self, fd: int) -> None:
+        super()._fsync(fd)
+        if self.held is None and threading.current_thread() is not threading.main_thread():
+            target, deadline = self.counting.seen + self.more, time.monotonic() + self.patience
+            while self.counting.seen < target and time.monotonic() < deadline:
+                time.sleep(0.001)
+            self.held = self.counting.seen >= target
+
+
+def test_the_job_goes_on_while_a_checkpoint_is_written(tmp_path) -> None:
+    counting = Counting()
+    n = 200_000
+    env = build("counts", str(tmp_path / "out"), str(tmp_path / "chk"), n, interval_ms=None, records=20_000,
+                fail=counting, async_writes=True)
+    fs = HoldingFileSystem(counting, more=5_000)
+    result = JobDriver(env, env._take_graph(), "held", fs=fs).run()
+    assert fs.held is True
+    stats = result.get_accumulator_result("checkpoints")
+    assert stats["completed"] >= 2 and stats["failed"] == 0
+    assert committed_output(str(tmp_path / "out")) == oracle("counts", n)
+
+
+class FailOnceAfterACheckpoint:
+    """Raises once, on a record seen after a checkpoint completed (its manifest is in place)."""
+
+    def __init__(self, root: str, after: int) -> None:
+        self.directory, self.after, self.seen, self.failed = os.path.join(root, "chk"), after, 0, False
+
+    def __call__(self, value: int) -> None:
+        self.seen += 1
+        if not self.failed and self.seen >= self.after and self.seen % 50 == 0 and any(
+                os.path.exists(os.path.join(self.directory, name, "_manifest.json"))
+                for name in os.listdir(self.directory)):
+            self.failed = True
+            raise RuntimeError(f"injected failure at {value}")
+
+
+@pytest.mark.parametrize("kind,n", [("counts", 30_000), ("union", 20_000), ("windows", 8_000)])
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+def test_a_restart_from_a_checkpoint_written_in_the_background_loses_and_duplicates_nothing(
+        tmp_path, kind: str, n: int, parallelism: int) -> None:
+    root = str(tmp_path)
+    fail = FailOnceAfterACheckpoint(root, n // 3)
+    env = build(kind, os.path.join(root, "out"), os.path.join(root, "chk"), n, interval_ms=5, records=1_000,
+                parallelism=parallelism, restart=RestartStrategies.fixed_delay_restart(1, 0), fail=fail,
+                async_writes=True)
+    stats = env.execute("background").get_accumulator_result("checkpoints")
+    assert fail.failed and stats["restarts"] == 1
+    assert committed_output(os.path.join(root, "out")) == oracle(kind, n)
