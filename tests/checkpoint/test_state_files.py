@@ -25,6 +25,7 @@ from slipstream.datastream import (
     ValueStateDescriptor,
 )
 from slipstream.datastream.functions import AggregateFunction
+from slipstream.datastream.typeinfo import Row, RowKind
 from slipstream.errors import CorruptCheckpointError, UserFunctionError
 from slipstream.runtime.checkpoint import state_files
 from slipstream.runtime.checkpoint.state_files import (
@@ -171,13 +172,14 @@ def test_other_state_falls_back_to_pickle_per_state_and_round_trips(entries):
     assert decode_state_file(PICKLE, parts[0][2]) == entries
 
 
-def test_pickled_state_is_one_pickle_per_key_group_and_old_single_pickles_still_read():
-    entries = {group: [(group * 1000 + i, {i, group}) for i in range(50)] for group in range(0, 128, 7)}
+def test_pickled_state_is_one_pickle_per_chunk_and_old_single_pickles_still_read():
+    entries = {group: [(group * 1000 + i, {i, group}) for i in range(500)] for group in range(0, 128, 7)}
     [(_, kind, data)] = encode_keyed_state({"sets": entries})
     assert kind == PICKLE
     assert decode_state_file(PICKLE, data) == entries
-    first = int.from_bytes(data[:8], "little")  # a pickle per group, behind its length
-    assert pickle.loads(data[8:8 + first]) == (0, entries[0])
+    first = int.from_bytes(data[:8], "little")  # a pickle per chunk of entries, behind its length
+    groups, keys, values = pickle.loads(data[8:8 + first])
+    assert len(keys) == state_files.CHUNK_ROWS and (groups[0], keys[0], values[0]) == (0, 0, {0})
     assert decode_state_file(LEGACY_PICKLE, pickle.dumps(entries)) == entries
 
 
@@ -483,3 +485,34 @@ def test_a_flipped_byte_in_a_list_state_file_is_caught_before_any_read(buffers_j
     with pytest.raises(CorruptCheckpointError) as caught:
         build_buffers(copy).execute("restore", restore_from=latest)
     assert caught.value.file == name and "checksum" in str(caught.value)
+
+
+@pytest.mark.parametrize("rows", [
+    [Row(user_id=1, segment="retail", limit=1500.0), Row(user_id=2, segment=None, limit=700.0), None],
+    [Row(1, "a", True), Row(2, "b", False)],
+])
+def test_rows_of_primitives_are_arrow_and_come_back_as_equal_rows(rows):
+    entries = {3: [(i, row) for i, row in enumerate(rows)]}
+    data = round_trips(entries, ARROW)
+    back = decode_state_file(ARROW, data)
+    assert back == entries and all(type(value) is type(row) for (_, value), row in zip(back[3], rows))
+    assert [None if value is None else value._fields for _, value in back[3]] == \
+        [None if row is None else row._fields for row in rows]
+
+
+@pytest.mark.parametrize("rows", [
+    [Row(a=1), Row(b=1)],                                    # different field names
+    [Row(a=1), Row(1)],                                      # named and positional
+    [Row(a=[1])],                                            # a value that is not a primitive
+])
+def test_rows_that_differ_or_hold_objects_are_pickled(rows):
+    entries = {0: [(i, row) for i, row in enumerate(rows)]}
+    [(_, kind, data)] = encode_keyed_state({"rows": entries})
+    assert kind == PICKLE and decode_state_file(PICKLE, data) == entries
+
+
+def test_a_row_of_another_kind_is_pickled_with_its_kind():
+    row = Row(a=1)
+    row.set_row_kind(RowKind.DELETE)
+    [(_, kind, data)] = encode_keyed_state({"rows": {0: [(1, row)]}})
+    assert kind == PICKLE and decode_state_file(PICKLE, data)[0][0][1].get_row_kind() is RowKind.DELETE

@@ -19,6 +19,7 @@ or through the state, never later through a reference kept from an earlier call.
 from __future__ import annotations
 
 import copy
+import itertools
 import warnings
 from collections.abc import Iterator
 from typing import Any, Callable, Iterable
@@ -140,8 +141,13 @@ class HeapKeyedStateBackend:
         copied now (a checkpoint takes :meth:`freeze` instead)."""
         view = self.freeze()
         try:
-            return {name: {group: [(entry, _own_copy(value)) for entry, value in pairs]
-                           for group, pairs in view.groups(name)} for name in view.names}
+            result: dict[str, dict[int, list[tuple[Any, Any]]]] = {}
+            for name in view.names:
+                state, groups = view.entries(name), result.setdefault(name, {})
+                for keys, values in state.chunks(1 << 16):
+                    for group, entry, value in zip(state.key_groups(keys), keys, values):
+                        groups.setdefault(group, []).append((entry, _own_copy(value)))
+            return result
         finally:
             self.release()
 
@@ -199,39 +205,39 @@ class KeyedStateView:
         """Entries over all states."""
         return sum(len(table) for table in self._tables.values())
 
-    def entries(self, name: str) -> _StateEntries:
-        """State ``name``'s ``{key group: [(key, value), ...]}``, built one group at a time."""
-        return _StateEntries(self, name)
+    def entries(self, name: str) -> _FrozenState:
+        """State ``name`` as the checkpoint file encoder reads it, chunk by chunk."""
+        return _FrozenState(self._tables[name], self)
 
-    def groups(self, name: str) -> Iterator[tuple[int, list[tuple[Any, Any]]]]:
-        """The entries of state ``name`` by key group, one group at a time (so that what is
-        built for one is garbage before the next: the writer never holds millions of objects)."""
-        table = self._tables[name]
-        by_group: dict[int, list[Any]] = {}
+    def key_groups(self, entries: list[Any]) -> list[int]:
+        """The key group of each entry key (computed once per key for all states of the view)."""
         known, max_parallelism = self._key_groups, self.max_parallelism
-        for entry in table:
+        groups = []
+        for entry in entries:
             key = entry[0] if type(entry) is _NamespacedKey else entry
             group = known.get(key)
             if group is None:
                 group = known[key] = assign_to_key_group(key, max_parallelism)
-            members = by_group.get(group)
-            if members is None:
-                by_group[group] = [entry]
-            else:
-                members.append(entry)
-        for group, entries in by_group.items():
-            yield group, [(entry, table[entry]) for entry in entries]
+            groups.append(group)
+        return groups
 
 
-class _StateEntries:
-    """One frozen state as the checkpoint file encoder reads it: ``items()``, as of a dict of
-    key group -> entries, but each group's entries made only when reached (and again per pass)."""
+class _FrozenState:
+    """One state of a :class:`KeyedStateView`: the ``StateChunks`` the checkpoint file encoder reads."""
 
-    def __init__(self, view: KeyedStateView, name: str) -> None:
-        self._view, self._name = view, name
+    def __init__(self, table: dict[Any, Any], view: KeyedStateView) -> None:
+        self._table, self.key_groups = table, view.key_groups
 
-    def items(self) -> Iterator[tuple[int, list[tuple[Any, Any]]]]:
-        return self._view.groups(self._name)
+    def chunks(self, size: int) -> Iterator[tuple[list[Any], list[Any]]]:
+        """The entries' keys and values, ``size`` at a time in table order: what is built for one
+        chunk is garbage before the next, so the writer never holds millions of objects (a full
+        garbage collection would walk them), and each step is a short call."""
+        entries, value_of = iter(self._table), self._table.__getitem__
+        while True:
+            keys = list(itertools.islice(entries, size))
+            if not keys:
+                return
+            yield keys, list(map(value_of, keys))
 
 
 def _own_copy(value: Any) -> Any:
