@@ -70,7 +70,7 @@ class FileSystem:
         os.makedirs(path, mode=0o700, exist_ok=True)
         os.chmod(path, 0o700)
 
-    def write_file(self, path: str, data: bytes, what: str = "checkpoint file") -> None:
+    def write_file(self, path: str, data: bytes | memoryview, what: str = "checkpoint file") -> None:
         """Write ``data`` to a new file and fsync it; ENOSPC becomes :class:`DiskFullError`."""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -84,7 +84,7 @@ class FileSystem:
                 raise DiskFullError(path, what, exc) from exc
             raise
 
-    def _write_all(self, fd: int, data: bytes) -> None:
+    def _write_all(self, fd: int, data: bytes | memoryview) -> None:
         view = memoryview(data)
         while view:
             written = os.write(fd, view)
@@ -217,7 +217,7 @@ class RemoteFileSystem(FileSystem):
     def makedirs(self, path: str, private: bool = True) -> None:
         self._fs.makedirs(path, exist_ok=True)  # who may read is the store's access policy
 
-    def write_file(self, path: str, data: bytes, what: str = "checkpoint file") -> None:
+    def write_file(self, path: str, data: bytes | memoryview, what: str = "checkpoint file") -> None:
         self._fs.pipe_file(path, bytes(data))
 
     def publish_file(self, path: str, data: bytes, temp_name: str, what: str) -> None:

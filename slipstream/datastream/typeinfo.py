@@ -56,6 +56,10 @@ def _create_row(fields: list[str] | None, values: Sequence[Any], row_kind: RowKi
     return row
 
 
+_IMMUTABLE_SCALARS = frozenset({int, float, str, bytes, bool, type(None), decimal.Decimal, datetime.date,
+                                datetime.datetime, datetime.time})
+
+
 class Row:
     """A record with positional fields and, optionally, field names.
 
@@ -172,7 +176,8 @@ class Row:
         row = Row.__new__(Row)
         memo[id(self)] = row
         row._fields = self._fields
-        row._values = copy.deepcopy(self._values, memo)
+        row._values = [value if type(value) in _IMMUTABLE_SCALARS else copy.deepcopy(value, memo)
+                       for value in self._values]
         row._row_kind = self._row_kind
         return row
 

@@ -72,7 +72,7 @@ class FailOnceAfterACheckpoint:
             raise RuntimeError(f"injected failure at {value}")
 
 
-@pytest.mark.parametrize("kind,n", [("counts", 30_000), ("union", 20_000), ("windows", 8_000)])
+@pytest.mark.parametrize("kind,n", [("counts", 30_000), ("union", 30_000), ("windows", 30_000)])
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
 def test_a_restart_from_a_checkpoint_written_in_the_background_loses_and_duplicates_nothing(
         tmp_path, kind: str, n: int, parallelism: int) -> None:

@@ -343,9 +343,12 @@ def apply(backend: HeapKeyedStateBackend, operations: list) -> None:
             value.value().append(n)
 
 
-@given(before=OPERATIONS, during=OPERATIONS)
-@settings(max_examples=200, deadline=None)
-def test_any_changes_while_frozen_leave_the_view_as_at_the_freeze(before: list, during: list) -> None:
+@given(before=OPERATIONS, during=OPERATIONS, after=OPERATIONS, budget=st.integers(1, 5))
+@settings(max_examples=300, deadline=None)
+def test_any_changes_while_frozen_leave_the_view_as_at_the_freeze(before: list, during: list, after: list,
+                                                                 budget: int) -> None:
+    """And once released, while the changes are folded back a few at a time, the state is the
+    same as one never frozen, whatever changes meanwhile."""
     backend, twin = HeapKeyedStateBackend(4), HeapKeyedStateBackend(4)
     apply(backend, before)
     apply(twin, before)
@@ -355,7 +358,20 @@ def test_any_changes_while_frozen_leave_the_view_as_at_the_freeze(before: list, 
     apply(twin, during)
     assert unordered(view_entries(view)) == unordered(expected)
     backend.release()
+    for operation in after:
+        backend.merge_some(budget)
+        apply(backend, [operation])
+        apply(twin, [operation])
+        assert {key: read(backend, key) for key in range(7)} == {key: read(twin, key) for key in range(7)}
     assert unordered(backend.snapshot()) == unordered(twin.snapshot())
+    assert not backend.merging
+
+
+def read(backend: HeapKeyedStateBackend, key: int) -> tuple:
+    backend.set_current_key(key)
+    return (backend.get_state(ValueStateDescriptor("v")).value(), backend.get_state(ListStateDescriptor("l")).get(),
+            backend.get_state(MapStateDescriptor("m")).items(),
+            backend.get_state(ReducingStateDescriptor("r", lambda a, b: a + b)).get())
 
 
 def unordered(snapshot: dict) -> dict:

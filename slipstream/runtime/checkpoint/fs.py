@@ -48,7 +48,7 @@ class FaultInjectingFileSystem(FileSystem):
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
         return self.crash_after is not None and count == self.crash_after
 
-    def _write_all(self, fd: int, data: bytes) -> None:
+    def _write_all(self, fd: int, data: bytes | memoryview) -> None:
         if self._count(f"write {len(data)} bytes"):
             super()._write_all(fd, data[: len(data) // 2])
             raise SimulatedCrash("crashed during a write")

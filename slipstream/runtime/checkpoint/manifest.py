@@ -25,7 +25,7 @@ SUPPORTED_VERSIONS = (1, 2)
 had one pickled keyed file per subtask (``keyed``), still read."""
 
 
-def sha256_hex(data: bytes) -> str:
+def sha256_hex(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 

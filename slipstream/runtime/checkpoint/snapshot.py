@@ -67,8 +67,8 @@ def _dumps(value: Any, operator: Any, what: str) -> bytes:
                               ) from exc
 
 
-def encode_keyed(snap: OperatorSnapshot) -> list[tuple[str, str, bytes]]:
-    """``(state name, format, file bytes)`` per keyed state of ``snap`` (in the checkpoint writer)."""
+def encode_keyed(snap: OperatorSnapshot) -> list[tuple[str, str, memoryview]]:
+    """``(state name, format, file contents)`` per keyed state of ``snap`` (in the checkpoint writer)."""
     view = snap.keyed
     try:
         return encode_keyed_state({name: view.entries(name) for name in view.names})
@@ -98,12 +98,13 @@ def snapshot_task(task: Any) -> list[OperatorSnapshot]:
     return result
 
 
-def release_task(task: Any) -> None:
-    """The checkpoint that froze ``task``'s keyed state is written or given up: let the state go on."""
-    for operator in task.operators:
-        backend = operator.ctx.keyed_backend
-        if backend is not None:
-            backend.release()
+def release_task(task: Any) -> list[Any]:
+    """The checkpoint that froze ``task``'s keyed state is written or given up: let the state go on.
+    The keyed backends, whose changes are then folded back bit by bit (``merge_some``)."""
+    backends = [operator.ctx.keyed_backend for operator in task.operators if operator.ctx.keyed_backend is not None]
+    for backend in backends:
+        backend.release()
+    return backends
 
 
 def job_fingerprint(graph: Any) -> str:
@@ -114,10 +115,11 @@ def job_fingerprint(graph: Any) -> str:
     return hashlib.sha256(json.dumps(items).encode("utf-8")).hexdigest()
 
 
-def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapshot]) -> dict[str, bytes]:
+def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapshot]
+                             ) -> dict[str, bytes | memoryview]:
     """Fill ``manifest.operators`` from the snapshots; the data files to write, by name (the keyed
     state serialised now: in the checkpoint writer, off the tasks' turns)."""
-    files: dict[str, bytes] = {}
+    files: dict[str, bytes | memoryview] = {}
     numbers = {uid: n for n, uid in enumerate(sorted({s.uid for s in snapshots}))}
     for snap in sorted(snapshots, key=lambda s: (numbers[s.uid], s.subtask_index)):
         entry = manifest.operators.get(snap.uid)

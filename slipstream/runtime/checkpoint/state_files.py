@@ -260,7 +260,7 @@ def _row(names: list[str] | None, values: Any) -> Row:
     return row
 
 
-def _to_arrow(state: StateChunks) -> bytes | None:
+def _to_arrow(state: StateChunks) -> memoryview | None:
     """The Arrow IPC file of a state, one record batch per chunk; None when it has no exact Arrow shape.
 
     Two passes: the shape of every chunk's keys and values, unified; then the batches.
@@ -286,7 +286,7 @@ def _to_arrow(state: StateChunks) -> bytes | None:
                 writer.write_table(schema.empty_table())
     except (pa.ArrowException, UnicodeError, ValueError, TypeError, OverflowError):
         return None  # e.g. a str with lone surrogates, which UTF-8 cannot hold: pickle keeps it exactly
-    return sink.getvalue().to_pybytes()
+    return memoryview(sink.getvalue())  # not copied into bytes: that would hold the interpreter for long
 
 
 def _array(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
@@ -295,7 +295,7 @@ def _array(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
     return pa.array(values, arrow_type)
 
 
-def _to_pickles(state: StateChunks) -> bytes:
+def _to_pickles(state: StateChunks) -> memoryview:
     """Each chunk pickled on its own as ``(key groups, keys, values)``, behind its length (8 bytes,
     little endian): the pickler never holds more than one chunk's objects."""
     out = io.BytesIO()
@@ -303,10 +303,10 @@ def _to_pickles(state: StateChunks) -> bytes:
         data = pickle.dumps((state.key_groups(keys), keys, values), protocol=pickle.HIGHEST_PROTOCOL)
         out.write(len(data).to_bytes(8, "little"))
         out.write(data)
-    return out.getvalue()
+    return out.getbuffer()
 
 
-def _from_pickles(data: bytes) -> KeyedEntries:
+def _from_pickles(data: bytes | memoryview) -> KeyedEntries:
     entries: dict[int, list[tuple[Any, Any]]] = {}
     view, offset = memoryview(data), 0
     while offset < len(view):
@@ -318,8 +318,9 @@ def _from_pickles(data: bytes) -> KeyedEntries:
     return entries
 
 
-def encode_keyed_state(snapshot: Mapping[str, KeyedEntries | StateChunks]) -> list[tuple[str, str, bytes]]:
-    """``(state name, ARROW or PICKLE, file bytes)`` for every state of a backend snapshot: each
+def encode_keyed_state(snapshot: Mapping[str, KeyedEntries | StateChunks]
+                       ) -> list[tuple[str, str, memoryview]]:
+    """``(state name, ARROW or PICKLE, file contents)`` for every state of a backend snapshot: each
     state's ``{key group: [(key, value), ...]}``, or a frozen state read chunk by chunk."""
     parts = []
     for name, entries in snapshot.items():
@@ -332,7 +333,7 @@ def encode_keyed_state(snapshot: Mapping[str, KeyedEntries | StateChunks]) -> li
     return parts
 
 
-def decode_state_file(kind: str, data: bytes) -> KeyedEntries:
+def decode_state_file(kind: str, data: bytes | memoryview) -> KeyedEntries:
     """One state's entries by key group, from a (verified) file written by :func:`encode_keyed_state`
     (or, for ``LEGACY_PICKLE``, by a slipstream that pickled a state's entries as one dict)."""
     if kind == PICKLE:

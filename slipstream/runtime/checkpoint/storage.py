@@ -93,7 +93,7 @@ class CheckpointStorage:
                 self.fs.remove_tree(self.path_of(checkpoint_id))
 
     # -- writing ----------------------------------------------------------------------------------
-    def write(self, manifest: Manifest, files: dict[str, bytes]) -> str:
+    def write(self, manifest: Manifest, files: dict[str, bytes | memoryview]) -> str:
         """Write a checkpoint durably; returns its directory. On failure nothing complete is left.
 
         Order: the directory (and its entry in the parent), every data file written and
