@@ -165,15 +165,15 @@ class JobRun:
 
     def _after_backlog_ended(self) -> None:
         """An input of a task left its backlog. Once no task has backlog ahead and a source
-        goes on, the job has switched to streaming: the moment to walk the heap whole, within
-        the switch's own pause (see :mod:`~slipstream.runtime.gc_policy`). The job's metrics
-        say when, as ``job.switched_ms``: milliseconds from the start to the end of the switch."""
+        goes on, the job has switched to streaming: the moment to freeze the heap the backlog
+        left (see :mod:`~slipstream.runtime.gc_policy`). The job's metrics say when, as
+        ``job.switched_ms``: milliseconds from the start to the end of the switch."""
         if self._switched or self.in_backlog() or \
                 not any(isinstance(task, SourceTask) and not task.finished for task in self.tasks):
             return
         self._switched = True
         if self._gc_policy:
-            gc_policy.collect_now()
+            gc_policy.freeze_now()
         self.metrics["job"] = {"switched_ms": (time.perf_counter() - self._started) * 1000}
 
     def close(self) -> None:

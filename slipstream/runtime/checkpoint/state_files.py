@@ -69,7 +69,7 @@ ARROW = "arrow"
 PICKLE = "pickle-chunks"
 LEGACY_PICKLE = "pickle"
 EXTENSIONS = {ARROW: "arrow", PICKLE: "pkl", LEGACY_PICKLE: "pkl"}
-CHUNK_ROWS = 8_192
+CHUNK_ROWS = 4_096
 """Entries converted to Arrow, or pickled, per call (each call holds the interpreter lock throughout)."""
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
