@@ -1,4 +1,5 @@
 import queue
+import random
 import threading
 import time
 
@@ -81,6 +82,51 @@ def test_unbounded_reader_never_blocks_and_notifies():
     assert wake.wait(2.0), "the reader thread notifies when records arrive"
     feed.put(None)  # the iterator ends: so does the unbounded source
     assert _poll_until_end(reader, wake) == list(range(20))
+    reader.close()
+
+
+def test_a_record_handed_over_by_the_reader_thread_is_never_left_waiting_unannounced():
+    """The thread wakes the task only when it made the queue non-empty: a task that polled nothing
+    and sleeps until woken must always be woken while records wait (here it would sleep 10 s)."""
+    rng = random.Random(3)
+    pauses = [rng.choice([0, 0, 0, 0.0001, 0.001]) for _ in range(3000)]
+
+    def paced():
+        for i, pause in enumerate(pauses):
+            if pause:
+                time.sleep(pause)
+            yield i
+
+    wake = threading.Event()
+    notifications = []
+    reader = IteratorSource(paced, bounded=False).create_reader(0, 1)
+    reader.open(SourceReaderContext(0, 1, notify_available=lambda: (notifications.append(1), wake.set())))
+    values: list = []
+    while True:
+        wake.clear()  # as the task: cleared before it polls, so no notification is lost
+        batch = reader.poll(64)
+        if batch is END_OF_INPUT:
+            break
+        if batch is NOTHING_AVAILABLE:
+            assert wake.wait(10.0), f"asleep with records waiting after {len(values)} records"
+            continue
+        values.extend(batch.values)
+    reader.close()
+    assert values == list(range(len(pauses)))
+    assert len(notifications) < len(pauses)  # not once per record
+
+
+def test_unbounded_reader_waits_while_its_queue_is_full_and_goes_on_when_polled(monkeypatch):
+    from slipstream.datastream.connectors import iterator
+
+    monkeypatch.setattr(iterator, "_QUEUE_CAPACITY", 10)
+    wake = threading.Event()
+    reader = IteratorSource(lambda: iter(range(100)), bounded=False).create_reader(0, 1)
+    reader.open(SourceReaderContext(0, 1, notify_available=wake.set))
+    time.sleep(0.2)
+    first = reader.poll(1000)
+    assert first.values == list(range(10))  # the thread read no further ahead than the capacity
+    assert _poll_until_end(reader, wake) == list(range(10, 100))
     reader.close()
 
 
