@@ -12,19 +12,22 @@ dicts holding the same profile rows. Per rate it prints p50, p99, p99.9 and max 
 loop, for slipstream, and for slipstream with a checkpoint every second; and the pauses of
 Python's full (generation 2) garbage collections in the measured window, a cause of tails.
 
-Run: ``python benchmarks/latency.py [--keys N] [--seconds S] [--rates 1000,10000,100000]``
-(``--keys 100000 --seconds 3`` for a quick run).
+Run: ``python benchmarks/latency.py [--keys N] [--seconds S] [--rates 1000,10000,100000]
+[--runs loop,slipstream,checkpoints] [--repeat R]`` (``--keys 100000 --seconds 3`` for a
+quick run; ``--repeat 3`` shows the median of three runs, as a shared machine's noise asks).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import platform
 import queue
 import random
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -106,8 +109,9 @@ class Measurement:
     note: str = ""
 
     def quantile(self, q: float) -> float:
+        """The nearest-rank ``q`` quantile (1.0: the maximum)."""
         ordered = sorted(self.latencies)
-        return ordered[max(0, min(len(ordered) - 1, int(q * len(ordered) + 0.5) - 1))]
+        return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
 
 
 class GcPauses:
@@ -183,9 +187,9 @@ def run_slipstream(profiles: pl.DataFrame, feed: Feed, checkpoint_dir: str | Non
         result = env.execute("latency")
     if checkpoint_dir is not None:
         stats = result.get_accumulator_result("checkpoints")
-        pauses = stats.get("pauses_ms")  # how long each stopped the tasks (None: before it was measured)
+        pauses = stats.get("pauses_ms")  # how long each stopped the tasks, the last one after the stream ended
         measurement.note = (f"{stats['completed']} checkpoints, longest {max(stats['durations_ms'], default=0):,.0f} ms"
-                            + ("" if pauses is None else f", tasks stopped up to {max(pauses, default=0):.1f} ms"))
+                            + ("" if pauses is None else f", tasks stopped up to {max(pauses[:-1], default=0):.2f} ms"))
     return measurement
 
 
@@ -221,6 +225,19 @@ def measure(kind: str, profiles: pl.DataFrame, rate: float, args: argparse.Names
 LABELS = {"loop": "hand-written loop", "slipstream": "slipstream", "checkpoints": "slipstream, checkpoint 1 s"}
 
 
+QUANTILES = (0.5, 0.99, 0.999, 1.0)
+
+
+def row(rate: float, kind: str, runs: list[Measurement]) -> str:
+    """One line of the table: each percentile the median over the runs (a run disturbed by the rest of
+    the machine moves it less than it moves a mean), with the GC pauses and checkpoints of the last."""
+    figures = [statistics.median(m.quantile(q) for m in runs) * 1000 for q in QUANTILES]
+    last = runs[-1]
+    gcs = f"{len(last.gc_pauses)} ({max(last.gc_pauses, default=0) * 1000:.0f})"
+    return (f"{rate:>8,.0f}  {LABELS[kind]:<28}{len(last.latencies):>10,}"
+            + "".join(f"{figure:>11,.2f}" for figure in figures) + f"  {gcs}{'; ' + last.note if last.note else ''}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=1_000_000, help="users with a profile in state")
@@ -228,20 +245,18 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds after the switch left out")
     parser.add_argument("--rates", default="1000,10000,100000", help="live records per second, comma-separated")
     parser.add_argument("--runs", default="loop,slipstream,checkpoints", help="which of: " + ", ".join(LABELS))
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each, their percentiles' medians shown")
     args = parser.parse_args()
     profiles = profiles_table(args.keys)
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.2f}; {args.keys:,} keys, {args.seconds:g} s per run after "
-          f"{args.warmup:g} s of warm-up")
-    print(f"{'rate/s':>8}  {'job':<28}{'records':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}{'max ms':>9}"
-          f"  full GCs (longest ms); checkpoints")
+          f"{args.warmup:g} s of warm-up, median of {args.repeat} run(s)")
+    print(f"{'rate/s':>8}  {'job':<28}{'records':>10}" + "".join(f"{name:>11}" for name in
+          ("p50 ms", "p99 ms", "p99.9 ms", "max ms")) + "  full GCs (longest ms); checkpoints")
     for rate in (float(r) for r in args.rates.split(",")):
         for kind in args.runs.split(","):
-            m = measure(kind, profiles, rate, args)
-            gcs = f"{len(m.gc_pauses)} ({max(m.gc_pauses, default=0) * 1000:.0f})"
-            print(f"{rate:>8,.0f}  {LABELS[kind]:<28}{len(m.latencies):>9,}"
-                  + "".join(f"{m.quantile(q) * 1000:>{w},.2f}" for q, w in ((0.5, 9), (0.99, 9), (0.999, 10)))
-                  + f"{max(m.latencies) * 1000:>9,.2f}  {gcs}{'; ' + m.note if m.note else ''}", flush=True)
+            runs = [measure(kind, profiles, rate, args) for _ in range(args.repeat)]
+            print(row(rate, kind, runs), flush=True)
 
 
 if __name__ == "__main__":
