@@ -258,3 +258,23 @@ def test_a_spilling_channel_never_stops_its_writer() -> None:
             writer.emit(RecordBatch([i]))
     finally:
         channel.close()
+
+
+@pytest.mark.parametrize("partitioning", [Partitioning.FORWARD, Partitioning.BROADCAST])
+@pytest.mark.parametrize("columnar", [False, True])
+def test_a_batch_larger_than_the_batch_size_leaves_in_pieces_of_it(partitioning, columnar) -> None:
+    """A channel element is one step of its consumer: none is larger than a batch, so a big result
+    (a vectorised co_group's) cannot hold the consuming task while its other inputs wait."""
+    import pyarrow as pa
+
+    downstream = 1 if partitioning is Partitioning.FORWARD else 2
+    writer, channels = make_writer(partitioning, downstream=downstream, batch_size=1024)
+    values, stamps = list(range(5000)), [10 * i for i in range(5000)]
+    batch = RecordBatch(None, stamps, arrow=pa.record_batch({"x": values})) if columnar else RecordBatch(values, stamps)
+    writer.emit(batch)
+    for channel in channels:
+        pieces = list(channel.queue)
+        assert [len(piece) for piece in pieces] == [1024, 1024, 1024, 1024, 904]
+        assert [row[0] if columnar else row for piece in pieces for row in piece.values] == values
+        assert [t for piece in pieces for t in piece.timestamps] == stamps
+        assert all(piece.is_columnar == columnar for piece in pieces)
