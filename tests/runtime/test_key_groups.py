@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from slipstream.runtime.key_groups import (
     assign_to_key_group,
+    assign_to_key_groups,
     key_group_range,
     operator_index_for_key_group,
     stable_hash,
@@ -90,6 +91,18 @@ def test_int_and_str_subclasses_hash_like_the_values_they_equal() -> None:
     # equal keys must meet in the same key group, whatever their exact type
     assert Color.RED == 1 and stable_hash(Color.RED) == stable_hash(1)
     assert Name.ALICE == "alice" and stable_hash(Name.ALICE) == stable_hash("alice")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(), st.integers(min_value=-2**70, max_value=2**70), st.booleans(),
+                          st.floats(allow_nan=False), st.text(max_size=3), st.none()), max_size=50),
+       st.sampled_from([1, 7, 128, 32768]))
+def test_key_groups_of_many_keys_at_once_are_those_of_each_key(keys: list, max_parallelism: int) -> None:
+    """A checkpoint groups its keys all at once (numbers by Arrow): each as one key alone would be."""
+    assert assign_to_key_groups(keys, max_parallelism) == [assign_to_key_group(k, max_parallelism) for k in keys]
+    numbers = [k for k in keys if type(k) in (int, bool, float)]
+    assert assign_to_key_groups(numbers, max_parallelism) == \
+        [assign_to_key_group(k, max_parallelism) for k in numbers]
 
 
 def test_key_group_assignment_is_within_range() -> None:

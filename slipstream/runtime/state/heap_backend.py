@@ -39,8 +39,9 @@ from slipstream.datastream.state import (
     StateDescriptor,
     ValueState,
 )
+from slipstream.datastream.typeinfo import Row
 from slipstream.errors import SlipstreamError
-from slipstream.runtime.key_groups import assign_to_key_group
+from slipstream.runtime.key_groups import assign_to_key_groups
 
 _UNCHANGED = object()
 """Not in a delta: the frozen table has the entry's value."""
@@ -69,6 +70,8 @@ def _copied(value: Any, state_name: str, entry: Any) -> Any:
     items are immutable)."""
     kind = type(value)
     try:
+        if kind is Row:  # the common case (rows bootstrapped from a columnar backlog), without deepcopy's dispatch
+            return value.__deepcopy__({})
         if kind is list and all(_is_immutable(item) for item in value):
             return list(value)
         if kind is dict and all(_is_immutable(item) for item in value.values()):
@@ -235,9 +238,8 @@ class KeyedStateView:
 
     def key_groups(self, entries: list[Any]) -> list[int]:
         """The key group of each entry key."""
-        max_parallelism = self.max_parallelism
-        return [assign_to_key_group(entry[0] if type(entry) is _NamespacedKey else entry, max_parallelism)
-                for entry in entries]
+        return assign_to_key_groups([entry[0] if type(entry) is _NamespacedKey else entry for entry in entries],
+                                    self.max_parallelism)
 
 
 class _FrozenState:
