@@ -406,11 +406,14 @@ def test_a_loop_never_deadlocks_on_backpressure_and_its_feedback_spills() -> Non
 
 
 class DelayedEcho(KeyedProcessFunction):
-    """Holds each record until a processing-time timer fires, then sends it round once more."""
+    """Holds each record until a processing-time timer fires, then sends it round once more.
+
+    The delay is long enough that a loaded machine still tries to end the loop while it waits.
+    """
 
     def process_element(self, value, ctx):  # type: ignore[no-untyped-def]
         if value[1] > 0:
-            ctx.timer_service().register_processing_time_timer(ctx.timer_service().current_processing_time() + 30)
+            ctx.timer_service().register_processing_time_timer(ctx.timer_service().current_processing_time() + 250)
             return [(value[0], -1)]   # leaves now; the timer sends one more record round later
         return [value]
 
