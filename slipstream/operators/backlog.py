@@ -83,6 +83,7 @@ from slipstream.datastream.transformations import Transformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.base import OperatorContext, StreamOperator, count_and_warn
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.key_replay import KeyReplay
 from slipstream.operators.sort_buffer import BufferOrder, KeyDictionary, SortBuffer, interval_batches
 from slipstream.operators.timers import InternalTimerService
 
@@ -114,6 +115,10 @@ class BacklogSortingOperator(StreamOperator):
 
     timers: InternalTimerService | None = None
     """The operator's keyed timers, if it has any (the switch counts the processing-time ones)."""
+
+    replays_by_key: ClassVar[bool] = False
+    """Whether :meth:`process_backlog` runs the backlog key by key (:meth:`key_replay`), so that in
+    STREAMING mode the buffer is read key by key in arrival order rather than interval by interval."""
 
     _buffering: bool = False
 
@@ -152,7 +157,9 @@ class BacklogSortingOperator(StreamOperator):
         """The order the switch reads the backlog in: by key and timestamp in BATCH mode, by
         watermark interval in STREAMING mode. An operator whose results cannot depend on the
         watermark before its input ends may read it key by key in arrival order."""
-        return BufferOrder.TIME if self.ctx.batch_mode else BufferOrder.INTERVAL
+        if self.ctx.batch_mode:
+            return BufferOrder.TIME
+        return BufferOrder.ARRIVAL if self.replays_by_key else BufferOrder.INTERVAL
 
     def begin_backlog(self) -> None:
         """Called when buffering begins, once the sort buffers exist; nothing by default."""
@@ -186,6 +193,10 @@ class BacklogSortingOperator(StreamOperator):
         for input_index, buffer in enumerate(buffers):
             for batch in buffer.batches(size):
                 self.process_batch(batch, input_index)
+
+    def key_replay(self, buffer: SortBuffer) -> KeyReplay:
+        """A key-by-key replay of ``buffer`` at the watermarks held while it was buffered."""
+        return KeyReplay(self, buffer, self._held)
 
     # -- held watermarks ---------------------------------------------------------------------------
     def apply_held_watermarks(self, count: int) -> None:

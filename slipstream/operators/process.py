@@ -28,6 +28,8 @@ from slipstream.errors import SlipstreamError
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
 from slipstream.operators.base import OperatorContext, StreamOperator
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.key_replay import KeyReplay
+from slipstream.operators.sort_buffer import SortBuffer
 from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService, merge_timer_snapshots
 
 
@@ -139,11 +141,17 @@ def run_process_function(operator: StreamOperator, method: Callable[[Any, Any], 
     except SlipstreamError:
         raise
     except Exception as exc:
-        if isinstance(exc, TypeError) and results is not None and not hasattr(results, "__iter__"):
-            exc = TypeError("a process function must yield its outputs (or return an iterable or "
-                            f"None), got {results!r}")
-        raise operator.user_error(value, exc) from exc
+        raise process_error(operator, exc, value, results) from exc
     emit(operator, values_out, timestamps_out, ctx)
+
+
+def process_error(operator: StreamOperator, exc: Exception, value: Any, results: Any) -> Exception:
+    """The error to raise for ``exc`` from a process function given ``value`` (that returned
+    ``results``, a non-iterable one named as the mistake it is)."""
+    if isinstance(exc, TypeError) and results is not None and not hasattr(results, "__iter__"):
+        exc = TypeError("a process function must yield its outputs (or return an iterable or "
+                        f"None), got {results!r}")
+    return operator.user_error(value, exc)
 
 
 def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], timer: InternalTimer,
@@ -234,6 +242,7 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
 
     transformation_type = KeyedProcessTransformation
     emits_declared_type = True
+    replays_by_key = True
 
     @classmethod
     def backlog_differences(cls, transformation: KeyedProcessTransformation) -> list[str]:
@@ -261,3 +270,42 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
             self.buffer_backlog(batch)
             return
         run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
+
+    def process_backlog(self, buffer: SortBuffer) -> None:
+        """Each key's backlog through ``process_element`` in a tight loop, the key set once and its
+        timers fired within its run (:mod:`slipstream.operators.key_replay`)."""
+        replay = self.key_replay(buffer)
+        method = self.function.process_element
+        context = self.context
+        tag_type = OutputTag
+        value = results = None
+        try:
+            for _key, intervals, stamps, values in replay.runs():
+                level = -1
+                for index, value in enumerate(values):
+                    if intervals[index] != level:
+                        self._send_side(context, replay)
+                        level = intervals[index]
+                        out_values, out_stamps = replay.outputs_at(level)
+                        append, stamp = out_values.append, out_stamps.append
+                    timestamp = context.current_timestamp = stamps[index]
+                    results = method(value, context)
+                    if results is None:
+                        continue
+                    for out in results:
+                        if type(out) is tuple and len(out) == 2 and type(out[0]) is tag_type:
+                            context.output(out[0], out[1])
+                        else:
+                            append(out)
+                            stamp(timestamp)
+                self._send_side(context, replay)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise process_error(self, exc, value, results) from exc
+        replay.emit()
+
+    @staticmethod
+    def _send_side(context: ProcessContext, replay: KeyReplay) -> None:
+        if context.side:
+            emit(replay.operator, [], None, context)

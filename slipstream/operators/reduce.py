@@ -38,6 +38,7 @@ REDUCE_STATE = ValueStateDescriptor("_reduce_accumulator")
 class KeyedReduceOperator(BacklogSortingOperator):
     transformation_type = ReduceTransformation
     emits_declared_type = True
+    replays_by_key = True
 
     def __init__(self, transformation: ReduceTransformation) -> None:
         super().__init__(transformation)
@@ -95,7 +96,7 @@ class KeyedReduceOperator(BacklogSortingOperator):
         whether its input was sorted backlog.
         """
         if not self.ctx.batch_mode:
-            self.replay_backlog([buffer])
+            self._replay_per_key(buffer)
             return
         results = self._aggregate_vectorised(buffer)
         if results is None:
@@ -111,6 +112,35 @@ class KeyedReduceOperator(BacklogSortingOperator):
                 values, stamps = [], []
         if values:
             self.output.collect_batch(RecordBatch(values, stamps if with_timestamps else None))
+
+    def _replay_per_key(self, buffer: SortBuffer) -> None:
+        """STREAMING mode: fold each key's records in arrival order with the accumulator in a
+        local variable, emitting every rolling value in the interval its record arrived in."""
+        replay = self.key_replay(buffer)  # no timers: outputs go straight to their interval's list
+        reduce = self.function.reduce
+        table = self.accumulators
+        out_values, out_stamps = replay.outputs.values, replay.outputs.stamps
+        value: Any = None
+        try:
+            for key, intervals, stamps, values in replay.runs():
+                current = table.get(key)
+                for index, value in enumerate(values):
+                    if current is None:
+                        current = value
+                    else:
+                        current = reduce(current, value)
+                        if current is None:
+                            raise TypeError("the reduce function returned None; it must return the "
+                                            "combined value")
+                    interval = intervals[index]
+                    out_values[interval].append(current)
+                    out_stamps[interval].append(stamps[index])
+                table[key] = current
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            raise self.user_error(value, exc) from exc
+        replay.emit()
 
     def _install(self, key: Any, partial: Any) -> Any:
         """Fold ``partial`` (the reduce of the key's backlog) into the key's accumulator."""

@@ -48,13 +48,14 @@ interval by interval.
 
 from __future__ import annotations
 
+import array
 import heapq
 import math
 import os
 import pickle
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from operator import itemgetter
@@ -191,10 +192,11 @@ class SortBuffer:
         self._count = 0
         self._runs: list[_Run] = []
         self._dir: str | None = None
-        self._keys: list[int] = []
-        self._intervals: list[int] = []
-        self._arrivals: list[int] = []
+        self._keys = _int64s()
+        self._intervals = _int64s()
+        self._arrivals = _int64s()
         self._stamps: list[int | None] = []
+        self._stamps_without_nulls = True
         self._values: list[Any] = []
         self._batches_added = 0
         self._base_seq = 0
@@ -235,14 +237,17 @@ class SortBuffer:
         if not count:
             return
         self._keys.extend(self.key_dictionary.ids_of(keys))
-        self._intervals.extend([interval] * count)
-        self._arrivals.extend([self._batches_added if arrival is None else arrival] * count)
+        self._intervals.extend(_int64s([interval]) * count)
+        self._arrivals.extend(_int64s([self._batches_added if arrival is None else arrival]) * count)
         self._batches_added += 1
         if timestamps is None:
             self._stamps.extend([None] * count)
+            self._stamps_without_nulls = False
         else:
             self.has_timestamps = True
             self._stamps.extend(timestamps)
+            if self._stamps_without_nulls and None in timestamps:
+                self._stamps_without_nulls = False
         self._values.extend(values)
         if self._field_ok:
             self._track_field(values)
@@ -283,15 +288,22 @@ class SortBuffer:
     def _memory_table(self, with_field: bool = False) -> pa.Table:
         count = len(self._keys)
         columns = {
-            "key": pa.array(self._keys, pa.int64()),
-            "interval": pa.array(self._intervals, pa.int64()),
-            "arrival": pa.array(self._arrivals, pa.int64()),
-            "ts": pa.array(self._stamps, pa.int64()),
-            "seq": pa.array(range(self._base_seq, self._base_seq + count), pa.int64()),
+            "key": _arrow_int64s(self._keys),
+            "interval": _arrow_int64s(self._intervals),
+            "arrival": _arrow_int64s(self._arrivals),
+            "ts": self._stamp_column(count),
+            "seq": _arrow_int64s(_int64s(range(self._base_seq, self._base_seq + count))),
         }
         if with_field:
             columns["field"] = pa.array(self._field_values, _arrow_type(self._field_type))
         return pa.table(columns)
+
+    def _stamp_column(self, count: int) -> pa.Array:
+        if not self.has_timestamps:
+            return pa.nulls(count, pa.int64())
+        if self._stamps_without_nulls:
+            return _arrow_int64s(_int64s(self._stamps))
+        return pa.array(self._stamps, pa.int64())
 
     def _sorted_memory_order(self) -> list[int]:
         """Positions of the in-memory records in the buffer's order."""
@@ -338,7 +350,8 @@ class SortBuffer:
         self._drop_memory_records()
 
     def _drop_memory_records(self) -> None:
-        self._keys, self._intervals, self._arrivals, self._stamps = [], [], [], []
+        self._keys, self._intervals, self._arrivals = _int64s(), _int64s(), _int64s()
+        self._stamps, self._stamps_without_nulls = [], True
         self._values, self._field_values = [], []
 
     # -- reading back -------------------------------------------------------------------------------
@@ -381,20 +394,40 @@ class SortBuffer:
             yield key_of[key_id], stamp, value
 
     def _groups_by_id(self) -> Iterator[tuple[int, list[int | None], list[Any]]]:
+        for key_id, _intervals, stamps, values in self._key_runs_by_id():
+            yield key_id, stamps, values
+
+    def _key_runs_by_id(self) -> Iterator[tuple[int, list[int], list[int | None], list[Any]]]:
+        """Per key id, in the buffer's order: its records' intervals, timestamps and values."""
         if self.order is BufferOrder.INTERVAL:
             raise ValueError(f"operator '{self.name}': a buffer in interval order has no groups by key")
-        current = -1
-        stamps: list[int | None] = []
-        values: list[Any] = []
-        for key_id, _interval, _arrival, stamp, value in self._records_by_id():
-            if key_id != current:
-                if values:
-                    yield current, stamps, values
-                current, stamps, values = key_id, [], []
-            stamps.append(stamp)
-            values.append(value)
-        if values:
-            yield current, stamps, values
+        if self._runs:
+            yield from _runs_of(self._records_by_id())
+        elif self._values:
+            yield from self._memory_key_runs()
+
+    def _memory_key_runs(self) -> Iterator[tuple[int, list[int], list[int | None], list[Any]]]:
+        """:meth:`_key_runs_by_id` when nothing was spilled: the engine sorts the columns, the
+        values are reordered by one C-level gather and handed out as slices per key."""
+        table = self.engine.sort(self._memory_table().select(self._sort_columns), self._sort_columns)
+        positions = pc.subtract(table.column("seq"), self._base_seq).to_pylist()
+        key_column = table.column("key")
+        changes = pc.indices_nonzero(pc.not_equal(key_column[1:], key_column[:-1]))
+        starts = [0, *pc.add(changes, 1).to_pylist(), len(positions)]
+        key_ids = key_column.take(starts[:-1]).to_pylist()
+        values = list(map(self._values.__getitem__, positions))
+        stamps = list(map(self._stamps.__getitem__, positions))
+        intervals = list(map(self._intervals.__getitem__, positions))
+        for index, key_id in enumerate(key_ids):
+            start, end = starts[index], starts[index + 1]
+            yield key_id, intervals[start:end], stamps[start:end], values[start:end]
+
+    def key_runs(self) -> Iterator[tuple[Any, list[int], list[int | None], list[Any]]]:
+        """Per key, in the order of :meth:`records` (not for :attr:`BufferOrder.INTERVAL`):
+        ``(key, intervals, timestamps, values)`` of its records, the interval each arrived in too."""
+        key_of = self.key_dictionary.keys
+        for key_id, intervals, stamps, values in self._key_runs_by_id():
+            yield key_of[key_id], intervals, stamps, values
 
     def groups(self) -> Iterator[tuple[Any, list[int | None], list[Any]]]:
         """Per key, in the order of :meth:`records`: ``(key, timestamps, values)``."""
@@ -447,6 +480,34 @@ class SortBuffer:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+def _runs_of(records: Iterator[_Record]) -> Iterator[tuple[int, list[int], list[int | None], list[Any]]]:
+    """Records grouped by key id as ``(key id, intervals, timestamps, values)``, keys consecutive."""
+    current = -1
+    intervals: list[int] = []
+    stamps: list[int | None] = []
+    values: list[Any] = []
+    for key_id, interval, _arrival, stamp, value in records:
+        if key_id != current:
+            if values:
+                yield current, intervals, stamps, values
+            current, intervals, stamps, values = key_id, [], [], []
+        intervals.append(interval)
+        stamps.append(stamp)
+        values.append(value)
+    if values:
+        yield current, intervals, stamps, values
+
+
+def _int64s(values: Iterable[int] = ()) -> array.array[int]:
+    """A packed int64 column being filled: far cheaper to extend and to hand to Arrow than a list."""
+    return array.array("q", values)
+
+
+def _arrow_int64s(values: array.array[int]) -> pa.Array:
+    """``values`` as an Arrow int64 array, without a per-element conversion."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
 def _arrow_type(kind: type | None) -> pa.DataType:
