@@ -127,7 +127,7 @@ class KeyReplay:
                 self.advance(self.last)
         finally:
             operator.output = downstream
-            self._set_watermark(self.held[0])
+            self.set_watermark(self.held[0])
 
     def _enter(self, key: Any, set_key: Any) -> None:
         set_key(key)
@@ -135,7 +135,7 @@ class KeyReplay:
         if timers:
             self.timers.restore_event_timers(timers)  # type: ignore[union-attr]
         self._level = 0
-        self._set_watermark(self.held[0])
+        self.set_watermark(self.held[0])
         self.outputs.interval = 0
 
     def advance(self, interval: int) -> None:
@@ -151,16 +151,16 @@ class KeyReplay:
             at = self._level + 1
             while (timer := timers.pop_due_event_timer(held[interval])) is not None:
                 at = bisect_left(held, timer.timestamp, at, interval + 1)
-                self._set_watermark(held[at])
+                self.set_watermark(held[at])
                 outputs.interval = at - 1  # fired by watermark `at`, so before it goes downstream
                 timers.fire_event_timer(timer)
         elif timers is not None:
-            self._set_watermark(held[interval])
+            self.set_watermark(held[interval])
             outputs.interval = interval - 1
             while (timer := timers.pop_due_event_timer(held[interval])) is not None:
                 timers.fire_event_timer(timer)
         self._level = interval
-        self._set_watermark(held[interval])
+        self.set_watermark(held[interval])
         outputs.interval = interval
 
     def outputs_at(self, interval: int) -> tuple[list[Any], list[int | None]]:
@@ -169,7 +169,8 @@ class KeyReplay:
         self.advance(interval)
         return self.outputs.values[interval], self.outputs.stamps[interval]
 
-    def _set_watermark(self, watermark: int) -> None:
+    def set_watermark(self, watermark: int) -> None:
+        """Make ``watermark`` the operator's event time (and its timers')."""
         self.operator.current_watermark = watermark
         if self.timers is not None:
             self.timers.current_watermark = watermark

@@ -64,7 +64,9 @@ from slipstream.errors import JobExecutionError, SlipstreamError
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
 from slipstream.operators.base import StreamRuntimeContext, count_and_warn, operator_metric_group, split_outputs
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.sort_buffer import BufferOrder, SortBuffer
 from slipstream.operators.timers import InternalTimer, InternalTimerService, merge_timer_snapshots
+from slipstream.operators.window_replay import replay_windows, replays_windows_by_key
 
 CONTENTS_STATE = "window-contents"
 MERGING_WINDOWS_STATE = "merging-window-set"
@@ -177,6 +179,7 @@ class WindowOperator(BacklogSortingOperator):
 
     transformation_type = WindowTransformation
     emits_declared_type = True
+    _windows_by_key = False
 
     def __init__(self, transformation: WindowTransformation) -> None:
         super().__init__(transformation)
@@ -265,6 +268,19 @@ class WindowOperator(BacklogSortingOperator):
     def initialize_rescaled_state(self, states: list[Any], owns_key: Callable[[Any], bool]) -> None:
         timers = [state["timers"] for state in states if state]
         self.initialize_state({"timers": merge_timer_snapshots(timers, owns_key)} if timers else None)
+
+    # -- backlog: key by key where the windows allow it (operators/window_replay.py) ------------
+    def backlog_order(self) -> BufferOrder:
+        self._windows_by_key = replays_windows_by_key(self)
+        if self._windows_by_key and not self.ctx.batch_mode:
+            return BufferOrder.ARRIVAL
+        return super().backlog_order()
+
+    def process_backlog(self, buffer: SortBuffer) -> None:
+        if self._windows_by_key:
+            replay_windows(self, self.key_replay(buffer))
+        else:
+            self.replay_backlog([buffer])
 
     # -- elements -----------------------------------------------------------------------------
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:

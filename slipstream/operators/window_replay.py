@@ -1,0 +1,144 @@
+"""Event-time windows over a sorted backlog, key by key: each window function called once per window.
+
+Streaming a window operator costs, per record, a trigger call, a namespaced state update
+and a timer registration. For the common case — time windows that do not merge (tumbling,
+sliding), the default :class:`~slipstream.datastream.window.EventTimeTrigger`, no evictor, no
+allowed lateness, and no windows pending from before the backlog — the backlog can instead
+be run a key at a time (:class:`~slipstream.operators.key_replay.KeyReplay`) with the key's
+open windows in a local dict: each record is added to its windows (appended, or folded with
+the reduce/aggregate function), and a window is evaluated once, with all its rows, when the
+watermark its record stream reached passes its end; what streaming would drop as late is
+dropped (or side-output) here too, since each record is judged at the watermark it arrived at.
+Windows still open when the backlog ends are installed in the operator's state with their
+timers, so streaming goes on from them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import TYPE_CHECKING, Any
+
+from slipstream.datastream.time import MAX_TIMESTAMP
+from slipstream.datastream.window import EventTimeTrigger, MergingWindowAssigner
+from slipstream.errors import SlipstreamError
+from slipstream.operators.key_replay import KeyReplay
+
+if TYPE_CHECKING:
+    from slipstream.operators.window import WindowOperator
+
+
+def replays_windows_by_key(operator: WindowOperator) -> bool:
+    """Whether ``operator``'s backlog can run key by key here (see the module docstring; a
+    co-group's two inputs go their own way)."""
+    return (operator.num_inputs == 1 and operator._event_time
+            and not isinstance(operator.assigner, MergingWindowAssigner)
+            and type(operator.trigger) is EventTimeTrigger and operator.evictor is None
+            and operator.allowed_lateness == 0 and operator.timers is not None
+            and not operator.timers.num_event_time_timers() and not operator.timers.num_processing_time_timers())
+
+
+class _KeyWindows:
+    """One key's open windows during the replay: their contents, in a local dict."""
+
+    def __init__(self, operator: WindowOperator) -> None:
+        self.kind = operator.kind
+        self.function = operator.function
+        self.open: dict[Any, Any] = {}
+        self.next_end = MAX_TIMESTAMP
+        """The least ``max_timestamp()`` of the open windows: nothing fires before it."""
+
+    def add(self, window: Any, value: Any) -> None:
+        open_windows = self.open
+        kind = self.kind
+        if kind == "reduce":
+            current = open_windows.get(window)
+            open_windows[window] = value if current is None else self.function.reduce(current, value)
+        elif kind == "aggregate":
+            current = open_windows.get(window)
+            if current is None:
+                current = self.function.create_accumulator()
+            open_windows[window] = self.function.add(value, current)
+        else:
+            rows = open_windows.get(window)
+            if rows is not None:
+                rows.append(value)
+                return
+            open_windows[window] = [value]
+        if window.max_timestamp() < self.next_end:
+            self.next_end = window.max_timestamp()
+
+    def inputs(self, contents: Any) -> list[Any]:
+        """What the window function gets for a window holding ``contents``."""
+        if self.kind == "aggregate":
+            return [self.function.get_result(contents)]
+        return [contents] if self.kind == "reduce" else contents
+
+
+def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
+    """Run the backlog key by key (:func:`replays_windows_by_key` must hold), then send it on."""
+    assign = operator.assigner.assign_windows
+    assigner_context = operator.assigner_context
+    held = replay.held
+    value: Any = None
+    try:
+        for _key, intervals, stamps, values in replay.runs():
+            windows = _KeyWindows(operator)
+            level = -1
+            for index, value in enumerate(values):
+                if intervals[index] != level:
+                    if windows.next_end <= held[intervals[index]]:
+                        _fire_due(operator, replay, windows, level, intervals[index])
+                    level = replay.outputs.interval = intervals[index]
+                    watermark = held[level]
+                timestamp = stamps[index]
+                on_time = False
+                for window in assign(value, timestamp, assigner_context):
+                    if window.max_timestamp() > watermark:
+                        windows.add(window, value)
+                        on_time = True
+                if not on_time and timestamp is not None and timestamp <= watermark:
+                    operator._late(value, timestamp)
+                    operator._flush()
+            _fire_due(operator, replay, windows, max(level, 0), replay.last)
+            _install(operator, windows)
+    except SlipstreamError:
+        raise
+    except Exception as exc:
+        raise operator.user_error(value, exc) from exc
+    replay.emit()
+
+
+def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows, level: int, interval: int) -> None:
+    """Evaluate the key's windows that end by watermark ``interval``, each at the watermark that
+    fires it, in order of their ends, and forget them."""
+    if level < 0 or not windows.open:
+        return
+    held = replay.held
+    due_by = held[interval]
+    due = sorted((window for window in windows.open if window.max_timestamp() <= due_by),
+                 key=lambda window: window.max_timestamp())
+    outputs = replay.outputs
+    at = level + 1
+    for window in due:
+        at = bisect_left(held, window.max_timestamp(), at, interval + 1)
+        replay.set_watermark(held[at])
+        outputs.interval = at - 1  # fired by watermark `at`: before it goes downstream
+        operator._evaluate(window, windows.inputs(windows.open.pop(window)))
+        operator._clear_all_state(window, window, None)
+        operator._flush()
+    windows.next_end = min((window.max_timestamp() for window in windows.open), default=MAX_TIMESTAMP)
+    outputs.interval = level
+
+
+def _install(operator: WindowOperator, windows: _KeyWindows) -> None:
+    """Put the key's windows still open into the operator's state, each with its timer."""
+    contents = operator.contents
+    for window, held in windows.open.items():
+        contents.set_current_namespace(window)
+        if windows.kind == "aggregate":
+            contents.set_accumulator(held)
+        elif windows.kind == "reduce":
+            contents.add(held)
+        else:
+            contents.update(held)
+        operator.timers.register_event_time_timer(window, window.max_timestamp())
