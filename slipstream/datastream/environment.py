@@ -67,8 +67,10 @@ class RuntimeOptions:
     channel_memory_budget: int = 100_000  # records an unbounded (blocking or feedback) channel keeps in memory
     channel_memory_budget_bytes: int = 64 * 1024 * 1024  # and bytes (estimated) it keeps in memory
     # FLIP-327: operators with an internal sorter buffer their backlog and run it as sorted batch
-    # work (polars) at the switch; False processes backlog record by record instead.
-    backlog_sorting: bool = True
+    # work (polars) at the switch where that is faster than streaming it (in STREAMING mode the
+    # planner streams the kinds it is not for, and explain() says why); "always" sorts every one;
+    # False processes backlog record by record instead.
+    backlog_sorting: bool | str = True
     sort_memory_budget: int = 1_000_000  # records a sorting operator (or a replay cache) holds in memory before spilling
     spill_dir: str | None = None  # where operators spill (a private 0700 dir inside); None: temp dir
     show_progress: bool = True  # on a terminal, show the backlog phase live (never when output is piped)
@@ -176,7 +178,7 @@ class StreamExecutionEnvironment:
     def configure(self, configuration: Configuration | None = None, *, scheduler_seed: int | None = None,
                   batch_size: int | None = None,
                   channel_capacity: int | None = None, quantum: int | None = None,
-                  clock: Any = None, backlog_sorting: bool | None = None,
+                  clock: Any = None, backlog_sorting: bool | str | None = None,
                   sort_memory_budget: int | None = None, channel_memory_budget: int | None = None,
                   channel_memory_budget_bytes: int | None = None, spill_dir: str | None = None,
                   show_progress: bool | None = None) -> StreamExecutionEnvironment:
@@ -192,11 +194,14 @@ class StreamExecutionEnvironment:
             options.clock = clock
         if spill_dir is not None:
             options.spill_dir = str(spill_dir)
-        for name, value in (("backlog_sorting", backlog_sorting), ("show_progress", show_progress)):
-            if value is not None:
-                if not isinstance(value, bool):
-                    raise InvalidProgramError(f"{name} must be True or False, got {value!r}")
-                setattr(options, name, value)
+        if backlog_sorting is not None:
+            if not isinstance(backlog_sorting, bool) and backlog_sorting != "always":
+                raise InvalidProgramError(f"backlog_sorting must be True, False or 'always', got {backlog_sorting!r}")
+            options.backlog_sorting = backlog_sorting
+        if show_progress is not None:
+            if not isinstance(show_progress, bool):
+                raise InvalidProgramError(f"show_progress must be True or False, got {show_progress!r}")
+            options.show_progress = show_progress
         for name, value in (("scheduler_seed", scheduler_seed), ("batch_size", batch_size),
                             ("channel_capacity", channel_capacity), ("quantum", quantum),
                             ("sort_memory_budget", sort_memory_budget),

@@ -145,6 +145,13 @@ class BacklogSortingOperator(StreamOperator):
         return self._buffering
 
     # -- hooks for subclasses ---------------------------------------------------------------------
+    @classmethod
+    def backlog_streaming_reason(cls, transformation: Transformation) -> str | None:
+        """Why sorting this operator's backlog would be slower than streaming it in STREAMING mode
+        (as ``benchmarks/backlog.py`` measures), or None when sorting pays. The planner then streams
+        its backlog (unless ``configure(backlog_sorting="always")``) and ``explain()`` gives the reason."""
+        return None
+
     def backlog_field(self) -> Callable[[Any], Any] | None:
         """A ``value -> number`` the sort buffer keeps as a column for vectorised work; None: none."""
         return None

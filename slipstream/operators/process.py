@@ -251,6 +251,11 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
                     "clock at the switch, so results that depend on it differ from streaming the backlog"]
         return []
 
+    @classmethod
+    def backlog_streaming_reason(cls, transformation: KeyedProcessTransformation) -> str | None:
+        return ("a KeyedProcessFunction is called once per record either way, so sorting only adds its "
+                "own cost (benchmarks/backlog.py)")
+
     def __init__(self, transformation: KeyedProcessTransformation) -> None:
         super().__init__(transformation)
         self.function: KeyedProcessFunction = transformation.function

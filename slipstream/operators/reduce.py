@@ -48,6 +48,13 @@ class KeyedReduceOperator(BacklogSortingOperator):
     def user_functions(self) -> list[Function]:
         return [self.function]
 
+    @classmethod
+    def backlog_streaming_reason(cls, transformation: ReduceTransformation) -> str | None:
+        if transformation.aggregation is not None:
+            return None
+        return ("a rolling reduce with a Python function is called and emits once per record either way, "
+                "so sorting only adds its own cost (benchmarks/backlog.py)")
+
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         if self._buffering:
             self.buffer_backlog(batch)
@@ -118,12 +125,12 @@ class KeyedReduceOperator(BacklogSortingOperator):
         local variable, emitting every rolling value in the interval its record arrived in."""
         replay = self.key_replay(buffer)  # no timers: outputs go straight to their interval's list
         reduce = self.function.reduce
-        table = self.accumulators
+        get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
         out_values, out_stamps = replay.outputs.values, replay.outputs.stamps
         value: Any = None
         try:
             for key, intervals, stamps, values in replay.runs():
-                current = table.get(key)
+                current = get(key)
                 for index, value in enumerate(values):
                     if current is None:
                         current = value
@@ -135,7 +142,7 @@ class KeyedReduceOperator(BacklogSortingOperator):
                     interval = intervals[index]
                     out_values[interval].append(current)
                     out_stamps[interval].append(stamps[index])
-                table[key] = current
+                put(key, current)
         except SlipstreamError:
             raise
         except Exception as exc:

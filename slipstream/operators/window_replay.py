@@ -19,7 +19,12 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.time import MAX_TIMESTAMP
-from slipstream.datastream.window import EventTimeTrigger, MergingWindowAssigner
+from slipstream.datastream.window import (
+    EventTimeTrigger,
+    MergingWindowAssigner,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+)
 from slipstream.errors import SlipstreamError
 from slipstream.operators.key_replay import KeyReplay
 
@@ -41,8 +46,11 @@ class _KeyWindows:
     """One key's open windows during the replay: their contents, in a local dict."""
 
     def __init__(self, operator: WindowOperator) -> None:
+        self.operator = operator
         self.kind = operator.kind
         self.function = operator.function
+        evaluator = operator._evaluator()
+        self._clears = isinstance(evaluator, (ProcessWindowFunction, ProcessAllWindowFunction))
         self.open: dict[Any, Any] = {}
         self.next_end = MAX_TIMESTAMP
         """The least ``max_timestamp()`` of the open windows: nothing fires before it."""
@@ -66,6 +74,14 @@ class _KeyWindows:
             open_windows[window] = [value]
         if window.max_timestamp() < self.next_end:
             self.next_end = window.max_timestamp()
+
+    def clear(self, window: Any) -> None:
+        """A fired window is gone: its window function clears its per-window state (its contents
+        and trigger never reached the operator's state)."""
+        if self._clears:
+            context = self.operator.window_context
+            context.current_window = window
+            self.operator._evaluator().clear(context)
 
     def inputs(self, contents: Any) -> list[Any]:
         """What the window function gets for a window holding ``contents``."""
@@ -111,22 +127,29 @@ def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
 def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows, level: int, interval: int) -> None:
     """Evaluate the key's windows that end by watermark ``interval``, each at the watermark that
     fires it, in order of their ends, and forget them."""
-    if level < 0 or not windows.open:
-        return
     held = replay.held
-    due_by = held[interval]
-    due = sorted((window for window in windows.open if window.max_timestamp() <= due_by),
-                 key=lambda window: window.max_timestamp())
+    if level < 0 or windows.next_end > held[interval]:
+        return
+    open_windows = windows.open
+    if len(open_windows) == 1:
+        due = list(open_windows)  # the one window ends at next_end: it is due
+    else:
+        due = sorted((window for window in open_windows if window.max_timestamp() <= held[interval]),
+                     key=lambda window: window.max_timestamp())
     outputs = replay.outputs
     at = level + 1
+    fired_at = -1
     for window in due:
         at = bisect_left(held, window.max_timestamp(), at, interval + 1)
-        replay.set_watermark(held[at])
-        outputs.interval = at - 1  # fired by watermark `at`: before it goes downstream
-        operator._evaluate(window, windows.inputs(windows.open.pop(window)))
-        operator._clear_all_state(window, window, None)
-        operator._flush()
-    windows.next_end = min((window.max_timestamp() for window in windows.open), default=MAX_TIMESTAMP)
+        if at != fired_at:
+            operator._flush()
+            fired_at = at
+            replay.set_watermark(held[at])
+            outputs.interval = at - 1  # fired by watermark `at`: before it goes downstream
+        operator._evaluate(window, windows.inputs(open_windows.pop(window)))
+        windows.clear(window)
+    operator._flush()
+    windows.next_end = min((window.max_timestamp() for window in open_windows), default=MAX_TIMESTAMP)
     outputs.interval = level
 
 

@@ -114,7 +114,7 @@ class JobRun:
                 name=node.name, uid=node.uid, subtask_index=subtask, parallelism=node.parallelism,
                 max_parallelism=node.max_parallelism, output=output, processing_time_service=timers,
                 keyed_backend=backend, job_parameters=self.env.get_config().get_global_job_parameters(),
-                metrics=node_metrics[position], batch_engine=self.batch_engine,
+                metrics=node_metrics[position], batch_engine=None if node.backlog_streamed else self.batch_engine,
                 batch_mode=self.graph.mode is RuntimeExecutionMode.BATCH,
                 sort_memory_budget=self.env.runtime_options.sort_memory_budget,
                 channel_memory_budget=self.env.runtime_options.channel_memory_budget,

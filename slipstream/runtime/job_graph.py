@@ -43,6 +43,8 @@ class StreamNode:
     out_edges: list[StreamEdge] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """What a planning pass wants ``explain()`` to say of this node."""
+    backlog_streamed: str | None = None
+    """Why this operator, which could sort its backlog, streams it instead (None: it does not)."""
 
     @property
     def name(self) -> str:
@@ -174,6 +176,8 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
         notes.append(f"in loop scope {scope} (level {scope.get_level()})")
     if attributes.has_internal_sorter() and not backlog_sorting:
         notes.append("processes its backlog record by record (backlog_sorting=False)")
+    elif attributes.has_internal_sorter() and node.backlog_streamed:
+        notes.append(f"streams its backlog record by record: {node.backlog_streamed}")
     elif attributes.has_internal_sorter():
         notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}, then switches to streaming")
         if streaming and operator_cls is not None:

@@ -29,7 +29,7 @@ FORMATS = ("text", "json", "mermaid", "dot")
 
 def _operator(node: StreamNode, graph: JobGraph) -> dict[str, Any]:
     attributes = node.transformation.get_operator_attributes()
-    sorted_backlog = attributes.has_internal_sorter()
+    sorted_backlog = attributes.has_internal_sorter() and not node.backlog_streamed
     return {"id": node.id, "name": node.name, "uid": node.uid,
             "kind": type(node.transformation).__name__.removesuffix("Transformation"),
             "parallelism": node.parallelism, "max_parallelism": node.max_parallelism,

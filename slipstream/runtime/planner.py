@@ -36,6 +36,8 @@ from slipstream.datastream.transformations import (
     UnionTransformation,
 )
 from slipstream.errors import InvalidProgramError
+from slipstream.operators.backlog import BacklogSortingOperator
+from slipstream.operators.base import StreamOperator
 from slipstream.runtime.batch.spark_planning import plan_spark_queries
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge, StreamNode
 from slipstream.runtime.key_groups import DEFAULT_MAX_PARALLELISM
@@ -276,4 +278,20 @@ def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformati
     job_graph.mode = mode
     job_graph.batch_engine = env.get_batch_engine()
     job_graph.backlog_sorting = env.runtime_options.backlog_sorting
+    return choose_backlog_paths(job_graph, env.runtime_options.backlog_sorting)
+
+
+def choose_backlog_paths(job_graph: JobGraph, backlog_sorting: bool | str) -> JobGraph:
+    """In STREAMING mode, mark the sorting operators whose kind streams its backlog faster than it
+    sorts it (:meth:`~slipstream.operators.backlog.BacklogSortingOperator.backlog_streaming_reason`):
+    they stream it. ``backlog_sorting="always"`` sorts every one; BATCH mode sorts every one (there
+    sorting is the semantics, not a speed knob)."""
+    if backlog_sorting is not True or job_graph.mode is RuntimeExecutionMode.BATCH:
+        return job_graph
+    for vertex in job_graph.vertices:
+        for node in vertex.nodes:
+            operator_cls = StreamOperator.registry.get(type(node.transformation))
+            if operator_cls is not None and issubclass(operator_cls, BacklogSortingOperator) and \
+                    node.transformation.get_operator_attributes().has_internal_sorter():
+                node.backlog_streamed = operator_cls.backlog_streaming_reason(node.transformation)
     return job_graph

@@ -1,0 +1,432 @@
+"""Backlog with Python functions: sorted vs streamed vs a hand-written loop vs raw polars.
+
+For each operator kind whose work is a Python function — a keyed reduce, a tumbling-window
+aggregate with a Python ``AggregateFunction``, a ``KeyedProcessFunction`` with ValueState and
+an event-time timer, tumbling and sliding event-time windows with a Python
+``ProcessWindowFunction``, and a per-key ``CoGroupFunction`` over EndOfStreamWindows — N
+bounded records ``(key, ts, value)`` over 10^5 keys (monotonous timestamps, a watermark per
+source batch) run four ways in one process, one after another:
+
+* ``sorted``   — slipstream's default: the bounded input is backlog; the planner sorts it
+  where that pays and says so in ``explain()``;
+* ``forced``   — every kind sorted (``configure(backlog_sorting="always")``), to show
+  what sorting costs where the planner streams;
+* ``streamed`` — ``configure(backlog_sorting=False)``: record by record;
+* ``loop``     — a hand-written Python loop doing the same per-key work with dicts (same
+  functions, windows gathered per key and evaluated once each at the end);
+* ``polars``   — raw polars computing the same result from a DataFrame of the records,
+  where one query does it.
+
+Then the newcomer's job from issue 12: 2·10^6 Parquet rows into a KeyedProcessFunction
+(ValueState + event-time timer) and a 1-minute event-time window aggregate, timed until the
+job has switched to streaming (it ends there: the input is bounded).
+
+Run: ``python benchmarks/backlog.py [--n N] [--full] [--newcomer-rows R] [--kinds a,b]``
+(``--full``: N = 10^7). Prints seconds and each way's ratio to the loop, and sorted/streamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from slipstream.datastream import (
+    KeyedProcessFunction,
+    RuntimeContext,
+    StreamExecutionEnvironment,
+    ValueStateDescriptor,
+)
+from slipstream.datastream.connectors.file_system import FileSource
+from slipstream.datastream.connectors.sinks import FunctionSink
+from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
+from slipstream.datastream.co_group import CoGroupFunction
+from slipstream.datastream.functions import AggregateFunction, ReduceFunction
+from slipstream.datastream.watermark_strategy import WatermarkStrategy
+from slipstream.datastream.window import (
+    EndOfStreamWindows,
+    ProcessWindowFunction,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+)
+
+KEYS = 100_000
+Record = tuple[int, int, int]
+"""(key, event time in ms, value)."""
+
+
+def make_records(n: int) -> list[Record]:
+    """Record i: key i mod 10^5 (keys interleaved, as a log is), event time i ms, a small value."""
+    return [(i % KEYS, i, i % 7) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Window and timer periods scaled to N, so that a key's window holds a few records."""
+
+    tumble: int
+    slide: int
+
+    @classmethod
+    def for_n(cls, n: int) -> Sizes:
+        tumble = max(n // 4, 4)
+        return cls(tumble, tumble // 2)
+
+
+# -- the user functions ----------------------------------------------------------------------------
+class AddValues(ReduceFunction):
+    def reduce(self, a: Record, b: Record) -> Record:
+        return (a[0], b[1], a[2] + b[2])
+
+
+class MeanValue(AggregateFunction):
+    def create_accumulator(self) -> list[int]:
+        return [0, 0]
+
+    def add(self, value: Record, accumulator: list[int]) -> list[int]:
+        accumulator[0] += value[2]
+        accumulator[1] += 1
+        return accumulator
+
+    def get_result(self, accumulator: list[int]) -> float:
+        return accumulator[0] / accumulator[1]
+
+    def merge(self, a: list[int], b: list[int]) -> list[int]:
+        return [a[0] + b[0], a[1] + b[1]]
+
+
+class CountPerPeriod(KeyedProcessFunction):
+    """ValueState counts the key's records; an event-time timer at the end of each period emits
+    the count and resets it."""
+
+    def __init__(self, period: int) -> None:
+        self.period = period
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value: Record, ctx: KeyedProcessFunction.Context) -> None:
+        self.count.update((self.count.value() or 0) + 1)
+        ctx.timer_service().register_event_time_timer(value[1] - value[1] % self.period + self.period - 1)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[Any, int, int]]:
+        yield ctx.get_current_key(), timestamp, self.count.value()
+        self.count.clear()
+
+
+class SumWindow(ProcessWindowFunction):
+    def process(self, key: int, context: ProcessWindowFunction.Context, elements: list[Record]) -> Iterator[tuple]:
+        yield key, context.window().end, sum(element[2] for element in elements)
+
+
+class PairCounts(CoGroupFunction):
+    def co_group(self, first: list[Record], second: list[Record]) -> Iterator[tuple[int, int]]:
+        yield len(first), len(second)
+
+
+# -- slipstream ------------------------------------------------------------------------------------
+def timed_source(env: StreamExecutionEnvironment, records: list[Record]) -> Any:
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r, _: r[1])
+    return env.from_collection(records).assign_timestamps_and_watermarks(strategy)
+
+
+def key_of(record: Record) -> int:
+    return record[0]
+
+
+def build(kind: str, env: StreamExecutionEnvironment, records: list[Record], sizes: Sizes) -> Any:
+    """The kind's job on ``records``."""
+    if kind == "co_group per key":
+        first = timed_source(env, records[0::2])
+        second = timed_source(env, records[1::2])
+        return first.co_group(second).where(key_of).equal_to(key_of).window(EndOfStreamWindows.get()) \
+            .apply(PairCounts())
+    keyed = timed_source(env, records).key_by(key_of)
+    if kind == "reduce":
+        return keyed.reduce(AddValues())
+    if kind == "window aggregate":
+        return keyed.window(TumblingEventTimeWindows.of(sizes.tumble)).aggregate(MeanValue())
+    if kind == "process + timer":
+        return keyed.process(CountPerPeriod(sizes.tumble))
+    if kind == "tumbling window":
+        return keyed.window(TumblingEventTimeWindows.of(sizes.tumble)).process(SumWindow())
+    if kind == "sliding window":
+        return keyed.window(SlidingEventTimeWindows.of(sizes.tumble, sizes.slide)).process(SumWindow())
+    raise ValueError(kind)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, _value: Any) -> None:
+        self.count += 1
+
+
+def run_slipstream(kind: str, records: list[Record], sizes: Sizes, sorting: bool | str) -> tuple[float, int, str]:
+    """One run: seconds, outputs, and what explain() says about the kind's operator."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1).configure(backlog_sorting=sorting)
+    counter = Counter()
+    build(kind, env, records, sizes).add_sink(FunctionSink(counter))
+    plan = env.explain()
+    start = time.perf_counter()
+    env.execute(kind)
+    return time.perf_counter() - start, counter.count, plan
+
+
+# -- hand-written loops: the same functions, dict state --------------------------------------------
+class _Window:
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+
+
+class _WindowContext:
+    def __init__(self) -> None:
+        self.current: _Window | None = None
+
+    def window(self) -> _Window | None:
+        return self.current
+
+
+def _windows_of(ts: int, size: int, slide: int) -> list[tuple[int, int]]:
+    last = ts - ts % slide
+    return [(start, start + size) for start in range(last, ts - size, -slide)]
+
+
+def loop_reduce(records: list[Record], sizes: Sizes, sink: Callable[[Any], None]) -> None:
+    state: dict[int, Record] = {}
+    reduce = AddValues().reduce
+    for record in records:
+        key = record[0]
+        current = state.get(key)
+        current = record if current is None else reduce(current, record)
+        state[key] = current
+        sink(current)
+
+
+def loop_aggregate(records: list[Record], sizes: Sizes, sink: Callable[[Any], None]) -> None:
+    function = MeanValue()
+    windows: dict[tuple[int, int], list[int]] = {}
+    size = sizes.tumble
+    for record in records:
+        slot = (record[0], record[1] - record[1] % size)
+        accumulator = windows.get(slot)
+        if accumulator is None:
+            accumulator = windows[slot] = function.create_accumulator()
+        windows[slot] = function.add(record, accumulator)
+    for accumulator in windows.values():
+        sink(function.get_result(accumulator))
+
+
+class _LoopState:
+    def __init__(self) -> None:
+        self.table: dict[Any, Any] = {}
+        self.key: Any = None
+
+    def value(self) -> Any:
+        return self.table.get(self.key)
+
+    def update(self, value: Any) -> None:
+        self.table[self.key] = value
+
+    def clear(self) -> None:
+        self.table.pop(self.key, None)
+
+
+class _LoopContext:
+    """Runtime context, process context and timer service of the hand-written loop."""
+
+    def __init__(self, state: _LoopState) -> None:
+        self.state = state
+        self.timers: dict[Any, set[int]] = {}
+
+    def get_state(self, _descriptor: Any) -> _LoopState:
+        return self.state
+
+    def timer_service(self) -> _LoopContext:
+        return self
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self.timers.setdefault(self.state.key, set()).add(timestamp)
+
+    def get_current_key(self) -> Any:
+        return self.state.key
+
+
+def loop_process(records: list[Record], sizes: Sizes, sink: Callable[[Any], None]) -> None:
+    state = _LoopState()
+    context = _LoopContext(state)
+    function = CountPerPeriod(sizes.tumble)
+    function.open(context)  # type: ignore[arg-type]
+    process = function.process_element
+    for record in records:
+        state.key = record[0]
+        process(record, context)  # type: ignore[arg-type]
+    for key, stamps in context.timers.items():
+        state.key = key
+        for timestamp in sorted(stamps):
+            for out in function.on_timer(timestamp, context):  # type: ignore[arg-type]
+                sink(out)
+
+
+def _loop_windows(records: list[Record], size: int, slide: int, sink: Callable[[Any], None]) -> None:
+    function = SumWindow()
+    context = _WindowContext()
+    windows: dict[tuple[int, int, int], list[Record]] = {}
+    for record in records:
+        for start, end in _windows_of(record[1], size, slide):
+            windows.setdefault((record[0], start, end), []).append(record)
+    for (key, start, end), rows in windows.items():
+        context.current = _Window(start, end)
+        for out in function.process(key, context, rows):  # type: ignore[arg-type]
+            sink(out)
+
+
+def loop_tumbling(records: list[Record], sizes: Sizes, sink: Callable[[Any], None]) -> None:
+    _loop_windows(records, sizes.tumble, sizes.tumble, sink)
+
+
+def loop_sliding(records: list[Record], sizes: Sizes, sink: Callable[[Any], None]) -> None:
+    _loop_windows(records, sizes.tumble, sizes.slide, sink)
+
+
+def loop_co_group(records: list[Record], sizes: Sizes, sink: Callable[[Any], None]) -> None:
+    groups: dict[int, tuple[list[Record], list[Record]]] = {}
+    for index, record in enumerate(records):
+        pair = groups.get(record[0])
+        if pair is None:
+            pair = groups[record[0]] = ([], [])
+        pair[index % 2].append(record)
+    function = PairCounts()
+    for first, second in groups.values():
+        for out in function.co_group(first, second):
+            sink(out)
+
+
+LOOPS: dict[str, Callable[[list[Record], Sizes, Callable[[Any], None]], None]] = {
+    "reduce": loop_reduce, "window aggregate": loop_aggregate, "process + timer": loop_process,
+    "tumbling window": loop_tumbling, "sliding window": loop_sliding, "co_group per key": loop_co_group,
+}
+
+
+# -- raw polars: the same results as one query ------------------------------------------------------
+def polars_query(kind: str, frame: pl.DataFrame, sizes: Sizes) -> pl.DataFrame:
+    if kind == "reduce":
+        return frame.with_columns(pl.col("value").cum_sum().over("key"))
+    if kind in ("window aggregate", "process + timer", "tumbling window"):
+        aggregate = pl.col("value").mean() if kind == "window aggregate" else \
+            pl.len() if kind == "process + timer" else pl.col("value").sum()
+        return frame.group_by("key", (pl.col("ts") // sizes.tumble).alias("window")).agg(aggregate)
+    if kind == "sliding window":
+        return pl.concat([frame.group_by("key", ((pl.col("ts") + shift) // sizes.tumble).alias("window"))
+                          .agg(pl.col("value").sum()) for shift in (0, sizes.slide)])
+    if kind == "co_group per key":
+        side = pl.int_range(pl.len()) % 2
+        return frame.with_columns(side.alias("side")).group_by("key").agg(
+            (pl.col("side") == 0).sum().alias("first"), (pl.col("side") == 1).sum().alias("second"))
+    raise ValueError(kind)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+# -- the newcomer's job -----------------------------------------------------------------------------
+class Minutes(AggregateFunction):
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: Any, accumulator: int) -> int:
+        return accumulator + value[2]
+
+    def get_result(self, accumulator: int) -> int:
+        return accumulator
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
+def newcomer(rows: int, sorting: bool | str, directory: str) -> tuple[float, int]:
+    """Parquet history → key_by → KeyedProcessFunction (ValueState + timer), and → 1-minute
+    event-time window aggregate; seconds until the job switched to streaming (its end)."""
+    path = os.path.join(directory, "history.parquet")
+    if not os.path.exists(path):
+        table = pa.table({"key": pa.array([i % KEYS for i in range(rows)], pa.int64()),
+                          "ts": pa.array(range(0, rows * 30, 30), pa.int64()),
+                          "value": pa.array([i % 7 for i in range(rows)], pa.int64())})
+        pq.write_table(table, path, row_group_size=256_000)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1).configure(backlog_sorting=sorting)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r, _: r[1])
+    history = env.from_source(FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(batch_size=65_536),
+                                                              path).build(), strategy, "history")
+    keyed = history.key_by(key_of)
+    counter = Counter()
+    keyed.process(CountPerPeriod(60_000)).add_sink(FunctionSink(counter))
+    keyed.window(TumblingEventTimeWindows.of(60_000)).aggregate(Minutes()).add_sink(FunctionSink(counter))
+    start = time.perf_counter()
+    env.execute("newcomer")
+    return time.perf_counter() - start, counter.count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--full", action="store_true", help="N = 10^7")
+    parser.add_argument("--newcomer-rows", type=int, default=2_000_000)
+    parser.add_argument("--kinds", default=",".join(LOOPS), help="comma-separated kinds to run")
+    args = parser.parse_args()
+    n = 10_000_000 if args.full else args.n
+    records = make_records(n)
+    sizes = Sizes.for_n(n)
+    frame = pl.DataFrame(records, schema=["key", "ts", "value"], orient="row")
+    print(f"backlog: N = {n:,} records, {KEYS:,} keys, Python {platform.python_version()}, "
+          f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    header = f"{'kind':<18}{'way':<10}{'seconds':>9}{'M rec/s':>9}{'vs loop':>9}  note"
+    print(header)
+    for kind in args.kinds.split(","):
+        counter = Counter()
+        loop_seconds, _ = timed(lambda: LOOPS[kind](records, sizes, counter))
+        print(f"{kind:<18}{'loop':<10}{loop_seconds:>9.2f}{n / loop_seconds / 1e6:>9.2f}{1.0:>9.2f}")
+        polars_seconds, _ = timed(lambda: polars_query(kind, frame, sizes))
+        print(f"{'':<18}{'polars':<10}{polars_seconds:>9.2f}{n / polars_seconds / 1e6:>9.2f}"
+              f"{loop_seconds / polars_seconds:>9.2f}")
+        figures = {}
+        for way, sorting in (("sorted", True), ("forced", "always"), ("streamed", False)):
+            seconds, count, plan = run_slipstream(kind, records, sizes, sorting)
+            figures[way] = seconds
+            note = "" if way != "sorted" else _plan_note(plan)
+            print(f"{'':<18}{way:<10}{seconds:>9.2f}{n / seconds / 1e6:>9.2f}{loop_seconds / seconds:>9.2f}"
+                  f"  {count:,} out{note}")
+        print(f"{'':<18}sorted/streamed speed {figures['streamed'] / figures['sorted']:.2f}, "
+              f"forced/streamed {figures['streamed'] / figures['forced']:.2f}")
+    if args.newcomer_rows:
+        with tempfile.TemporaryDirectory(prefix="slipstream-newcomer-") as directory:
+            for way, sorting in (("sorted", True), ("forced", "always"), ("streamed", False)):
+                seconds, count = newcomer(args.newcomer_rows, sorting, directory)
+                print(f"newcomer job ({args.newcomer_rows:,} Parquet rows, process + 1-minute window) {way}: "
+                      f"{seconds:.1f} s to streaming, {count:,} out")
+
+
+def _plan_note(plan: str) -> str:
+    """What explain() says about the job's sorting operator, shortened."""
+    for line in plan.splitlines():
+        if "backlog" in line and ("streams" in line or "sorts" in line):
+            return "; " + line.split(": ", 1)[1][:110]
+    return ""
+
+
+if __name__ == "__main__":
+    main()
