@@ -64,7 +64,7 @@ def baseline_reduce(records: list[int], sink: Callable[[Any], None]) -> None:
         sink(current)
 
 
-class _DictValueState:
+class DictValueState:
     """The least a hand-written loop needs to call the same RunningSum: a dict per key."""
 
     def __init__(self) -> None:
@@ -77,20 +77,23 @@ class _DictValueState:
     def update(self, value: Any) -> None:
         self.table[self.key] = value
 
+    def clear(self) -> None:
+        self.table.pop(self.key, None)
+
 
 class _LoopContext:
     """Stands in for the runtime context and the process-function context."""
 
-    def __init__(self, state: _DictValueState) -> None:
+    def __init__(self, state: DictValueState) -> None:
         self.state = state
 
-    def get_state(self, _descriptor: Any) -> _DictValueState:
+    def get_state(self, _descriptor: Any) -> DictValueState:
         return self.state
 
 
 def baseline_process(records: list[int], sink: Callable[[Any], None]) -> None:
     """The hand-written loop: the same RunningSum.process_element over a dict-backed state."""
-    state = _DictValueState()
+    state = DictValueState()
     context = _LoopContext(state)
     function = RunningSum()
     function.open(context)  # type: ignore[arg-type]

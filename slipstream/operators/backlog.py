@@ -41,12 +41,18 @@ watermarks too. What still differs:
   processing time (see :meth:`~slipstream.operators.base.StreamOperator.backlog_differences`);
 * when output appears: everything the backlog causes appears at the switch (FLIP-327).
 
-Why interval by interval, not each key's whole backlog at once: a key could be replayed
-alone with its timers caught up to each record's interval, and would see the same; but
-its outputs would then precede watermarks that streaming sends before them, so the
-switch would have to hold its whole output and re-sort it by interval for the operators
-downstream. Each buffered record keeps its interval, so a per-key path that pays for that
-(vectorised or per-key work) can still be built on the same buffer.
+Key by key instead (:attr:`BacklogSortingOperator.replays_by_key`): a key replayed alone,
+each record at its interval's watermark and its timers caught up between them, sees the
+same; its outputs are filed by interval and sent on interval by interval with the held
+watermarks between them (:mod:`slipstream.operators.key_replay`), so downstream sees them
+between the same watermarks too. That lets an operator run a key's backlog in a tight loop
+with the key set once (keyed process functions, Python reduces, time windows:
+:mod:`slipstream.operators.window_replay`), at the price of holding the backlog's output
+until the switch ends.
+
+Whether sorting pays is the kind's to say (:meth:`BacklogSortingOperator.backlog_streaming_reason`):
+in STREAMING mode the planner streams the backlog of a kind that sorts slower than it streams,
+and ``explain()`` gives the reason (``backlog_sorting="always"`` sorts it anyway).
 
 An operator whose results cannot depend on the watermark before its input ends
 (EndOfStreamWindows) may read its backlog key by key in arrival order instead

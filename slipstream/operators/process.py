@@ -4,11 +4,12 @@ and the shared loop that feeds a batch through a process function.
 Outputs inherit the timestamp of the record that caused them; ``yield tag, value``
 and ``ctx.output(tag, value)`` emit to side outputs. During backlog these run
 record by record, except ``KeyedProcessOperator`` given a batch engine: it buffers its
-backlog and at the switch replays it through ``process_element`` — in STREAMING mode
-watermark interval by interval, key by key within an interval, with the held watermarks
-applied between the intervals, so its event-time timers fire as they would have had the
-backlog streamed; in BATCH mode key by key in timestamp order, timers at the end (see
-:mod:`slipstream.operators.backlog`).
+backlog and at the switch runs it key by key through ``process_element`` — in STREAMING
+mode each record at the watermark it arrived at, the key's event-time timers fired at the
+watermarks that fire them streamed; in BATCH mode in timestamp order, the key's timers at
+the end of its run (see :mod:`slipstream.operators.key_replay`). In STREAMING mode the
+planner streams its backlog instead unless told to sort every kind: the function is called
+once per record either way, so sorting only adds its own cost.
 """
 
 from __future__ import annotations

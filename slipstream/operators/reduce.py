@@ -7,8 +7,10 @@ backlog and emits nothing until the switch. In BATCH mode it then reduces each k
 records in timestamp order (then arrival order) and emits **one final value per key** —
 Flink's documented BATCH semantics — carrying the timestamp of the key's latest record,
 stored as the key's accumulator, so streaming continues from it. In STREAMING mode it
-replays the backlog interval by interval (key by key within a watermark interval, each
-key's records in arrival order) and emits every rolling update, as streaming does. The built-in
+folds each key's records in arrival order with the accumulator in a local variable and
+emits every rolling update, each in the watermark interval its record arrived in, as
+streaming does (:mod:`slipstream.operators.key_replay`); for a Python reduce function the
+planner streams the backlog instead unless told to sort every kind. The built-in
 aggregations (``sum``/``min``/``max``/``min_by``/``max_by``) are vectorised on the batch
 engine when the aggregated field of every backlog record is a plain ``int`` (a sum
 that fits int64) or a plain ``float`` (not NaN or -0.0; not for ``sum``, whose float
@@ -124,30 +126,34 @@ class KeyedReduceOperator(BacklogSortingOperator):
         """STREAMING mode: fold each key's records in arrival order with the accumulator in a
         local variable, emitting every rolling value in the interval its record arrived in."""
         replay = self.key_replay(buffer)  # no timers: outputs go straight to their interval's list
-        reduce = self.function.reduce
         get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
         out_values, out_stamps = replay.outputs.values, replay.outputs.stamps
+        for key, intervals, stamps, values in replay.runs():
+            current = get(key)
+            for index, current in enumerate(self._rolling(current, values)):
+                interval = intervals[index]
+                out_values[interval].append(current)
+                out_stamps[interval].append(stamps[index])
+            put(key, current)
+        replay.emit()
+
+    def _rolling(self, current: Any, values: list[Any]) -> Iterator[Any]:
+        """Each value of folding ``values`` one by one into ``current`` (None: nothing yet)."""
+        reduce = self.function.reduce
         value: Any = None
         try:
-            for key, intervals, stamps, values in replay.runs():
-                current = get(key)
-                for index, value in enumerate(values):
+            for value in values:
+                if current is None:
+                    current = value
+                else:
+                    current = reduce(current, value)
                     if current is None:
-                        current = value
-                    else:
-                        current = reduce(current, value)
-                        if current is None:
-                            raise TypeError("the reduce function returned None; it must return the "
-                                            "combined value")
-                    interval = intervals[index]
-                    out_values[interval].append(current)
-                    out_stamps[interval].append(stamps[index])
-                put(key, current)
+                        raise TypeError("the reduce function returned None; it must return the combined value")
+                yield current
         except SlipstreamError:
             raise
         except Exception as exc:
             raise self.user_error(value, exc) from exc
-        replay.emit()
 
     def _install(self, key: Any, partial: Any) -> Any:
         """Fold ``partial`` (the reduce of the key's backlog) into the key's accumulator."""
@@ -170,26 +176,13 @@ class KeyedReduceOperator(BacklogSortingOperator):
     def _reduce_per_key(self, buffer: SortBuffer) -> Iterator[tuple[Any, int | None]]:
         """The Python path: fold each key's records in order with the reduce function, yielding
         the key's final value."""
-        reduce = self.function.reduce
         get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
         set_key = self.ctx.keyed_backend.set_current_key
         for key, stamps, values in buffer.groups():
             set_key(key)
             current = get(key)
-            value: Any = None
-            try:
-                for value in values:
-                    if current is None:
-                        current = value
-                    else:
-                        current = reduce(current, value)
-                        if current is None:
-                            raise TypeError("the reduce function returned None; it must return the "
-                                            "combined value")
-            except SlipstreamError:
-                raise
-            except Exception as exc:
-                raise self.user_error(value, exc) from exc
+            for current in self._rolling(current, values):
+                pass
             put(key, current)
             yield current, stamps[-1]
 

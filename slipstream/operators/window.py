@@ -18,7 +18,9 @@ every event-time window. Processing-time windows would be dropped by Flink in
 STREAMING mode; here, so that nothing is silently lost, every window that still has
 a pending processing-time timer is evaluated once at ``end_input`` and cleared.
 
-During backlog, given a batch engine, it buffers its input and at the switch replays it —
+During backlog, given a batch engine, it buffers its input and at the switch runs it —
+tumbling and sliding event-time windows with the default trigger key by key, each
+window function called once per window (:mod:`slipstream.operators.window_replay`), others
 in STREAMING mode interval by interval with the held watermarks applied between the
 intervals, so windows fire and records are late exactly as when the backlog streams; in
 BATCH mode key by key in timestamp order, then the final watermark fires the windows
@@ -251,6 +253,7 @@ class WindowOperator(BacklogSortingOperator):
         self.window_context = _WindowContext(self)
         self.assigner_context = _AssignerContext(self)
         self.evictor_context = _EvictorContext(self)
+        self._call_evaluator = self._evaluator_call()
         super().open()
 
     def snapshot_state(self) -> dict[str, Any]:
@@ -516,21 +519,25 @@ class WindowOperator(BacklogSortingOperator):
         return values
 
     def _evaluate(self, window: Window, inputs: list) -> None:
-        evaluator = self._evaluator()
-        key = self.backend.get_current_key()
-        if evaluator is None:
-            results: Any = inputs
-        elif isinstance(evaluator, WindowFunction):
-            results = evaluator.apply(key, window, inputs)
-        elif isinstance(evaluator, AllWindowFunction):
-            results = evaluator.apply(window, inputs)
-        else:
-            self.window_context.current_window = window
-            if isinstance(evaluator, ProcessWindowFunction):
-                results = evaluator.process(key, self.window_context, inputs)
-            else:
-                results = evaluator.process(self.window_context, inputs)
+        results = self._call_evaluator(self.backend.get_current_key(), window, inputs)
         split_outputs(results, window.max_timestamp(), self._values, self._timestamps, self._side)
+
+    def _evaluator_call(self) -> Callable[[Any, Window, list], Any]:
+        """``(key, window, inputs) -> results`` of the evaluator, its kind looked up once."""
+        evaluator = self._evaluator()
+        context = self.window_context
+        if evaluator is None:
+            return lambda key, window, inputs: inputs
+        if isinstance(evaluator, WindowFunction):
+            return evaluator.apply
+        if isinstance(evaluator, AllWindowFunction):
+            return lambda key, window, inputs: evaluator.apply(window, inputs)
+        keyed = isinstance(evaluator, ProcessWindowFunction)
+
+        def process(key: Any, window: Window, inputs: list) -> Any:
+            context.current_window = window
+            return evaluator.process(key, context, inputs) if keyed else evaluator.process(context, inputs)
+        return process
 
     def _flush(self) -> None:
         if self._values:

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from slipstream.datastream.time import MAX_TIMESTAMP
 from slipstream.datastream.window import (
     EventTimeTrigger,
-    MergingWindowAssigner,
     ProcessAllWindowFunction,
     ProcessWindowFunction,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
 )
 from slipstream.errors import SlipstreamError
 from slipstream.operators.key_replay import KeyReplay
@@ -35,15 +36,15 @@ if TYPE_CHECKING:
 def replays_windows_by_key(operator: WindowOperator) -> bool:
     """Whether ``operator``'s backlog can run key by key here (see the module docstring; a
     co-group's two inputs go their own way)."""
-    return (operator.num_inputs == 1 and operator._event_time
-            and not isinstance(operator.assigner, MergingWindowAssigner)
+    return (operator.num_inputs == 1 and isinstance(operator.assigner, (TumblingEventTimeWindows,
+                                                                            SlidingEventTimeWindows))
             and type(operator.trigger) is EventTimeTrigger and operator.evictor is None
             and operator.allowed_lateness == 0 and operator.timers is not None
             and not operator.timers.num_event_time_timers() and not operator.timers.num_processing_time_timers())
 
 
 class _KeyWindows:
-    """One key's open windows during the replay: their contents, in a local dict."""
+    """The current key's open windows during the replay: their contents, in a local dict."""
 
     def __init__(self, operator: WindowOperator) -> None:
         self.operator = operator
@@ -51,29 +52,43 @@ class _KeyWindows:
         self.function = operator.function
         evaluator = operator._evaluator()
         self._clears = isinstance(evaluator, (ProcessWindowFunction, ProcessAllWindowFunction))
+        self.add = {"reduce": self._add_reduced, "aggregate": self._add_aggregated}.get(self.kind, self._add_row)
+        """``add(window, value)``: the record joins the window (appended, or folded into it)."""
         self.open: dict[Any, Any] = {}
         self.next_end = MAX_TIMESTAMP
         """The least ``max_timestamp()`` of the open windows: nothing fires before it."""
 
-    def add(self, window: Any, value: Any) -> None:
-        open_windows = self.open
-        kind = self.kind
-        if kind == "reduce":
-            current = open_windows.get(window)
-            open_windows[window] = value if current is None else self.function.reduce(current, value)
-        elif kind == "aggregate":
-            current = open_windows.get(window)
-            if current is None:
-                current = self.function.create_accumulator()
-            open_windows[window] = self.function.add(value, current)
-        else:
-            rows = open_windows.get(window)
-            if rows is not None:
-                rows.append(value)
-                return
-            open_windows[window] = [value]
-        if window.max_timestamp() < self.next_end:
-            self.next_end = window.max_timestamp()
+    def reset(self) -> None:
+        """The next key: no window open."""
+        self.open = {}
+        self.next_end = MAX_TIMESTAMP
+
+    def _add_row(self, window: Any, value: Any) -> None:
+        rows = self.open.get(window)
+        if rows is not None:
+            rows.append(value)
+            return
+        self.open[window] = [value]
+        if window.end <= self.next_end:
+            self.next_end = window.end - 1
+
+    def _add_reduced(self, window: Any, value: Any) -> None:
+        current = self.open.get(window)
+        if current is not None:
+            self.open[window] = self.function.reduce(current, value)
+            return
+        self.open[window] = value
+        if window.end <= self.next_end:
+            self.next_end = window.end - 1
+
+    def _add_aggregated(self, window: Any, value: Any) -> None:
+        current = self.open.get(window)
+        if current is not None:
+            self.open[window] = self.function.add(value, current)
+            return
+        self.open[window] = self.function.add(value, self.function.create_accumulator())
+        if window.end <= self.next_end:
+            self.next_end = window.end - 1
 
     def clear(self, window: Any) -> None:
         """A fired window is gone: its window function clears its per-window state (its contents
@@ -95,10 +110,12 @@ def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
     assign = operator.assigner.assign_windows
     assigner_context = operator.assigner_context
     held = replay.held
+    windows = _KeyWindows(operator)
+    add = windows.add
     value: Any = None
     try:
         for _key, intervals, stamps, values in replay.runs():
-            windows = _KeyWindows(operator)
+            windows.reset()
             level = -1
             for index, value in enumerate(values):
                 if intervals[index] != level:
@@ -109,8 +126,8 @@ def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
                 timestamp = stamps[index]
                 on_time = False
                 for window in assign(value, timestamp, assigner_context):
-                    if window.max_timestamp() > watermark:
-                        windows.add(window, value)
+                    if window.end > watermark + 1:  # its max_timestamp() is after the watermark
+                        add(window, value)
                         on_time = True
                 if not on_time and timestamp is not None and timestamp <= watermark:
                     operator._late(value, timestamp)
