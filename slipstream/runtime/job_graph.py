@@ -114,7 +114,7 @@ class JobGraph:
     vertex_of: dict[StreamNode, JobVertex]
     mode: Any = None  # the RuntimeExecutionMode the plan was made for (BATCH or STREAMING)
     batch_engine: str = "polars"  # the engine backlog batch work runs on (shown by explain)
-    backlog_sorting: bool = True  # whether sorting operators sort their backlog (configure(backlog_sorting=...))
+    backlog_sorting: bool | str = True  # configure(backlog_sorting=...): True, False or "always"
 
     def explain(self) -> str:
         """The plan as text: each task (its chained operators and parallelism), what runs as
@@ -163,7 +163,7 @@ def _plan_node(node: StreamNode) -> dict[str, Any]:
     return entry
 
 
-def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: bool = True,
+def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: bool | str = True,
                streaming: bool = True) -> list[str]:
     """What the planner knows about an operator beyond its name (FLIP-327 attributes, the
     engine its backlog batch work runs on, and in STREAMING mode what of its results a sorted
