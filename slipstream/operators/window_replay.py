@@ -163,8 +163,14 @@ def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows,
             fired_at = at
             replay.set_watermark(held[at])
             outputs.interval = at - 1  # fired by watermark `at`: before it goes downstream
-        operator._evaluate(window, windows.inputs(open_windows.pop(window)))
-        windows.clear(window)
+        try:
+            operator._evaluate(window, windows.inputs(open_windows.pop(window)))
+            windows.clear(window)
+        except SlipstreamError:
+            raise
+        except Exception as exc:
+            key = operator.backend.get_current_key()
+            raise operator.user_error(window, exc, what=f"key {key!r}, window") from exc
     operator._flush()
     windows.next_end = min((window.max_timestamp() for window in open_windows), default=MAX_TIMESTAMP)
     outputs.interval = level

@@ -32,7 +32,7 @@ from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.functions import AggregateFunction
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
 from slipstream.datastream.window import ProcessWindowFunction, SlidingEventTimeWindows, TumblingEventTimeWindows
-from slipstream.errors import InvalidProgramError
+from slipstream.errors import InvalidProgramError, UserFunctionError
 
 PARALLELISMS = [1, 2, 4]
 SEEDS = [0, 7]
@@ -266,3 +266,35 @@ def test_backlog_sorting_refuses_other_values() -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     with pytest.raises(InvalidProgramError, match="backlog_sorting must be True, False or 'always', got 'sometimes'"):
         env.configure(backlog_sorting="sometimes")
+
+
+# -- errors while a key's backlog runs -------------------------------------------------------------------
+class FailsOnNinetyNine(KeyedProcessFunction):
+    def process_element(self, value: Event, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        if value[2] == 99:
+            raise ValueError("no 99s")
+        yield value
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda keyed: keyed.reduce(lambda a, b: None), "returned None"),
+    (lambda keyed: keyed.process(FailsOnNinetyNine()), "no 99s"),
+    (lambda keyed: keyed.window(TumblingEventTimeWindows.of(PERIOD)).reduce(lambda a, b: 1 / 0), "division"),
+], ids=["reduce", "process", "window"])
+def test_a_failing_function_names_the_operator_and_the_record(build: Callable[[Any], Any], message: str) -> None:
+    events = [("a", 1, 5), ("a", 2, 99), ("b", 3, 7)]
+    env = StreamExecutionEnvironment.get_execution_environment().configure(backlog_sorting="always")
+    build(source(env, events, 0)).name("the operator").print()
+    with pytest.raises(UserFunctionError, match=message) as caught:
+        env.execute()
+    assert "the operator" in str(caught.value) and "('a', 2, 99)" in str(caught.value)
+
+
+def test_a_failing_window_function_names_the_key_and_the_window() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment().configure(backlog_sorting="always")
+    source(env, [("a", 1, 5), ("a", 2, 6)], 0).window(TumblingEventTimeWindows.of(PERIOD)) \
+        .apply(lambda key, window, rows: [1 / 0]).name("the operator").print()
+    with pytest.raises(UserFunctionError, match="division") as caught:
+        env.execute()
+    assert "the operator" in str(caught.value) and "key 'a', window" in str(caught.value)
+    assert "TimeWindow(start=0, end=100)" in str(caught.value)
