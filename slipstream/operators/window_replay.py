@@ -52,7 +52,14 @@ class _KeyWindows:
         self.function = operator.function
         evaluator = operator._evaluator()
         self._clears = isinstance(evaluator, (ProcessWindowFunction, ProcessAllWindowFunction))
-        self.add = {"reduce": self._add_reduced, "aggregate": self._add_aggregated}.get(self.kind, self._add_row)
+        function = self.function
+        if self.kind == "reduce":
+            self._fold: Any = lambda value, current: function.reduce(current, value)
+            self._first: Any = lambda value: value
+        elif self.kind == "aggregate":
+            self._fold = function.add
+            self._first = lambda value: function.add(value, function.create_accumulator())
+        self.add = self._add_folded if self.kind in ("reduce", "aggregate") else self._add_row
         """``add(window, value)``: the record joins the window (appended, or folded into it)."""
         self.open: dict[Any, Any] = {}
         self.next_end = MAX_TIMESTAMP
@@ -69,24 +76,17 @@ class _KeyWindows:
             rows.append(value)
             return
         self.open[window] = [value]
-        if window.end <= self.next_end:
-            self.next_end = window.end - 1
+        self._opened(window)
 
-    def _add_reduced(self, window: Any, value: Any) -> None:
+    def _add_folded(self, window: Any, value: Any) -> None:
         current = self.open.get(window)
         if current is not None:
-            self.open[window] = self.function.reduce(current, value)
+            self.open[window] = self._fold(value, current)
             return
-        self.open[window] = value
-        if window.end <= self.next_end:
-            self.next_end = window.end - 1
+        self.open[window] = self._first(value)
+        self._opened(window)
 
-    def _add_aggregated(self, window: Any, value: Any) -> None:
-        current = self.open.get(window)
-        if current is not None:
-            self.open[window] = self.function.add(value, current)
-            return
-        self.open[window] = self.function.add(value, self.function.create_accumulator())
+    def _opened(self, window: Any) -> None:
         if window.end <= self.next_end:
             self.next_end = window.end - 1
 

@@ -335,7 +335,7 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
     elif kind == "watched":
         from slipstream.datastream.time import Duration
 
-        env.configure(backlog_sorting=True)  # the reduce sorts the files present at start, emits at their end
+        env.configure(backlog_sorting="always")  # the reduce sorts the files present at start, emits at their end
         source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(),
                                                       file_input(kind, out))
                   .monitor_continuously(Duration.of_millis(20)).build())
