@@ -19,6 +19,7 @@ from slipstream.datastream.context import current_context
 from slipstream.datastream.data_stream import CloseableIterator, DataStream
 from slipstream.datastream.execution_config import ExecutionConfig
 from slipstream.datastream.pipeline_options import PipelineSettings, apply_configuration
+from slipstream.datastream.progress_listener import JobProgressListener
 from slipstream.datastream.restart_strategy import RestartStrategyConfiguration
 from slipstream.datastream.slot_sharing_group import SlotSharingGroup
 from slipstream.datastream.state_backend import StateBackend
@@ -78,6 +79,13 @@ class RuntimeOptions:
     # engine_options are the keyword arguments of the named engine (e.g. master for Spark)
     batch_engine: Any = "polars"
     engine_options: dict[str, Any] = field(default_factory=dict)
+    # who watches the job (slipstream.runtime.monitor): listeners get its progress every
+    # progress_interval seconds; ui_port serves the web view, metrics_port Prometheus metrics,
+    # both on 127.0.0.1 only (0: any free port)
+    progress_listeners: list[Any] = field(default_factory=list)
+    progress_interval: float = 1.0
+    ui_port: int | None = None
+    metrics_port: int | None = None
 
 
 class JobExecutionResult:
@@ -181,12 +189,14 @@ class StreamExecutionEnvironment:
                   clock: Any = None, backlog_sorting: bool | str | None = None,
                   sort_memory_budget: int | None = None, channel_memory_budget: int | None = None,
                   channel_memory_budget_bytes: int | None = None, spill_dir: str | None = None,
-                  show_progress: bool | None = None) -> StreamExecutionEnvironment:
+                  show_progress: bool | None = None, progress_interval: float | None = None,
+                  ui_port: int | None = None, metrics_port: int | None = None) -> StreamExecutionEnvironment:
         """Apply a PyFlink ``Configuration`` (Flink's keys, see
         :mod:`slipstream.datastream.pipeline_options`; other keys are kept and readable with
         :meth:`get_configuration`), and set the embedded runtime's knobs given by keyword (see
         :class:`RuntimeOptions`; the batch engine has :meth:`set_batch_engine`); None leaves one
-        as it is."""
+        as it is. ``ui_port`` serves the web view of the running job and ``metrics_port`` its
+        metrics for Prometheus, on 127.0.0.1 (0: a free port, logged when the job starts)."""
         if configuration is not None:
             apply_configuration(self, configuration)
         options = self.runtime_options
@@ -212,6 +222,25 @@ class StreamExecutionEnvironment:
             if not isinstance(value, int) or isinstance(value, bool) or (name != "scheduler_seed" and value < 1):
                 raise InvalidProgramError(f"{name} must be a positive integer, got {value!r}")
             setattr(options, name, value)
+        for name, value in (("ui_port", ui_port), ("metrics_port", metrics_port)):
+            if value is not None:
+                if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
+                    raise InvalidProgramError(f"{name} must be a port number in 0..65535, got {value!r}")
+                setattr(options, name, value)
+        if progress_interval is not None:
+            if not isinstance(progress_interval, (int, float)) or isinstance(progress_interval, bool) \
+                    or not progress_interval > 0:
+                raise InvalidProgramError(f"progress_interval must be a positive number of seconds, "
+                                          f"got {progress_interval!r}")
+            options.progress_interval = float(progress_interval)
+        return self
+
+    def add_progress_listener(self, listener: JobProgressListener) -> StreamExecutionEnvironment:
+        """Report the progress of this environment's jobs to ``listener`` (as Spark's
+        ``streams.addListener``): see :mod:`slipstream.datastream.progress_listener`."""
+        if not isinstance(listener, JobProgressListener):
+            raise InvalidProgramError(f"add_progress_listener expects a JobProgressListener, got {listener!r}")
+        self.runtime_options.progress_listeners.append(listener)
         return self
 
     def set_batch_engine(self, engine: Any = "polars", *, master: str | None = None,

@@ -25,6 +25,7 @@ from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator
 from slipstream.runtime.checkpoint.fs import FileSystem
 from slipstream.runtime.checkpoint.recovery import Recovery
 from slipstream.runtime.executor import JobRun
+from slipstream.runtime.monitor import JobMonitor, start_monitor
 from slipstream.runtime.planner import plan_job
 
 if TYPE_CHECKING:
@@ -63,10 +64,29 @@ class JobDriver:
         self.job_id = uuid.uuid4().hex  # one id for every run of the job, as Flink's across restarts
         self.current_run: JobRun | None = None  # the current run: its metrics are the job's so far
         self.savepoint_request: SavepointRequest | None = None  # set by a JobClient, read between turns
+        self.monitor: JobMonitor | None = None  # while watched: samples the job's progress on its own thread
 
     def turns(self) -> Iterator[None]:
         """Run the job, yielding after every scheduler turn, until it ends (then :attr:`result`
-        holds its result) or fails past its restarts (raised). Closing the iterator cancels the job."""
+        holds its result) or fails past its restarts (raised). Closing the iterator cancels the job.
+
+        While it runs, a monitor (:mod:`slipstream.runtime.monitor`) reports its progress to
+        whoever watches it: listeners, the web view, the metrics endpoint."""
+        monitor = self.monitor = self.monitor or start_monitor(self)
+        if monitor is None:
+            return (yield from self._runs())
+        status, error = "CANCELED", None  # stays so when the iterator is closed (a cancel)
+        try:
+            yield from self._runs()
+            status = "FINISHED"
+        except Exception as failure:
+            status, error = "FAILED", f"{type(failure).__name__}: {failure}"
+            raise
+        finally:
+            monitor.stop(status, error)
+
+    def _runs(self) -> Iterator[None]:
+        """The job's runs: one, or one per attempt while failed runs restart."""
         recovery = self.recovery
         try:
             recovery.open()

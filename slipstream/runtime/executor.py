@@ -48,7 +48,8 @@ class JobRun:
         self.clock = clock or env.runtime_options.clock or SystemClock()
         options = env.runtime_options
         self.metrics: dict[str, dict[str, Any]] = {}
-        self._task_metrics: dict[StreamTask, list[dict[str, Any]]] = {}
+        self.checkpoint_coordinator: Any = None  # set by Recovery.prepare when the job checkpoints
+        self.task_metrics: dict[StreamTask, list[dict[str, Any]]] = {}
         # FLIP-327: sorting operators run their backlog on this engine (None: record by record)
         self.batch_engine = make_batch_engine(options.batch_engine, options.engine_options) \
             if options.backlog_sorting else None
@@ -121,7 +122,7 @@ class JobRun:
                 spill_dir=self.env.runtime_options.spill_dir))
         writers = list(writers_by_edge.values())
         task = self._make_task(vertex, subtask, operators, writers, timers, channels, quantum)
-        self._task_metrics[task] = node_metrics
+        self.task_metrics[task] = node_metrics
         return task
 
     def _make_task(self, vertex: JobVertex, subtask: int, operators: list[StreamOperator],
@@ -158,6 +159,11 @@ class JobRun:
         self._gc_policy = gc_policy.job_started()
         if self.env.runtime_options.show_progress:
             self._progress.start()
+
+    @property
+    def started_at(self) -> float:
+        """When the run opened (``time.perf_counter()``; the operators' ``switched_at`` is on the same clock)."""
+        return self._started
 
     def in_backlog(self) -> bool:
         """Whether some task still has backlog ahead (read by the progress display's thread)."""
@@ -204,7 +210,7 @@ class JobRun:
 
     def result(self) -> JobExecutionResult:
         runtime_ms = int((time.perf_counter() - self._started) * 1000)
-        for task, node_metrics in self._task_metrics.items():
+        for task, node_metrics in self.task_metrics.items():
             for values in node_metrics:
                 self._record_times(values, task)
         metrics = {name: dict(values) for name, values in self.metrics.items()}

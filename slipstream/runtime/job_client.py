@@ -15,7 +15,9 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from slipstream.errors import InvalidProgramError, JobCancelledError, JobExecutionError
+from slipstream.datastream.progress_listener import JobProgress
 from slipstream.runtime.driver import JobDriver, SavepointRequest
+from slipstream.runtime.monitor import start_monitor
 
 if TYPE_CHECKING:
     from slipstream.datastream.environment import JobExecutionResult
@@ -49,6 +51,7 @@ class JobClient:
                                         daemon=True)
 
     def _start(self) -> None:
+        self._driver.monitor = start_monitor(self._driver)  # its servers listen before execute_async returns
         self._thread.start()
 
     def _drive(self) -> None:
@@ -85,6 +88,18 @@ class JobClient:
             return {}
         # list() and dict() copy in one step under the GIL: safe while the job's thread counts on
         return {name: dict(values) for name, values in list(run.metrics.items())}
+
+    def get_progress(self) -> JobProgress | None:
+        """The latest progress sample (as Spark's ``query.lastProgress``) when the job is watched
+        (progress listeners, ``ui_port`` or ``metrics_port``); None otherwise."""
+        monitor = self._driver.monitor
+        return monitor.latest if monitor is not None else None
+
+    def get_urls(self) -> dict[str, str]:
+        """Where the job's web view (``"web view"``) and metrics endpoint (``"metrics"``) listen,
+        for those it serves."""
+        monitor = self._driver.monitor
+        return {name: server.url for name, server in monitor.servers.items()} if monitor is not None else {}
 
     def cancel(self, timeout: float | None = None) -> bool:
         """Stop the job after its current turn, without a final checkpoint; waits up to ``timeout``

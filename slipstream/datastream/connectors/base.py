@@ -80,6 +80,12 @@ class SourceReader(ABC):
         """Whether what this reader emits now is backlog; None lets the runtime decide by boundedness."""
         return None
 
+    def records_remaining(self) -> int | None:
+        """How many records this reader has still to read, when it knows (progress reports compute
+        the backlog's ETA from it); None when it cannot tell. Called from another thread: it only
+        reads."""
+        return None
+
     def snapshot_position(self) -> Any:
         """A JSON-serialisable position from which :meth:`restore_position` resumes."""
         return None

@@ -271,6 +271,9 @@ class _CollectionReader(SourceReader):
     def snapshot_position(self) -> list[list[int]]:
         return self._cursor.snapshot()
 
+    def records_remaining(self) -> int:
+        return self._cursor.remaining()
+
     def restore_position(self, position: Any) -> None:
         self._cursor.restore(position, self._begin, self._end, 0, len(self._elements), "CollectionSource")
 

@@ -55,6 +55,10 @@ class RangeCursor:
     def snapshot(self) -> list[list[int]]:
         return [list(r) for r in self.ranges if r[0] < r[1]]
 
+    def remaining(self) -> int:
+        """How many indices are left."""
+        return sum(max(0, r[1] - r[0]) for r in list(self.ranges))
+
     def restore(self, position: Any, begin: int, end: int, low: int, high: int, what: str) -> None:
         """Resume at ``position``: the ranges left (a list of ``[a, b]``), or the next index of
         the own slice ``[begin, end)`` (the form older checkpoints hold); every range must lie
@@ -168,6 +172,9 @@ class _NumberSequenceReader(SourceReader):
 
     def snapshot_position(self) -> list[list[int]]:
         return self._cursor.snapshot()
+
+    def records_remaining(self) -> int:
+        return self._cursor.remaining()
 
     def restore_position(self, position: Any) -> None:
         self._cursor.restore(position, self._first, self._stop, self._low, self._high, "NumberSequenceSource")

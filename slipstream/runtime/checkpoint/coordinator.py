@@ -25,6 +25,7 @@ import logging
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -42,6 +43,9 @@ from slipstream.runtime.checkpoint.snapshot import (
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 
 log = logging.getLogger("slipstream.checkpoint")
+
+HISTORY = 100
+"""How many completed checkpoints the coordinator remembers for progress reports (the web view's history)."""
 
 
 @dataclass
@@ -170,6 +174,8 @@ class CheckpointCoordinator:
                                         "last_duration_ms": None, "last_write_ms": None,
                                         "last_pause_ms": None, "last_size_bytes": None,
                                         "durations_ms": [], "pauses_ms": [], "latest_completed_id": None}
+        # the latest completed checkpoints: (id, duration ms, size bytes, completed at, epoch seconds)
+        self.history: deque[tuple[int, float, int, float]] = deque(maxlen=HISTORY)
 
     # -- the scheduler's hook -------------------------------------------------------------------
     def on_turn(self, now: int) -> None:
@@ -371,6 +377,7 @@ class CheckpointCoordinator:
         metrics["last_write_ms"] = writer.write_ms
         metrics["last_pause_ms"] = pause_ms
         metrics["last_size_bytes"] = writer.size_bytes
+        self.history.append((checkpoint_id, duration_ms, metrics["last_size_bytes"], time.time()))
         metrics["durations_ms"].append(duration_ms)
         metrics["pauses_ms"].append(pause_ms)
         log.debug("checkpoint %d complete: %s (%.1f ms from trigger, %.1f ms writing, tasks stopped %.1f ms)",

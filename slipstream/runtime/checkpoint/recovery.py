@@ -123,6 +123,7 @@ class Recovery:
             coordinator = CheckpointCoordinator(run.tasks, self.config, self.storage, self.fingerprint,
                                                 self.job_name, run.clock, (max(existing) + 1) if existing else 1)
             coordinator.wakeup = run.scheduler.wake
+            run.checkpoint_coordinator = coordinator
         restore = self.restore
         if restore is not None:
             ended = restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)

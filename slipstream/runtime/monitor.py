@@ -1,0 +1,119 @@
+"""The job monitor: a thread beside the job that samples its progress and hands it out.
+
+Started by the driver when someone watches the job — progress listeners
+(``env.add_progress_listener``), the web view (``ui_port``) or the Prometheus endpoint
+(``metrics_port``) — and stopped when the job ends. Every ``progress_interval`` seconds it
+samples the job (:class:`~slipstream.runtime.progress_sampler.ProgressSampler`), keeps the
+sample for the servers, and calls the listeners on its own thread, so nothing it does runs on
+the job's thread or costs the job anything per record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from slipstream.datastream.progress_listener import (
+    JobProgress,
+    JobProgressEvent,
+    JobProgressListener,
+    JobStartedEvent,
+    JobTerminatedEvent,
+)
+from slipstream.errors import InvalidProgramError
+from slipstream.runtime.plan_formats import plan_document
+from slipstream.runtime.progress_sampler import ProgressSampler
+
+if TYPE_CHECKING:
+    from slipstream.runtime.driver import JobDriver
+
+log = logging.getLogger("slipstream.monitor")
+
+
+class Server(Protocol):
+    """A server the monitor runs for the job's lifetime (the web view, the metrics endpoint)."""
+
+    url: str
+
+    def close(self) -> None: ...
+
+
+class JobMonitor:
+    """Samples one job every ``interval`` seconds for its listeners and servers."""
+
+    def __init__(self, driver: JobDriver, listeners: list[JobProgressListener], interval: float) -> None:
+        self.driver = driver
+        self.listeners = list(listeners)
+        self.interval = interval
+        self.plan = plan_document(driver.graph)
+        self.sampler = ProgressSampler(driver.job_id, driver.job_name, time.time())
+        self.latest: JobProgress = self.sampler.sample(None, "CREATED")
+        self.servers: dict[str, Server] = {}
+        self._stop = threading.Event()
+        self._end: tuple[str, str | None] = ("CANCELED", None)
+        self._thread = threading.Thread(target=self._loop, name=f"slipstream monitor '{driver.job_name}'",
+                                        daemon=True)
+
+    def serve(self, name: str, start: Callable[[JobMonitor], Server]) -> None:
+        """Run a server (started by ``start`` with this monitor) until the job ends; log its address."""
+        server = self.servers[name] = start(self)
+        log.warning("%s of job '%s': %s", name, self.driver.job_name, server.url)
+
+    def start(self) -> None:
+        self._deliver("on_job_started", JobStartedEvent(self.driver.job_id, self.driver.job_name, time.time()))
+        self._thread.start()
+
+    def _loop(self) -> None:
+        """The monitor's thread: a report every interval, then, once the job ended, the last one."""
+        while not self._stop.wait(self.interval):
+            self.latest = self.sampler.sample(self.driver.current_run, "RUNNING")
+            self._deliver("on_job_progress", JobProgressEvent(self.latest))
+        status, error = self._end
+        self.latest = self.sampler.sample(self.driver.current_run, status)
+        self._deliver("on_job_terminated", JobTerminatedEvent(self.driver.job_id, self.driver.job_name,
+                                                              status, error, self.latest))
+
+    def stop(self, status: str, error: str | None) -> None:
+        """The job ended with ``status``: wait for the last sample and the terminated event (delivered
+        on the monitor's thread), then close the servers."""
+        self._end = (status, error)
+        self._stop.set()
+        self._thread.join()
+        for server in self.servers.values():
+            server.close()
+
+    def _deliver(self, method: str, event: Any) -> None:
+        for listener in self.listeners:
+            try:
+                getattr(listener, method)(event)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the job or the others
+                log.exception("progress listener %r failed in %s", listener, method)
+
+
+def start_monitor(driver: JobDriver) -> JobMonitor | None:
+    """A started monitor for ``driver``'s job when anyone watches it (listeners, web view, metrics
+    endpoint), else None."""
+    options = driver.env.runtime_options
+    if not options.progress_listeners and options.ui_port is None and options.metrics_port is None:
+        return None
+    monitor = JobMonitor(driver, options.progress_listeners, options.progress_interval)
+    try:
+        if options.metrics_port is not None:
+            from slipstream.runtime.prometheus import serve_metrics
+            monitor.serve("metrics", lambda m: serve_metrics(m, options.metrics_port))
+        if options.ui_port is not None:
+            from slipstream.runtime.web_ui import serve_web_ui
+            monitor.serve("web view", lambda m: serve_web_ui(m, options.ui_port))
+    except OSError as error:
+        for server in monitor.servers.values():
+            server.close()
+        raise InvalidProgramError(f"job '{driver.job_name}': cannot serve its web view (ui_port "
+                                  f"{options.ui_port}) or metrics (metrics_port {options.metrics_port}) "
+                                  f"on 127.0.0.1: {error}") from error
+    monitor.start()
+    return monitor
+
+
+__all__ = ["JobMonitor", "Server", "start_monitor"]

@@ -1,0 +1,161 @@
+"""Samples a running job's figures into a :class:`~slipstream.datastream.progress_listener.JobProgress`.
+
+It runs on the monitor's thread (:mod:`slipstream.runtime.monitor`), never on the job's: it
+reads counters the tasks keep anyway (records in and out, backlog phase, spilled bytes), the
+operators' current watermarks, whether each task's output is full, what the backlog sources
+have left, and the checkpoint coordinator's figures. Each read is of one attribute or one
+dict copy, both atomic under the GIL, so the job never waits for it. Rates are the change of a
+count between two samples over the time between them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from slipstream.datastream.progress_listener import (
+    BacklogProgress,
+    CheckpointProgress,
+    JobProgress,
+    LatencyProgress,
+    OperatorProgress,
+)
+from slipstream.datastream.time import MIN_TIMESTAMP
+from slipstream.runtime.task import SourceTask, StreamTask
+
+if TYPE_CHECKING:
+    from slipstream.runtime.executor import JobRun
+
+
+@dataclass
+class _Subtask:
+    task: StreamTask
+    operator: Any
+
+
+@dataclass
+class _Operator:
+    """One operator of the run: its metrics entry and its subtasks."""
+
+    name: str
+    metrics: dict[str, Any]
+    subtasks: list[_Subtask]
+
+
+def run_operators(run: JobRun) -> list[_Operator]:
+    """The run's operators in plan order, each with its subtasks' tasks and operator objects."""
+    key_of = {id(values): name for name, values in run.metrics.items()}
+    operators: dict[str, _Operator] = {}
+    for task, node_metrics in run.task_metrics.items():
+        for operator, values in zip(task.operators, node_metrics):
+            name = key_of[id(values)]
+            operators.setdefault(name, _Operator(name, values, [])).subtasks.append(_Subtask(task, operator))
+    return list(operators.values())
+
+
+def _watermark(subtasks: list[_Subtask]) -> int | None:
+    """The least watermark over the subtasks (None while one has none)."""
+    least = min(getattr(s.operator, "current_watermark", MIN_TIMESTAMP) for s in subtasks)
+    return None if least == MIN_TIMESTAMP else least
+
+
+def _back_pressured(subtasks: list[_Subtask]) -> bool:
+    return any(not s.task.finished and not s.task.can_write() for s in subtasks)
+
+
+def percentiles(samples: list[float]) -> LatencyProgress | None:
+    """p50, p95, p99 and max of ``samples`` (nearest rank), None when there are none."""
+    if not samples:
+        return None
+    ordered = sorted(samples)
+
+    def rank(p: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, int(p * len(ordered) + 0.999999) - 1))]
+
+    return LatencyProgress(len(ordered), rank(0.50), rank(0.95), rank(0.99), ordered[-1])
+
+
+class ProgressSampler:
+    """Turns successive looks at a run into progress reports with rates."""
+
+    def __init__(self, job_id: str, job_name: str, started: float) -> None:
+        self.job_id = job_id
+        self.job_name = job_name
+        self.started = started  # time.time() when the job started
+        self._run: JobRun | None = None
+        self._operators: list[_Operator] = []
+        self._last: dict[str, tuple[float, int, int]] = {}  # operator -> (time, records in, records out)
+
+    def sample(self, run: JobRun | None, status: str) -> JobProgress:
+        """The job's progress now (``run`` None: before its first run opened)."""
+        now = time.time()
+        if run is not self._run:
+            self._run, self._operators, self._last = run, run_operators(run) if run is not None else [], {}
+        operators = [self._operator(op, now) for op in self._operators]
+        checkpoints = run.checkpoint_coordinator if run is not None else None
+        figures = checkpoints.metrics if checkpoints is not None else {}
+        return JobProgress(
+            job_id=self.job_id, job_name=self.job_name, timestamp=now, elapsed_seconds=now - self.started,
+            status=status, operators=operators, backlog=self._backlog(run, operators),
+            checkpoints=[CheckpointProgress(*entry) for entry in list(checkpoints.history)] if checkpoints else [],
+            checkpoints_completed=figures.get("completed", 0), checkpoints_failed=figures.get("failed", 0),
+            checkpoints_skipped=figures.get("skipped", 0))
+
+    def _operator(self, operator: _Operator, now: float) -> OperatorProgress:
+        values = dict(operator.metrics)
+        records_in, records_out = values.get("records_in", 0), values.get("records_out", 0)
+        before = self._last.get(operator.name)
+        self._last[operator.name] = (now, records_in, records_out)
+        span = now - before[0] if before is not None else 0.0
+        rate_in = (records_in - before[1]) / span if before is not None and span > 0 else 0.0
+        rate_out = (records_out - before[2]) / span if before is not None and span > 0 else 0.0
+        subtasks = operator.subtasks
+        switch = values.get("switch_time")
+        return OperatorProgress(
+            name=operator.name, uid=values.get("uid", ""), parallelism=len(subtasks),
+            records_in=records_in, records_out=records_out,
+            records_in_per_second=rate_in, records_out_per_second=rate_out,
+            watermark=_watermark(subtasks), back_pressured=_back_pressured(subtasks),
+            finished_subtasks=sum(1 for s in subtasks if s.task.finished),
+            backlog_phase=values.get("backlog_phase"), backlog_records=values.get("backlog_records", 0),
+            spilled_bytes=values.get("spilled_bytes", 0), batch_engine=values.get("batch_engine"),
+            switch_seconds=switch)
+
+    def _backlog(self, run: JobRun | None, operators: list[OperatorProgress]) -> BacklogProgress:
+        sources = [op for op in self._operators if isinstance(op.subtasks[0].task, SourceTask)
+                   and op.subtasks[0].operator is op.subtasks[0].task.head]
+        names = {op.name for op in sources}
+        reading = [s for op in sources for s in op.subtasks if not s.task.finished and s.operator.is_backlog()]
+        sorting = any(op.backlog_phase in ("buffering", "batch work") for op in operators)
+        read = sum(op.records_out for op in operators if op.name in names)
+        rate = sum(op.records_out_per_second for op in operators if op.name in names)
+        remaining = _remaining(reading)
+        fraction = read / (read + remaining) if remaining is not None and read + remaining else None
+        eta = remaining / rate if remaining is not None and rate > 0 else None
+        return BacklogProgress(active=bool(reading) or sorting, records_read=read, records_remaining=remaining,
+                               fraction=fraction, eta_seconds=eta,
+                               switched_after_seconds=_switched_after(run, self._operators))
+
+
+def _remaining(reading: list[_Subtask]) -> int | None:
+    """Records the backlog readers still have, None when one of them cannot tell."""
+    total = 0
+    for subtask in reading:
+        reader = getattr(subtask.operator, "reader", None)
+        left = reader.records_remaining() if reader is not None else None
+        if left is None:
+            return None
+        total += left
+    return total
+
+
+def _switched_after(run: JobRun | None, operators: list[_Operator]) -> float | None:
+    """Seconds from the run's start to the last switch from backlog to streaming (None: none yet)."""
+    if run is None:
+        return None
+    switched = [op.metrics["switched_at"] for op in operators if "switched_at" in op.metrics]
+    return max(switched) - run.started_at if switched else None
+
+
+__all__ = ["ProgressSampler", "percentiles", "run_operators"]
