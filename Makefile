@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test docs bench clean
+.PHONY: run test docs bench clean browser
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,11 +15,17 @@ $(BIN)/.installed: pyproject.toml
 run: $(BIN)/.installed
 	$(BIN)/python examples/bootstrap_then_stream.py
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed browser
 	$(BIN)/python -m pytest
 
 docs: $(BIN)/.installed
 	$(BIN)/python -m mkdocs build --strict
+
+# The web view's test renders the page in headless Chromium, a Debian package: installed here when
+# missing and we are root (as on CI); otherwise the test says how to install it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/stream_throughput.py
