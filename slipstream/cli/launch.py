@@ -18,13 +18,11 @@ from typing import NoReturn
 
 import click
 
+from slipstream.cli.control import SAVEPOINT_DIR, ControlFile
 from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR
 from slipstream.datastream.context import execution_context
 from slipstream.datastream.environment import JobExecutionResult, StreamExecutionEnvironment
 from slipstream.runtime.job_client import JobClient
-
-SAVEPOINT_DIR = "slipstream-savepoints"
-"""Where Ctrl-C's savepoint goes (in the working directory) when the job has no checkpoint directory."""
 
 CANCEL_GRACE_S = 2.0
 """How long a second Ctrl-C waits for the job's current turn to end before the process exits anyway."""
@@ -53,8 +51,11 @@ class Settings:
 
     parallelism: int | None = None
     checkpoint_dir: str | None = None
+    ui_port: int | None = None
+    metrics_port: int | None = None
 
     def configure(self, env: StreamExecutionEnvironment) -> None:
+        env.configure(ui_port=self.ui_port, metrics_port=self.metrics_port)
         if self.parallelism is not None:
             env.set_parallelism(self.parallelism)
         if self.checkpoint_dir is not None:
@@ -81,9 +82,11 @@ class ExplainContext:
 
 @dataclass
 class RunContext:
-    """``slipstream run``: jobs run on their own thread while the main thread waits for Ctrl-C."""
+    """``slipstream run``: jobs run on their own thread while the main thread waits for Ctrl-C
+    (or ``slipstream stop``, which finds the job through the ``control`` file and sends the same signal)."""
 
     settings: Settings = field(default_factory=Settings)
+    control: ControlFile | None = None
 
     def configure(self, env: StreamExecutionEnvironment) -> None:
         self.settings.configure(env)
@@ -91,10 +94,21 @@ class RunContext:
     def execute(self, env: StreamExecutionEnvironment, job_name: str | None,
                 restore_from: str | None) -> JobExecutionResult:
         client = env.execute_async(job_name, restore_from)
+        if self.control is not None:
+            self.control.started(env, client)
         try:
-            return client.get_job_execution_result()
+            result = client.get_job_execution_result()
         except KeyboardInterrupt:
             raise JobStopped(stop_gracefully(env, client)) from None
+        except BaseException:
+            self._ended()
+            raise
+        self._ended()
+        return result
+
+    def _ended(self) -> None:
+        if self.control is not None:
+            self.control.remove()
 
     def submit(self, env: StreamExecutionEnvironment) -> None:
         """``execute_async`` and ``execute_and_collect`` run as the script drives them."""

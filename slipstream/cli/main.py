@@ -4,6 +4,8 @@ Examples::
 
     slipstream run job.py --parallelism 4 --checkpoint-dir /var/lib/job/chk
     slipstream run job.py --restore latest          # or --restore /var/lib/job/chk/chk-000042
+    slipstream run job.py --ui 8081                 # the web view on http://127.0.0.1:8081/
+    slipstream stop /var/lib/job/chk                # from another terminal: stop with a savepoint
     slipstream explain job.py --format mermaid
     slipstream checkpoints verify /var/lib/job/chk
 """
@@ -16,6 +18,7 @@ import sys
 import click
 
 from slipstream.cli.checkpoints import checkpoints
+from slipstream.cli.control import SAVEPOINT_DIR, ControlFile, stop_job
 from slipstream.cli.launch import ExplainContext, JobStopped, PlanShown, RunContext, Settings, run_script
 from slipstream.runtime.plan_formats import FORMATS
 
@@ -48,21 +51,30 @@ def _resume_hint(script: str, settings: Settings, savepoint: str) -> str:
                    "checkpoint directory) or its path.")
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False),
               help="Where the job's checkpoints go (the script's own setting overrides it).")
+@click.option("--ui", "ui_port", type=click.IntRange(0, 65535), metavar="PORT",
+              help="Serve a web view of the running job (its plan, throughput, backlog, checkpoints) "
+                   "on http://127.0.0.1:PORT/ (0: a free port, printed).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
+              help="Serve the job's metrics for Prometheus on http://127.0.0.1:PORT/metrics.")
 @SCRIPT_ARGS
 def run(script: str, parallelism: int | None, restore: str | None, checkpoint_dir: str | None,
-        script_args: tuple[str, ...]) -> None:
+        ui_port: int | None, metrics_port: int | None, script_args: tuple[str, ...]) -> None:
     """Run SCRIPT (a job file) as __main__; arguments after `--` are its own.
 
-    Ctrl-C stops the job gracefully: with checkpointing enabled it takes a savepoint and prints
-    how to resume from it; a second Ctrl-C stops at once. The exit code is then 130.
+    Ctrl-C (or `slipstream stop` from elsewhere) stops the job gracefully: with checkpointing
+    enabled it takes a savepoint and prints how to resume from it; a second Ctrl-C stops at once.
+    The exit code is then 130.
     """
-    settings = Settings(parallelism, checkpoint_dir)
+    settings = Settings(parallelism, checkpoint_dir, ui_port, metrics_port)
+    control = ControlFile(script)
     try:
-        run_script(script, list(script_args), RunContext(settings), restore)
+        run_script(script, list(script_args), RunContext(settings, control), restore)
     except JobStopped as stopped:
+        resume = _resume_hint(script, settings, stopped.savepoint) if stopped.savepoint is not None else None
+        control.stopped(stopped.savepoint, resume)
         if stopped.savepoint is not None:
             click.echo(f"Savepoint written: {stopped.savepoint}", err=True)
-            click.echo(f"Resume with: {_resume_hint(script, settings, stopped.savepoint)}", err=True)
+            click.echo(f"Resume with: {resume}", err=True)
         else:
             click.echo("The job stopped without a savepoint.", err=True)
         sys.exit(INTERRUPTED)
@@ -89,6 +101,25 @@ def explain(script: str, format_: str, parallelism: int | None, script_args: tup
         return
     raise click.ClickException(f"{script} ran to its end without submitting a job "
                                "(no execute(), execute_async() or execute_and_collect() call)")
+
+
+@main.command()
+@click.argument("directory", default=SAVEPOINT_DIR, type=click.Path(file_okay=False))
+@click.option("--timeout", type=click.FloatRange(min=0), default=600, show_default=True,
+              help="Seconds to wait for the job to take its savepoint and exit.")
+def stop(directory: str, timeout: float) -> None:
+    """Stop the job `slipstream run` runs with DIRECTORY as its checkpoint directory (default:
+    slipstream-savepoints, where a job without one keeps its savepoints): it takes a savepoint,
+    as on Ctrl-C, and this prints how to resume from it."""
+    record = stop_job(directory, timeout)
+    if record.get("savepoint"):
+        click.echo(f"Savepoint written: {record['savepoint']}")
+        click.echo(f"Resume with: {record['resume']}")
+    elif record["state"] == "FINISHED":
+        click.echo(f"The job of {record['script']} finished by itself before it was stopped.")
+    else:
+        raise click.ClickException(f"the job of {record['script']} stopped without a savepoint "
+                                   "(it does not checkpoint, or was stopped at once)")
 
 
 main.add_command(checkpoints)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from collections import Counter
 
 import pytest
@@ -274,3 +275,45 @@ def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path):
     assert time.monotonic() - sent < 5
     assert process.returncode == 130
     assert "stopping at once, without a savepoint" in stderr and "Traceback" not in stderr
+
+
+# -- slipstream stop, --ui, --metrics-port ---------------------------------------------------------
+def test_stop_takes_a_savepoint_prints_how_to_resume_and_the_resumed_run_continues_exactly_once(tmp_path):
+    started, out, chk = tmp_path / "started", tmp_path / "out", tmp_path / "chk"
+    job = write_job(tmp_path, SLOW_JOB)
+    first = start("run", job, "--checkpoint-dir", str(chk), "--ui", "0", "--metrics-port", "0", "--",
+                  str(out), str(started))
+    wait_for(started.exists, what="the job's first record")
+    control = json.loads((chk / "slipstream-run.json").read_text())
+    assert control["pid"] == first.pid and control["state"] == "RUNNING"
+    for name, needle in (("web view", b"<svg"), ("metrics", b"slipstream_operator_numRecordsIn")):
+        url = control["urls"][name]
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert needle in response.read()
+    time.sleep(0.5)
+
+    stopped = slipstream("stop", str(chk), timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    savepoint = re.search(r"Savepoint written: (\S+)", stopped.stdout).group(1)
+    resume = re.search(r"Resume with: (.+)", stopped.stdout).group(1)
+    assert resume == f"slipstream run {job} --checkpoint-dir {chk} --restore {savepoint}"
+    _, stderr = first.communicate(timeout=60)
+    assert first.returncode == 130 and "Traceback" not in stderr, stderr
+    assert not (chk / "slipstream-run.json").exists()
+    assert slipstream("checkpoints", "verify", savepoint).returncode == 0
+    before = committed(out)
+
+    second = start(*resume.split()[1:], "--", str(out), str(started))
+    wait_for(lambda: len(committed(out)) > len(before), what="the resumed run's output")
+    assert slipstream("stop", str(chk), timeout=120).returncode == 0
+    second.communicate(timeout=60)
+    lines = committed(out)
+    assert max(lines.values()) == 1  # nothing written twice across the stop
+    assert set(lines) == {str(x) for x in range(1, len(lines) + 1)}  # and nothing skipped
+
+
+def test_stop_says_when_no_job_runs_there(tmp_path):
+    stopped = slipstream("stop", str(tmp_path))
+    assert stopped.returncode == 1
+    assert "no job started by `slipstream run` is known" in stopped.stderr
