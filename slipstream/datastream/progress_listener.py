@@ -24,19 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["BacklogProgress", "CheckpointProgress", "JobProgress", "JobProgressEvent", "JobProgressListener",
-           "JobStartedEvent", "JobTerminatedEvent", "LatencyProgress", "OperatorProgress"]
-
-
-@dataclass(frozen=True)
-class LatencyProgress:
-    """Percentiles (ms) of the latency markers that reached an operator since the previous report:
-    how long a marker took from its source to here (Flink's latency tracking), ``count`` markers."""
-
-    count: int
-    p50: float
-    p95: float
-    p99: float
-    max: float
+           "JobStartedEvent", "JobTerminatedEvent", "OperatorProgress"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +51,6 @@ class OperatorProgress:
     spilled_bytes: int = 0
     batch_engine: str | None = None
     switch_seconds: float | None = None
-    latency_ms: LatencyProgress | None = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from slipstream.datastream.progress_listener import (
     BacklogProgress,
     CheckpointProgress,
     JobProgress,
-    LatencyProgress,
     OperatorProgress,
 )
 from slipstream.datastream.time import MIN_TIMESTAMP
@@ -62,18 +61,6 @@ def _watermark(subtasks: list[_Subtask]) -> int | None:
 
 def _back_pressured(subtasks: list[_Subtask]) -> bool:
     return any(not s.task.finished and not s.task.can_write() for s in subtasks)
-
-
-def percentiles(samples: list[float]) -> LatencyProgress | None:
-    """p50, p95, p99 and max of ``samples`` (nearest rank), None when there are none."""
-    if not samples:
-        return None
-    ordered = sorted(samples)
-
-    def rank(p: float) -> float:
-        return ordered[min(len(ordered) - 1, max(0, int(p * len(ordered) + 0.999999) - 1))]
-
-    return LatencyProgress(len(ordered), rank(0.50), rank(0.95), rank(0.99), ordered[-1])
 
 
 class ProgressSampler:
@@ -158,4 +145,4 @@ def _switched_after(run: JobRun | None, operators: list[_Operator]) -> float | N
     return max(switched) - run.started_at if switched else None
 
 
-__all__ = ["ProgressSampler", "percentiles", "run_operators"]
+__all__ = ["ProgressSampler", "run_operators"]
