@@ -93,13 +93,18 @@ class ProgressCollector(Collector):
             yield family
 
 
+def progress_registry(monitor: JobMonitor) -> CollectorRegistry:
+    """A registry of its own holding ``monitor``'s figures (not the process-wide default registry)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ProgressCollector(lambda: monitor.latest))
+    return registry
+
+
 class MetricsServer:
     """prometheus_client's HTTP server on 127.0.0.1 for one job's metrics."""
 
     def __init__(self, monitor: JobMonitor, port: int) -> None:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(ProgressCollector(lambda: monitor.latest))
-        self._server, self._thread = start_http_server(port, addr=HOST, registry=registry)
+        self._server, self._thread = start_http_server(port, addr=HOST, registry=progress_registry(monitor))
         self.port: int = self._server.server_address[1]
         self.url = f"http://{HOST}:{self.port}/metrics"
 
@@ -114,4 +119,4 @@ def serve_metrics(monitor: JobMonitor, port: int) -> MetricsServer:
     return MetricsServer(monitor, port)
 
 
-__all__ = ["MetricsServer", "ProgressCollector", "serve_metrics"]
+__all__ = ["MetricsServer", "ProgressCollector", "progress_registry", "serve_metrics"]

@@ -21,10 +21,10 @@ from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from slipstream.runtime.plan_svg import plan_svg
-from slipstream.runtime.prometheus import HOST, ProgressCollector
+from slipstream.runtime.prometheus import HOST, progress_registry
 from slipstream.runtime.web_page import PAGE
 
 if TYPE_CHECKING:
@@ -76,8 +76,7 @@ class WebUI:
     def __init__(self, monitor: JobMonitor, port: int) -> None:
         self.monitor = monitor
         self.svg = plan_svg(monitor.plan)
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(ProgressCollector(lambda: monitor.latest))
+        self.registry = progress_registry(monitor)
         self._server = _WebServer(self, port)
         self.port: int = self._server.server_address[1]
         self.url = f"http://{HOST}:{self.port}/"
