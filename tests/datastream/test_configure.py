@@ -17,7 +17,8 @@ from slipstream.errors import InvalidProgramError
 from slipstream.testing import ManualClock
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-SET_ELSEWHERE = {"batch_engine", "engine_options"}  # set_batch_engine(...) sets these
+SET_ELSEWHERE = {"batch_engine", "engine_options",  # set_batch_engine(...) sets these
+                 "progress_listeners"}  # add_progress_listener(...) adds to these
 
 
 def configure_parameters() -> set[str]:
@@ -46,6 +47,8 @@ def a_new_value(name: str, current: Any) -> Any:
         return "/spill/here"
     if isinstance(current, bool):
         return not current
+    if current is None and name.endswith("_port"):
+        return 0
     return current + 1
 
 
