@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, TypeVar
 
 from slipstream.attributes import Boundedness
-from slipstream.datastream.fields import FieldKey, get_field, replace_field
+from slipstream.datastream.aggregation import AggregationFunction, aggregator
+from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
+from slipstream.datastream.fields import FieldKey
 from slipstream.datastream.functions import (
     BroadcastProcessFunction,
     CoFlatMapFunction,
@@ -524,49 +526,48 @@ class KeyedStream(DataStream[T]):
             return super().process(func, output_type)
         if not isinstance(func, KeyedProcessFunction):
             raise InvalidProgramError(f"KeyedStream.process expects a KeyedProcessFunction, got {func!r}")
+        if isinstance(func, KeyedStateBootstrapFunction) and not isinstance(self._key_selector_fn, FieldKey):
+            raise InvalidProgramError(f"KeyedStream.process: {func!r} is a KeyedStateBootstrapFunction, whose backlog "
+                                      "frame needs a key column: key the stream by a field (key_by('name'))")
         return DataStream(self._env, self._append(KeyedProcessTransformation, "KeyedProcess",
                                                   output_type=output_type, function=func))
 
     def reduce(self, func: ReduceFunction | Callable[[T, T], T]) -> DataStream[T]:
-        """A rolling reduce per key: emits the combined value after every record."""
+        """A rolling reduce per key: emits the combined value after every record. A built-in
+        :class:`~slipstream.datastream.aggregation.AggregationFunction` runs vectorised on a backlog."""
         function = as_function(func, ReduceFunction, "reduce", 2, "KeyedStream.reduce")
+        if isinstance(function, AggregationFunction):
+            kind, field = function.aggregation
+            return self._aggregate(kind, field)
         return DataStream(self._env, self._append(ReduceTransformation, "Keyed Reduce",
                                                   output_type=self.get_type(), function=function))
 
-    def _aggregate(self, kind: str, field: int | str, reducer: Callable[[Any, Any], Any]) -> DataStream[T]:
+    def _aggregate(self, kind: str, field: int | str) -> DataStream[T]:
         if not isinstance(field, (int, str)) or isinstance(field, bool):
             raise InvalidProgramError(f"KeyedStream.{kind} expects a field position or name, got {field!r}")
-        function = as_function(reducer, ReduceFunction, "reduce", 2, f"KeyedStream.{kind}")
         return DataStream(self._env, self._append(
             ReduceTransformation, f"Keyed {kind.capitalize()}({field})", output_type=self.get_type(),
-            function=function, aggregation=(kind, field)))
+            function=aggregator(kind, field), aggregation=(kind, field)))
 
     def sum(self, position_to_sum: int | str = 0) -> DataStream[T]:
         """Rolling sum of a field per key; other fields come from the key's first record."""
-        f = position_to_sum
-        return self._aggregate("sum", f, lambda a, b: replace_field(a, f, get_field(a, f) + get_field(b, f)))
+        return self._aggregate("sum", position_to_sum)
 
     def min(self, position_to_min: int | str = 0) -> DataStream[T]:
         """Rolling minimum of a field per key; other fields come from the key's first record."""
-        f = position_to_min
-        return self._aggregate("min", f, lambda a, b: a if get_field(a, f) <= get_field(b, f)
-                               else replace_field(a, f, get_field(b, f)))
+        return self._aggregate("min", position_to_min)
 
     def max(self, position_to_max: int | str = 0) -> DataStream[T]:
         """Rolling maximum of a field per key; other fields come from the key's first record."""
-        f = position_to_max
-        return self._aggregate("max", f, lambda a, b: a if get_field(a, f) >= get_field(b, f)
-                               else replace_field(a, f, get_field(b, f)))
+        return self._aggregate("max", position_to_max)
 
     def min_by(self, position_to_min_by: int | str = 0) -> DataStream[T]:
         """Rolling record with the smallest field per key (the first such record on ties)."""
-        f = position_to_min_by
-        return self._aggregate("min_by", f, lambda a, b: a if get_field(a, f) <= get_field(b, f) else b)
+        return self._aggregate("min_by", position_to_min_by)
 
     def max_by(self, position_to_max_by: int | str = 0) -> DataStream[T]:
         """Rolling record with the largest field per key (the first such record on ties)."""
-        f = position_to_max_by
-        return self._aggregate("max_by", f, lambda a, b: a if get_field(a, f) >= get_field(b, f) else b)
+        return self._aggregate("max_by", position_to_max_by)
 
     def window(self, window_assigner: Any) -> Any:
         """Window each key's records: returns a ``WindowedStream``."""

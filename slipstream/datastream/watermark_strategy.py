@@ -22,11 +22,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from slipstream.datastream.fields import get_field
 from slipstream.datastream.functions import as_function
 from slipstream.datastream.time import MIN_TIMESTAMP, Duration, Time, Watermark, to_millis
 from slipstream.errors import InvalidProgramError
 
-__all__ = ["TimestampAssigner", "RecordTimestampAssigner", "WatermarkOutput", "WatermarkGenerator",
+__all__ = ["TimestampAssigner", "RecordTimestampAssigner", "FieldTimestampAssigner", "WatermarkOutput",
+           "WatermarkGenerator",
            "BoundedOutOfOrdernessWatermarks", "AscendingTimestampsWatermarks",
            "NoWatermarksGenerator", "WatermarksWithIdleness", "WatermarkStrategy"]
 
@@ -65,6 +67,24 @@ class WatermarkOutput(ABC):
     @abstractmethod
     def mark_active(self) -> None:
         """Declare this output active again after :meth:`mark_idle`."""
+
+
+class FieldTimestampAssigner(TimestampAssigner):
+    """Takes each record's timestamp from one of its fields
+    (``with_timestamp_assigner(FieldTimestampAssigner("ts"))``).
+
+    Unlike a lambda it says which field it reads, so records that travel as Arrow columns get
+    their timestamps from the column, without becoming rows (as ``FieldKey`` does for keys).
+    """
+
+    def __init__(self, field: int | str) -> None:
+        self.field = field
+
+    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+        return get_field(value, self.field)
+
+    def __repr__(self) -> str:
+        return f"FieldTimestampAssigner({self.field!r})"
 
 
 class WatermarkGenerator(ABC):
@@ -209,8 +229,8 @@ class WatermarkStrategy:
                                 ) -> WatermarkStrategy:
         """A copy that takes timestamps from ``timestamp_assigner``.
 
-        Accepts a :class:`TimestampAssigner` or a plain callable
-        ``(value, record_timestamp) -> int``.
+        Accepts a :class:`TimestampAssigner` or a plain callable ``(value, record_timestamp) -> int``;
+        a :class:`FieldTimestampAssigner` lets Arrow batches keep their columns.
         """
         assigner = as_function(timestamp_assigner, TimestampAssigner, "extract_timestamp", 2,
                                "WatermarkStrategy.with_timestamp_assigner")

@@ -2,7 +2,8 @@
 
 As in ``pyflink.datastream``, they collect the window's options (trigger, allowed
 lateness, late-data side output, and — beyond PyFlink, as in Java Flink — an
-evictor) and end in ``reduce``, ``aggregate``, ``apply`` or ``process``, which
+evictor) and end in ``reduce``, ``aggregate``, ``apply`` or ``process`` (or, as in Java Flink,
+the built-in ``sum``/``min``/``max``/``min_by``/``max_by`` of a field), which
 appends one :class:`WindowTransformation` and returns the resulting ``DataStream``,
 e.g. ``stream.key_by(k).window(TumblingEventTimeWindows.of(Time.seconds(5))).reduce(f)``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from slipstream.datastream.aggregation import aggregator
 from slipstream.datastream.data_stream import DataStream, KeyedStream
 from slipstream.datastream.functions import AggregateFunction, ReduceFunction, as_function, function_name
 from slipstream.datastream.output_tag import OutputTag
@@ -146,6 +148,27 @@ class _WindowedStreamBase:
         function = as_function(process_window_function, cls, "process", self._apply_arity,
                                f"{self._api}.process")
         return self._build("process", function, None, output_type)
+
+    def sum(self, position_to_sum: int | str = 0) -> DataStream:
+        """Each window's sum of a field; the other fields come from the window's first record
+        (Java Flink's ``WindowedStream.sum``): ``reduce`` with a :class:`SumAggregator`."""
+        return self.reduce(aggregator("sum", position_to_sum))
+
+    def min(self, position_to_min: int | str = 0) -> DataStream:
+        """Each window's minimum of a field; the other fields come from the window's first record."""
+        return self.reduce(aggregator("min", position_to_min))
+
+    def max(self, position_to_max: int | str = 0) -> DataStream:
+        """Each window's maximum of a field; the other fields come from the window's first record."""
+        return self.reduce(aggregator("max", position_to_max))
+
+    def min_by(self, position_to_min_by: int | str = 0) -> DataStream:
+        """Each window's record with the smallest field (the first such record on ties)."""
+        return self.reduce(aggregator("min_by", position_to_min_by))
+
+    def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
+        """Each window's record with the largest field (the first such record on ties)."""
+        return self.reduce(aggregator("max_by", position_to_max_by))
 
     def _build(self, kind: str, function: Any, window_function: Any, output_type: Any) -> DataStream:
         trigger = self._trigger or self._assigner.get_default_trigger(self.get_execution_environment())

@@ -72,8 +72,10 @@ Metrics (in ``ctx.metrics``): ``backlog_records`` and ``spilled_bytes`` (kept up
 while buffering, summed over subtasks), ``backlog_seconds`` (backlog start to the end of
 the switch) and ``switch_time`` (seconds the batch work at the switch took) — the
 longest over subtasks, summed over backlog phases — ``batch_engine`` (the engine's
-name), ``switched_at`` (the ``time.perf_counter()`` reading when the last switch ended)
-and ``backlog_processing_time_timers``.
+name), ``switched_at`` (the ``time.perf_counter()`` reading when the last switch ended),
+``backlog_processing_time_timers`` and ``backlog_records_vectorised`` (records a built-in
+aggregation ran as one polars query instead of replaying them: see
+:mod:`slipstream.operators.vectorised_reduce` and :mod:`slipstream.operators.vectorised_windows`).
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ from slipstream.operators.sort_buffer import BufferOrder, KeyDictionary, SortBuf
 from slipstream.operators.timers import InternalTimerService
 
 PROCESSING_TIME_TIMERS_METRIC = "backlog_processing_time_timers"
+VECTORISED_METRIC = "backlog_records_vectorised"
+"""Backlog records run as one polars query, never replayed as Python calls (summed over subtasks)."""
 
 
 class BacklogSortingOperator(StreamOperator):
@@ -249,13 +253,28 @@ class BacklogSortingOperator(StreamOperator):
         try:
             for value in values:
                 append(selector(value))
-            self._backlog_buffers[input_index].add(keys, values, batch.timestamps, interval=len(self._held) - 1,
+            self._backlog_buffers[input_index].add(keys, values, batch.timestamps, interval=self.backlog_interval(),
                                                    arrival=self.next_arrival())
         except SlipstreamError:
             raise
         except Exception as exc:
             what = "record" if self.num_inputs < 2 else f"record of input {input_index + 1}"
             raise self.user_error(value, exc, what=what) from exc
+
+    @property
+    def held_watermarks(self) -> list[int]:
+        """The watermark before the backlog, then each one held during it (an interval's index is its
+        watermark's)."""
+        return self._held
+
+    def count_vectorised(self, records: int) -> None:
+        """Count ``records`` of the backlog as run by one query (``backlog_records_vectorised``)."""
+        metrics = self.ctx.metrics
+        metrics[VECTORISED_METRIC] = metrics.get(VECTORISED_METRIC, 0) + records
+
+    def backlog_interval(self) -> int:
+        """The watermark interval records buffered now belong to (how many held watermarks came first)."""
+        return len(self._held) - 1
 
     def next_arrival(self) -> int:
         """The arrival number of the next batch buffered, counted over every input."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
 from slipstream.datastream.functions import (
     Function,
     KeyedProcessFunction,
@@ -27,6 +28,7 @@ from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
+from slipstream.operators.backlog_bootstrap import BootstrapBacklog
 from slipstream.operators.base import OperatorContext, StreamOperator
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.key_replay import KeyReplay
@@ -254,6 +256,8 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
 
     @classmethod
     def backlog_streaming_reason(cls, transformation: KeyedProcessTransformation) -> str | None:
+        if isinstance(transformation.function, KeyedStateBootstrapFunction):
+            return None  # its backlog is one frame (process_backlog), never record by record
         return ("a KeyedProcessFunction is called once per record either way, so sorting only adds its "
                 "own cost (benchmarks/backlog.py)")
 
@@ -270,6 +274,25 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
                                            self._on_event_time, self._on_processing_time)
         self.context = ProcessContext(self, KeyedTimerService(self.timers))
         self.key_selector = self.transformation.key_selectors[0]
+        self._bootstrap: BootstrapBacklog | None = None
+
+    def begin_backlog(self) -> None:
+        """A ``KeyedStateBootstrapFunction`` gets the backlog as one frame rather than record by record."""
+        if isinstance(self.function, KeyedStateBootstrapFunction):
+            self._bootstrap = BootstrapBacklog(self, self.key_selector)
+
+    def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:
+        if self._bootstrap is not None:
+            self._bootstrap.add(batch)
+            return
+        super().buffer_backlog(batch, input_index)
+
+    def run_backlog(self, buffers: list) -> None:
+        bootstrap, self._bootstrap = self._bootstrap, None
+        if bootstrap is None:
+            super().run_backlog(buffers)
+            return
+        bootstrap.run(self.function.process_backlog)  # type: ignore[attr-defined]
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         if self._buffering:

@@ -17,6 +17,12 @@ that fits int64) or a plain ``float`` (not NaN or -0.0; not for ``sum``, whose f
 rounding depends on the order of additions); otherwise, and for user reduce functions,
 each key's records are folded in Python. Both give what the rolling reduce would end
 with had the records arrived in that order.
+
+A built-in aggregation keyed by a field whose backlog arrives as Arrow batches (given an
+in-process engine) keeps it as columns and, in both modes, computes the switch's output with
+one polars query (:mod:`slipstream.operators.vectorised_reduce`), emitted as Arrow batches:
+the same records, timestamps, watermarks and installed accumulators as the paths above
+(counted in ``backlog_records_vectorised``).
 """
 
 from __future__ import annotations
@@ -24,20 +30,27 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.fields import get_field, replace_field
 from slipstream.datastream.functions import Function, ReduceFunction
 from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.datastream.transformations import ReduceTransformation
 from slipstream.errors import SlipstreamError
-from slipstream.operators.backlog import BacklogSortingOperator
 from slipstream.operators.batch_engine import Aggregation
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.sort_buffer import SortBuffer
+from slipstream.operators.columnar_backlog import (
+    INTERVAL_COLUMN,
+    ColumnarBacklog,
+    IntervalColumns,
+    arrow_batches,
+    records_of,
+)
 
 REDUCE_STATE = ValueStateDescriptor("_reduce_accumulator")
 
 
-class KeyedReduceOperator(BacklogSortingOperator):
+class KeyedReduceOperator(ColumnarBacklog):
     transformation_type = ReduceTransformation
     emits_declared_type = True
     replays_by_key = True
@@ -89,6 +102,53 @@ class KeyedReduceOperator(BacklogSortingOperator):
         self.output.collect_batch(RecordBatch(out, batch.timestamps))
 
     # -- batch path (FLIP-327) ----------------------------------------------------------------------
+    def columnar_aggregation(self) -> tuple[str, int | str] | None:
+        return self.transformation.aggregation
+
+    def run_columns(self, columns: IntervalColumns, frames: list) -> bool:
+        """A columnar backlog runs as one polars query when its field allows."""
+        return self._aggregate_columns(columns, frames, in_arrival_order=len(frames) == 1)
+
+    def _aggregate_columns(self, columns: IntervalColumns, frames: list, *, in_arrival_order: bool) -> bool:
+        """The switch on columns: emit what the rolling reduce would have and install each key's
+        accumulator. False (nothing done) when the field is not vectorisable or a key has state."""
+        import polars as pl
+
+        from slipstream.operators.vectorised_reduce import (
+            final_values,
+            last_per_key,
+            rolling_updates,
+            vectorisable_field,
+        )
+        frame = pl.concat(frames, rechunk=False)
+        key, field, kind = columns.key_name(), columns.field, columns.kind
+        get, _ = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
+        if not vectorisable_field(frame[field], kind) or \
+                any(get(key_value) is not None for key_value in frame[key].unique().to_list()):
+            return False
+        self.count_vectorised(frame.height)
+        if self.ctx.batch_mode:
+            finals = final_values(frame, key, field, kind)
+            self._install_rows(finals, key)
+            self._emit_columns(finals)
+            return True
+        updates = rolling_updates(frame, key, field, kind, in_arrival_order=in_arrival_order)
+        self._install_rows(last_per_key(updates, key), key)
+        for part in updates.partition_by(INTERVAL_COLUMN, maintain_order=True):
+            self.apply_held_watermarks(part[INTERVAL_COLUMN][0])
+            self._emit_columns(part)
+        return True
+
+    def _install_rows(self, frame: Any, key: str) -> None:
+        """Each key's rolling value (a row of ``frame``) becomes its accumulator."""
+        _, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
+        for key_value, accumulator in zip(frame[key].to_list(), rows_from_arrow(records_of(frame))):
+            put(key_value, accumulator)
+
+    def _emit_columns(self, frame: Any) -> None:
+        for batch, stamps in arrow_batches(frame):
+            self.output.collect_batch(RecordBatch(None, stamps, arrow=batch))
+
     def backlog_field(self) -> Callable[[Any], Any] | None:
         aggregation = self.transformation.aggregation
         if aggregation is None:

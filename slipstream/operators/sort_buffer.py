@@ -444,13 +444,14 @@ class SortBuffer:
 
     # -- columnar access (vectorised aggregation) ----------------------------------------------------
     def field_table(self) -> pa.Table | None:
-        """All records' ``key`` (id), ``ts``, ``seq`` and ``field`` columns, or None when the
-        field is not vectorisable (no ``field`` given, or a value not a plain number)."""
+        """All records' ``key`` (id), ``interval``, ``ts``, ``seq`` and ``field`` columns, or None when
+        the field is not vectorisable (no ``field`` given, or a value not a plain number)."""
         if not self._field_ok:
             return None
-        tables = [run.columns(["key", "ts", "seq", "field"]) for run in self._runs]
+        columns = ["key", "interval", "ts", "seq", "field"]
+        tables = [run.columns(columns) for run in self._runs]
         if self._values or not tables:
-            tables.append(self._memory_table(with_field=True).select(["key", "ts", "seq", "field"]))
+            tables.append(self._memory_table(with_field=True).select(columns))
         return pa.concat_tables(tables)
 
     def values_at(self, seqs: Sequence[int]) -> dict[int, Any]:

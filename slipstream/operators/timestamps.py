@@ -14,7 +14,9 @@ never later than Flink's timer when batches are small. With
 input that falls silent is marked idle.
 
 No batch path: during backlog it still runs record by record, since every
-later sort or window needs the timestamps it assigns.
+later sort or window needs the timestamps it assigns — except for Arrow batches whose
+timestamps are a field (``with_timestamp_assigner(FieldTimestampAssigner("ts"))``) and a built-in periodic
+generator, which take the column and stay columnar.
 """
 
 from __future__ import annotations
@@ -22,13 +24,29 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import pyarrow as pa
+
+from slipstream.datastream.columnar import column_values
 from slipstream.datastream.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_TIMESTAMP, Watermark
 from slipstream.datastream.transformations import TimestampsAndWatermarksTransformation
-from slipstream.datastream.watermark_strategy import (TimestampAssigner, WatermarkGenerator,
-                                                      WatermarkOutput, WatermarkStrategy)
+from slipstream.datastream.watermark_strategy import (
+    AscendingTimestampsWatermarks,
+    BoundedOutOfOrdernessWatermarks,
+    FieldTimestampAssigner,
+    NoWatermarksGenerator,
+    TimestampAssigner,
+    WatermarkGenerator,
+    WatermarkOutput,
+    WatermarkStrategy,
+)
 from slipstream.errors import InvalidProgramError, SlipstreamError
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
+
+
+PERIODIC_GENERATORS = (BoundedOutOfOrdernessWatermarks, AscendingTimestampsWatermarks, NoWatermarksGenerator)
+"""Generators that keep only the largest timestamp and emit on the periodic call: seeing a batch's
+largest timestamp once is the same to them as seeing every record's."""
 
 
 def _checked_timestamp(timestamp: Any) -> int:
@@ -113,6 +131,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
 
     # -- records --------------------------------------------------------------------------------
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
+        if self._columnar_timestamps(batch):
+            return
         values = batch.values
         if not values:
             return
@@ -136,10 +156,37 @@ class TimestampsAndWatermarksOperator(StreamOperator):
             except Exception as exc:
                 raise self.user_error(value, exc) from exc
         self.flush_pending()
+        self._after_batch()
+
+    def _after_batch(self) -> None:
         self._periodic_emit()
         if self._idle_timeout is not None:
             self._last_activity = self.ctx.processing_time_service.get_current_processing_time()
             self._arm_idle_timer()
+
+    def _columnar_timestamps(self, batch: RecordBatch) -> bool:
+        """An Arrow batch whose timestamps are a field (a :class:`FieldTimestampAssigner`) keeps its
+        columns: the timestamps are read from the column, and a periodic generator (which only keeps
+        the largest timestamp) sees that largest one. False (nothing done) otherwise."""
+        arrow = batch.arrow
+        assigner = self._assigner
+        if arrow is None or not isinstance(assigner, FieldTimestampAssigner) or \
+                type(self._generator) not in PERIODIC_GENERATORS or not arrow.num_rows:
+            return False
+        field = assigner.field
+        names = arrow.schema.names
+        name = field if isinstance(field, str) else names[field] if 0 <= field < len(names) else None
+        if name not in names:
+            return False
+        column = arrow.column(name)
+        if not pa.types.is_integer(column.type) or column.null_count:
+            return False
+        stamps = column_values(column)
+        self._wm_output.mark_active()
+        self._generator.on_event(None, max(stamps), self._wm_output)
+        self.output.collect_batch(RecordBatch(None, stamps, arrow=arrow))
+        self._after_batch()
+        return True
 
     def flush_pending(self) -> None:
         """Emit the current batch's records not yet emitted (all of them, unless a watermark cut in)."""

@@ -24,7 +24,11 @@ window function called once per window (:mod:`slipstream.operators.window_replay
 in STREAMING mode interval by interval with the held watermarks applied between the
 intervals, so windows fire and records are late exactly as when the backlog streams; in
 BATCH mode key by key in timestamp order, then the final watermark fires the windows
-(the shared logic and its contract: :mod:`slipstream.operators.backlog`).
+(the shared logic and its contract: :mod:`slipstream.operators.backlog`). A built-in
+aggregation (``window(...).sum(f)``) over tumbling or sliding event-time or count windows
+runs its backlog as one polars query instead — on the columns when it arrives as Arrow keyed
+by a field —, with the same output, late records and open windows
+(:mod:`slipstream.operators.vectorised_windows`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import functools
 from typing import Any, Callable, Iterable
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
+from slipstream.datastream.fields import get_field
 from slipstream.datastream.metrics import OperatorMetricGroup
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import (
@@ -63,8 +68,9 @@ from slipstream.datastream.window import (
     is_end_of_stream_window,
 )
 from slipstream.errors import JobExecutionError, SlipstreamError
-from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
+from slipstream.operators.backlog import uses_processing_time
 from slipstream.operators.base import StreamRuntimeContext, count_and_warn, operator_metric_group, split_outputs
+from slipstream.operators.columnar_backlog import ColumnarBacklog, IntervalColumns
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.sort_buffer import BufferOrder, SortBuffer
 from slipstream.operators.timers import InternalTimer, InternalTimerService, merge_timer_snapshots
@@ -176,7 +182,7 @@ class _MergeCollector(MergingWindowAssigner.MergeCallback):
         self._merges.append((merge_result, list(to_be_merged)))
 
 
-class WindowOperator(BacklogSortingOperator):
+class WindowOperator(ColumnarBacklog):
     """Keyed windows: assign, trigger, evaluate, clean up (all-windows use one constant key)."""
 
     transformation_type = WindowTransformation
@@ -272,17 +278,37 @@ class WindowOperator(BacklogSortingOperator):
         timers = [state["timers"] for state in states if state]
         self.initialize_state({"timers": merge_timer_snapshots(timers, owns_key)} if timers else None)
 
-    # -- backlog: key by key where the windows allow it (operators/window_replay.py) ------------
+    # -- backlog: built-in aggregations as one query, Python functions key by key ---------------
+    def backlog_field(self) -> Callable[[Any], Any] | None:
+        """The aggregated field of a built-in window aggregation (``window(...).sum(f)``), kept as a
+        column so the backlog can run as one query (:mod:`slipstream.operators.vectorised_windows`)."""
+        aggregation = self.columnar_aggregation()
+        if aggregation is None:
+            return None
+        field = aggregation[1]
+        return lambda value: get_field(value, field)
+
+    def columnar_aggregation(self) -> tuple[str, int | str] | None:
+        from slipstream.operators.vectorised_windows import builtin_aggregation
+        return builtin_aggregation(self)
+
+    def run_columns(self, columns: IntervalColumns, frames: list) -> bool:
+        from slipstream.operators.vectorised_windows import run_columnar_window_aggregation
+        return run_columnar_window_aggregation(self, columns, frames)
+
     def backlog_order(self) -> BufferOrder:
-        self._windows_by_key = replays_windows_by_key(self)
+        """Built-in aggregations keep the buffer's default order for their query; Python window
+        functions replay key by key in arrival order (:mod:`slipstream.operators.window_replay`)."""
+        self._windows_by_key = self.columnar_aggregation() is None and replays_windows_by_key(self)
         if self._windows_by_key and not self.ctx.batch_mode:
             return BufferOrder.ARRIVAL
         return super().backlog_order()
 
     def process_backlog(self, buffer: SortBuffer) -> None:
+        from slipstream.operators.vectorised_windows import run_window_aggregation
         if self._windows_by_key:
             replay_windows(self, self.key_replay(buffer))
-        else:
+        elif not run_window_aggregation(self, buffer):
             self.replay_backlog([buffer])
 
     # -- elements -----------------------------------------------------------------------------

@@ -281,3 +281,15 @@ def test_row_columns_round_trip(rows: list[Any]) -> None:
 def test_pickled_columns_round_trip_any_object(values: list[Any]) -> None:
     type_info = Types.PICKLED_BYTE_ARRAY()
     assert type_info.from_arrow_array(type_info.to_arrow_array(values)) == values
+
+
+def test_a_copied_row_has_its_own_values_and_the_same_names_and_kind() -> None:
+    import copy
+
+    from slipstream.datastream.fields import replace_field
+    from slipstream.datastream.typeinfo import RowKind
+    row = Row(a=1, b=2)
+    row.set_row_kind(RowKind.UPDATE_AFTER)
+    changed = replace_field(row, "b", 7)
+    assert changed.get_row_kind() is RowKind.UPDATE_AFTER and changed.as_dict() == {"a": 1, "b": 7}
+    assert row.as_dict() == {"a": 1, "b": 2} and copy.copy(row) == row

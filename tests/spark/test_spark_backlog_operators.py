@@ -1,7 +1,7 @@
 """Every backlog operator gives the same result on the Spark engine (local[2]), on the polars
 engine, and record by record (``backlog_sorting=False``): keyed aggregates (STREAMING and
 BATCH), a user reduce, sorted per-key replay through a KeyedProcessFunction, keyed event-time
-windows, co_group (per-key and vectorised) with EndOfStreamWindows, and join."""
+windows, built-in window aggregations, co_group (per-key and vectorised) with EndOfStreamWindows, and join."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironme
 from slipstream.datastream.functions import KeyedProcessFunction
 from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
-from slipstream.datastream.window import EndOfStreamWindows, TumblingEventTimeWindows
+from slipstream.datastream.window import EndOfStreamWindows, SlidingEventTimeWindows, TumblingEventTimeWindows
 
 RNG = random.Random(4)
 RECORDS = [(RNG.choice("abcdefg"), RNG.randint(-10, 30), i) for i in range(240)]  # (key, value, time)
@@ -99,6 +99,22 @@ def test_keyed_event_time_window(spark: Any, parallelism: int) -> None:
     results = on_every_engine(spark, lambda env: sorted(
         timed(env).key_by(lambda r: r[0]).window(TumblingEventTimeWindows.of(50))
         .reduce(lambda a, b: (a[0], a[1] + b[1], max(a[2], b[2]))).execute_and_collect()), parallelism=parallelism)
+    assert results["spark"] == results["polars"] == results["record-by-record"]
+    assert len(results["spark"]) >= 7 * 4
+
+
+BUILT_IN_WINDOWS: dict[str, Callable[[Any], Any]] = {
+    "tumbling sum": lambda keyed: keyed.window(TumblingEventTimeWindows.of(50)).sum(1),
+    "sliding min_by": lambda keyed: keyed.window(SlidingEventTimeWindows.of(50, 20)).min_by(1),
+    "count max": lambda keyed: keyed.count_window(4, 3).max(1),
+}
+
+
+@pytest.mark.parametrize("mode", [RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH])
+@pytest.mark.parametrize("window", list(BUILT_IN_WINDOWS))
+def test_built_in_window_aggregations(spark: Any, mode: RuntimeExecutionMode, window: str) -> None:
+    results = on_every_engine(spark, lambda env: sorted(
+        BUILT_IN_WINDOWS[window](timed(env).key_by(lambda r: r[0])).execute_and_collect()), mode=mode)
     assert results["spark"] == results["polars"] == results["record-by-record"]
     assert len(results["spark"]) >= 7 * 4
 

@@ -1,0 +1,90 @@
+"""The operator side of :class:`~slipstream.datastream.bootstrap.KeyedStateBootstrapFunction`.
+
+:class:`BootstrapBacklog` keeps a keyed process operator's backlog as polars frames (Arrow
+batches as they are, row batches converted once per batch) and, at the switch, calls the
+function's ``process_backlog`` once with all of them and installs the state it returns, column
+by column, into the operator's ``ValueState`` tables.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from slipstream.datastream.fields import FieldKey
+from slipstream.datastream.state import ValueStateDescriptor
+from slipstream.datastream.typeinfo import Row
+from slipstream.errors import InvalidProgramError, SlipstreamError
+from slipstream.operators.base import StreamOperator
+from slipstream.operators.elements import RecordBatch
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+def frame_of(batch: RecordBatch) -> pl.DataFrame:
+    """A batch's records as a polars frame: Arrow as it is; named rows and dicts by field name;
+    tuples and scalars as ``f0``, ``f1``, …"""
+    import polars as pl  # here, not at import: see slipstream.operators.columnar_backlog
+    if batch.arrow is not None:
+        return pl.DataFrame(pl.from_arrow(batch.arrow))
+    values = batch.values
+    first = values[0]
+    if isinstance(first, Row) and first._fields is not None:
+        return pl.DataFrame([row.as_dict() for row in values])
+    if isinstance(first, dict):
+        return pl.DataFrame(values)
+    if isinstance(first, (tuple, list, Row)):
+        return pl.DataFrame([tuple(value) for value in values], orient="row",
+                            schema=[f"f{index}" for index in range(len(first))])
+    return pl.DataFrame({"f0": values})
+
+
+class BootstrapBacklog:
+    """One keyed process operator's backlog, for its function's ``process_backlog``."""
+
+    def __init__(self, operator: StreamOperator, key_selector: Any) -> None:
+        if not isinstance(key_selector, FieldKey):
+            raise InvalidProgramError(
+                f"operator '{operator.ctx.name}': a KeyedStateBootstrapFunction needs a stream keyed by a "
+                f"field (key_by('name') or key_by(position)), so its backlog frame has a key column; got "
+                f"{key_selector!r}")
+        self.operator = operator
+        self.field = key_selector.field
+        self.frames: list[pl.DataFrame] = []
+
+    def add(self, batch: RecordBatch) -> None:
+        if len(batch):
+            self.frames.append(frame_of(batch))
+
+    def run(self, process_backlog: Any) -> None:
+        """Call ``process_backlog`` with the whole backlog and install the state it returns."""
+        import polars as pl
+        frames, self.frames = self.frames, []
+        if not frames:
+            return
+        frame = pl.concat(frames, how="vertical_relaxed")
+        key = self.field if isinstance(self.field, str) else frame.columns[self.field]
+        operator = self.operator
+        state = operator.call_user(process_backlog, frame, what="process_backlog()")
+        if not isinstance(state, pl.DataFrame) or key not in state.columns:
+            raise SlipstreamError(f"operator '{operator.ctx.name}': process_backlog must return a polars DataFrame "
+                                  f"with the key column {key!r} and a column per ValueState, got {state!r}"[:400])
+        self._install(state, key, set(frame[key].to_list()))
+
+    def _install(self, state: pl.DataFrame, key: str, keys: set[Any]) -> None:
+        operator = self.operator
+        state_keys = state[key].to_list()
+        if len(set(state_keys)) != len(state_keys) or not keys.issuperset(state_keys):
+            stray = next((k for k in state_keys if k not in keys), None)
+            problem = f"state for key {stray!r}, which is not in its backlog" if stray is not None \
+                else "more than one row for a key"
+            raise SlipstreamError(f"operator '{operator.ctx.name}': process_backlog returned {problem}; it returns "
+                                  "one row per key of the frame it was given")
+        backend = operator.ctx.keyed_backend
+        for name in state.columns:
+            if name == key:
+                continue
+            _, put = backend.value_accessors(ValueStateDescriptor(name))
+            for k, value in zip(state_keys, state[name].to_list()):
+                if value is not None:
+                    put(k, value)

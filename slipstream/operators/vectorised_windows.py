@@ -1,0 +1,382 @@
+"""Built-in window aggregations over a sorted backlog, as one polars query.
+
+A keyed event-time window over tumbling or sliding windows with the default trigger, no
+evictor, no allowed lateness and no late-data side output, reduced by a built-in
+:class:`~slipstream.datastream.aggregation.AggregationFunction` (``window(...).sum(f)`` and
+friends), does not need its backlog replayed record by record through window state, triggers
+and timers: which windows fire at which held watermark, which records are late and what each
+window holds follow from the records' timestamps and intervals. :func:`evaluate_windows`
+computes them from a frame of key (a rank in first-seen order), interval, timestamp, arrival and
+field — a :class:`~slipstream.operators.sort_buffer.SortBuffer`'s field table when the backlog
+is rows, or the columns of an Arrow backlog kept in
+:class:`~slipstream.operators.vectorised_reduce.IntervalColumns`, whose results are then emitted
+as Arrow, never as rows — and returns:
+
+* the windows that fire, each with the held watermark that fires it, in the order the replay's
+  timers would fire them (by that watermark, then window end, then the order their first
+  records registered their timers: interval, key first seen, arrival);
+* the windows still open after the last held watermark, in that registration order, whose
+  contents and timers the operator installs;
+* how many records were late (in every window they belong to, the watermark had passed the end).
+
+STREAMING mode follows the replay interval by interval: a record is late when the watermark it
+arrived at had reached its windows' ends, and a window fires at the first held watermark at or
+past its end. BATCH mode follows the key-by-key replay: records fold in timestamp order (then
+arrival), only the watermark before the backlog can make them late, and windows fire at the
+last held watermark. Each window's value folds its records as the reducing state would: a sum
+(sequential for floats), the minimum or maximum with the other fields of the first record, or the
+first record holding the extreme.
+
+Count windows (tumbling or sliding, their own purging count trigger) are numbered per key
+(:func:`evaluate_count_windows`): a window fires as the record that fills it arrives, and the
+open ones keep their contents, their trigger's count and the key's count of records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from slipstream.datastream.aggregation import AggregationFunction
+from slipstream.datastream.columnar import rows_from_arrow
+from slipstream.datastream.fields import replace_field
+from slipstream.datastream.time import MAX_TIMESTAMP
+from slipstream.datastream.window import (
+    CountSlidingWindowAssigner,
+    CountTrigger,
+    CountTumblingWindowAssigner,
+    CountWindow,
+    EventTimeTrigger,
+    PurgingTrigger,
+    SlidingEventTimeWindows,
+    TimeWindow,
+    TumblingEventTimeWindows,
+)
+from slipstream.operators.base import count_and_warn
+from slipstream.operators.columnar_backlog import (
+    INTERVAL_COLUMN,
+    SEQ_COLUMN,
+    IntervalColumns,
+    arrow_batches,
+    records_of,
+)
+from slipstream.operators.columnar_buffer import TS_COLUMN
+from slipstream.operators.elements import RecordBatch
+from slipstream.operators.sort_buffer import SortBuffer
+from slipstream.operators.vectorised_reduce import INT_TYPES, narrowed, vectorisable_field
+from slipstream.operators.window import LATE_DROPPED_METRIC
+
+if TYPE_CHECKING:
+    from slipstream.operators.window import WindowOperator
+
+NULL_FIRST = np.iinfo(np.int64).min
+"""What a null timestamp sorts as: before every timestamp."""
+FIRE_COLUMN = "fire"
+"""The index of the held watermark that fires a window."""
+
+
+def window_pairs(frame: pl.DataFrame, size: int, slide: int, offset: int) -> pl.DataFrame:
+    """``frame`` with one row per (record, window): ``start`` of each window holding the record,
+    the windows of one record latest first (as the assigner lists them)."""
+    stamps = frame["ts"].to_numpy()
+    last_start = stamps - np.mod(stamps - offset, slide)
+    count = -(-size // slide)
+    starts = np.stack([last_start - step * slide for step in range(count)], axis=1).ravel()
+    rows = np.repeat(np.arange(frame.height), count)
+    keep = starts > np.repeat(stamps, count) - size
+    return frame[rows[keep]].with_columns(pl.Series("start", starts[keep], dtype=pl.Int64))
+
+
+def evaluate_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, offset: int, held: list[int],
+                     batch_mode: bool) -> tuple[pl.DataFrame, pl.DataFrame, int] | None:
+    """Fired windows, open windows and the count of late records (see the module docstring);
+    None when a record has no timestamp (the replay reports it).
+
+    Both frames have ``key`` (id), ``start``, ``value`` (the aggregated field, or null for
+    ``min_by``/``max_by``) and ``pick`` (the arrival number of the record the result is based
+    on); fired windows also :data:`FIRE_COLUMN`.
+    """
+    if frame["ts"].null_count():
+        return None
+    marks = np.asarray(held, dtype=np.int64)
+    seen = np.full(frame.height, marks[0]) if batch_mode else marks[frame["interval"].to_numpy()]
+    frame = frame.with_columns(pl.Series("seen", seen))
+    pairs = window_pairs(frame, size, slide, offset).with_columns(last=pl.col("start") + (size - 1))
+    kept = pairs.filter(pl.col("last") > pl.col("seen"))
+    late = frame.height - kept["seq"].n_unique()
+    fold = ["ts", "seq"] if batch_mode else ["seq"]
+    folded, values = _fold(_in_order(kept, fold), kind)
+    windows = folded.group_by(["key", "start"]).agg(
+        *values, pl.col("seq").first().alias("first_seq"), pl.col("interval").first().alias("first_interval"),
+        pl.col("ts").first().alias("first_ts"), pl.col("last").first())
+    fire = np.searchsorted(marks, windows["last"].to_numpy(), side="left")
+    if batch_mode:
+        fire = np.where(windows["last"].to_numpy() <= marks[-1], len(marks) - 1, len(marks))
+    windows = windows.with_columns(pl.Series(FIRE_COLUMN, fire, dtype=pl.Int64))
+    # The order timers were registered in: a window's first record's place in the replay (interval,
+    # then key, in STREAMING; key, then time, in BATCH). Windows that fire together are ordered by
+    # end, then that; their fire index grows with their end, and two of them never share key and end.
+    keys = int(windows["key"].max() or 0) + 1
+    windows = windows.with_columns((pl.col("first_interval") * keys + pl.col("key")).alias("registered"))
+    registered = ["key", "first_ts", "first_seq"] if batch_mode else ["registered", "first_seq"]
+    fired = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) < len(marks)), ["last", registered[0]])
+    still_open = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) >= len(marks)), registered + ["start"],
+                            descending="start")
+    return fired, still_open, late
+
+
+def evaluate_count_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int,
+                           batch_mode: bool) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Count windows of each key's records in their fold order (arrival; BATCH: timestamp, then
+    arrival): window ``i`` holds records ``i*slide .. i*slide+size-1`` and fires as its last arrives.
+
+    Returns the fired windows (``key``, ``start`` — the window's number —, ``value``, ``pick``,
+    :data:`FIRE_COLUMN` — the interval of the record that fills it — and ``last``, the window's
+    timestamp) in the replay's order, the open windows (with their ``count``) and each key's
+    number of records (``key``, ``count``)."""
+    frame = _in_order(frame, ["ts", "seq"] if batch_mode else ["seq"])
+    frame = frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("key").alias("n"))
+    numbers = frame["n"].to_numpy()
+    steps = -(-size // slide)
+    starts = np.stack([numbers // slide - step for step in range(steps)], axis=1).ravel()
+    rows = np.repeat(np.arange(frame.height), steps)
+    keep = (starts >= 0) & (starts * slide + size > np.repeat(numbers, steps))
+    pairs = frame[rows[keep]].with_columns(pl.Series("start", starts[keep], dtype=pl.Int64))
+    folded, values = _fold(pairs, kind)
+    windows = folded.group_by(["key", "start"]).agg(
+        *values, pl.len().alias("count"), pl.col("interval").last().alias(FIRE_COLUMN),
+        pl.col("ts").last().alias("fire_ts"), pl.col("seq").last().alias("fire_seq"))
+    windows = windows.with_columns(pl.lit(MAX_TIMESTAMP, dtype=pl.Int64).alias("last"))
+    order = ["key", "fire_ts", "fire_seq"] if batch_mode else [FIRE_COLUMN, "key", "fire_seq"]
+    fired = _lexsorted(windows.filter(pl.col("count") == size), order)
+    if batch_mode:
+        fired = fired.with_columns(pl.lit(0, dtype=pl.Int64).alias(FIRE_COLUMN))
+    still_open = _lexsorted(windows.filter(pl.col("count") < size), ["key", "start"])
+    totals = frame.group_by("key").agg(pl.len().cast(pl.Int64).alias("count"))
+    return fired, still_open, totals
+
+
+def _lexsorted(frame: pl.DataFrame, by: list[str], descending: str | None = None) -> pl.DataFrame:
+    """``frame`` sorted by the integer columns ``by`` (nulls first; the column ``descending`` in
+    descending order) with numpy's lexsort: several times faster than a multi-column sort here."""
+    if frame.height < 2:
+        return frame
+    keys = []
+    for name in reversed(by):
+        values = frame[name].fill_null(NULL_FIRST).to_numpy()
+        keys.append(-values if name == descending else values)
+    return frame[np.lexsort(keys)]
+
+
+def _in_order(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """``frame`` sorted by ``by`` (records without a timestamp first), unless it already is by arrival."""
+    if by == ["seq"] and frame["seq"].is_sorted():
+        return frame
+    return frame.sort(by, nulls_last=False)
+
+
+def _fold(frame: pl.DataFrame, kind: str) -> tuple[pl.DataFrame, list[pl.Expr]]:
+    """What each window's records (rows of ``frame`` in the order they fold) fold into: ``value``
+    and ``pick``. A float sum adds in that order (a running sum over the window, its last value),
+    as the reducing state does; the rest does not depend on how polars adds or compares."""
+    field, seq = pl.col("field"), pl.col("seq")
+    if kind == "sum" and frame.schema["field"].is_float():
+        frame = frame.with_columns(field.cum_sum().over(["key", "start"]).alias("running"))
+        return frame, [pl.col("running").last().alias("value"), seq.first().alias("pick")]
+    if kind in ("sum", "min", "max"):
+        return frame, [getattr(field, kind)().alias("value"), seq.first().alias("pick")]
+    extreme = field.arg_min() if kind == "min_by" else field.arg_max()
+    return frame, [pl.lit(None).alias("value"), seq.get(extreme).alias("pick")]
+
+
+def builtin_aggregation(operator: WindowOperator) -> tuple[str, int | str] | None:
+    """The built-in aggregation whose backlog ``operator`` may run as one query; None: replay it."""
+    function = operator.function
+    if (operator.kind != "reduce" or not isinstance(function, AggregationFunction)
+            or operator.window_function is not None or operator.evictor is not None
+            or operator.late_data_tag is not None or not (_time_windows(operator) or _count_windows(operator))):
+        return None
+    return function.aggregation
+
+
+def _time_windows(operator: WindowOperator) -> bool:
+    """Tumbling or sliding event-time windows with their own trigger and no allowed lateness."""
+    return (type(operator.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
+            and type(operator.trigger) is EventTimeTrigger and not operator.allowed_lateness)
+
+
+def _count_windows(operator: WindowOperator) -> bool:
+    """Tumbling or sliding count windows with their own trigger (purging, at the window's size)."""
+    trigger, assigner = operator.trigger, operator.assigner
+    return (type(assigner) in (CountTumblingWindowAssigner, CountSlidingWindowAssigner)
+            and type(trigger) is PurgingTrigger and type(trigger.nested_trigger) is CountTrigger
+            and trigger.nested_trigger.count == assigner.size)
+
+
+def run_window_aggregation(operator: WindowOperator, buffer: SortBuffer) -> bool:
+    """Run ``operator``'s row backlog as one query (see :func:`_run`); False when the field is not
+    one polars computes as Python does (:meth:`SortBuffer.field_table` is None)."""
+    table = buffer.field_table() if builtin_aggregation(operator) is not None else None
+    if table is None:
+        return False
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return _run(operator, frame, _RowResults(buffer, operator))
+
+
+def run_columnar_window_aggregation(operator: WindowOperator, columns: IntervalColumns,
+                                    frames: list[pl.DataFrame]) -> bool:
+    """Run ``operator``'s Arrow backlog as one query, its results emitted as Arrow (see :func:`_run`);
+    False when its field is not one polars computes as Python does."""
+    frame = pl.concat(frames, rechunk=False)
+    key, field = columns.key_name(), columns.field
+    if field is None or not vectorisable_field(frame[field], columns.kind):
+        return False
+    if TS_COLUMN not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(TS_COLUMN))
+    table = frame.select(pl.col(SEQ_COLUMN).min().over(key).alias("key"), pl.col(INTERVAL_COLUMN).alias("interval"),
+                         pl.col(TS_COLUMN).alias("ts"), pl.col(SEQ_COLUMN).alias("seq"), pl.col(field).alias("field"))
+    return _run(operator, table, _ColumnResults(frame, key, field, columns.kind))
+
+
+def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _ColumnResults) -> bool:
+    """Emit the windows that fire where the replay would, count the late records, install the open
+    windows' contents, trigger state and timers. False (nothing done) for a record without a
+    timestamp (time windows), or windows, timers or counts the operator already holds."""
+    assigner = operator.assigner
+    kind = builtin_aggregation(operator)[0]  # type: ignore[index]
+    batch_mode = operator.ctx.batch_mode
+    slide = getattr(assigner, "slide", assigner.size)
+    if operator.timers.num_event_time_timers():
+        return False
+    if _count_windows(operator):
+        if list(operator.backend.keys(assigner._counter.name)):
+            return False
+        fired, still_open, totals = evaluate_count_windows(table, kind, size=assigner.size, slide=slide,
+                                                           batch_mode=batch_mode)
+        _, put = operator.backend.value_accessors(assigner._counter)
+        for key, count in zip(*results.keys_and_values(totals, "count")):
+            put(key, count)
+    else:
+        evaluated = evaluate_windows(table, kind, size=assigner.size, slide=slide, offset=assigner.offset,
+                                     held=operator.held_watermarks, batch_mode=batch_mode)
+        if evaluated is None:
+            return False
+        fired, still_open, late = evaluated
+        _count_late(operator, late)
+    operator.count_vectorised(table.height)
+    results.read(fired, still_open)
+    _emit(operator, fired, results, before_watermark=not _count_windows(operator))
+    _install(operator, still_open, results)
+    return True
+
+
+def _count_late(operator: WindowOperator, late: int) -> None:
+    if late:
+        count_and_warn(operator.ctx.metrics, LATE_DROPPED_METRIC, late, lambda: (
+            f"window operator '{operator.ctx.name}' dropped {late} late record(s) of its backlog; late records "
+            f"are counted in {LATE_DROPPED_METRIC} (set allowed_lateness, or side_output_late_data to keep them)"))
+
+
+def _emit(operator: WindowOperator, fired: pl.DataFrame, results: _RowResults | _ColumnResults, *,
+          before_watermark: bool) -> None:
+    """Emit fired windows (their ``last`` is the timestamp) group by group of :data:`FIRE_COLUMN`: after
+    the held watermarks before it, and before (time windows) or after (count windows) its own."""
+    batch_mode = operator.ctx.batch_mode
+    if batch_mode:
+        operator.apply_held_watermarks_but_the_last()
+    for (fire,), part in fired.partition_by(FIRE_COLUMN, maintain_order=True, as_dict=True).items():
+        if not batch_mode:
+            operator.apply_held_watermarks(fire - 1 if before_watermark else fire)
+        for batch in results.batches(part):
+            operator.output.collect_batch(batch)
+
+
+def _install(operator: WindowOperator, still_open: pl.DataFrame, results: _RowResults | _ColumnResults) -> None:
+    """Open windows become window contents: with their timer (time windows), or with their trigger's
+    count (count windows), in the order the replay would have registered them."""
+    count_windows = _count_windows(operator)
+    seen = operator.backend.get_state(operator.trigger.nested_trigger.state_desc, namespaced=True) \
+        if count_windows else None
+    size = operator.assigner.size
+    keys, values = results.keys_and_values(still_open, None)
+    for key, start, value, count in zip(keys, still_open["start"].to_list(), values,
+                                        still_open["count"].to_list() if count_windows else keys):
+        operator.backend.set_current_key(key)
+        window = CountWindow(start) if count_windows else TimeWindow(start, start + size)
+        contents = operator.contents
+        contents.set_current_namespace(window)
+        contents.add(value)
+        if seen is not None:
+            seen.set_current_namespace(window)
+            seen.add(count)
+        else:
+            operator.timers.register_event_time_timer(window, window.max_timestamp())
+
+
+class _RowResults:
+    """Window results from a sort buffer's records: the picked record, its field replaced by the value."""
+
+    def __init__(self, buffer: SortBuffer, operator: WindowOperator) -> None:
+        self.buffer = buffer
+        self.kind, self.field = builtin_aggregation(operator)  # type: ignore[misc]
+        self.records: dict[int, Any] = {}
+
+    def read(self, fired: pl.DataFrame, still_open: pl.DataFrame) -> None:
+        self.records = self.buffer.values_at(fired["pick"].to_list() + still_open["pick"].to_list())
+
+    def values(self, windows: pl.DataFrame) -> list[Any]:
+        picks = windows["pick"].to_list()
+        if self.kind in ("min_by", "max_by"):
+            return [self.records[pick] for pick in picks]
+        return [replace_field(self.records[pick], self.field, value)
+                for pick, value in zip(picks, windows["value"].to_list())]
+
+    def batches(self, windows: pl.DataFrame) -> Iterator[RecordBatch]:
+        yield RecordBatch(self.values(windows), windows["last"].to_list())
+
+    def keys_and_values(self, windows: pl.DataFrame, column: str | None) -> tuple[list[Any], list[Any]]:
+        """The windows' keys, and their values (or their ``column``)."""
+        keys = [self.buffer.key_of(key_id) for key_id in windows["key"].to_list()]
+        return keys, self.values(windows) if column is None else windows[column].to_list()
+
+
+class _ColumnResults:
+    """Window results from an Arrow backlog: the picked rows, their field replaced, as Arrow."""
+
+    def __init__(self, frame: pl.DataFrame, key: str, field: str, kind: str) -> None:
+        self.frame, self.key, self.field, self.kind = frame, key, field, kind
+
+    def read(self, fired: pl.DataFrame, still_open: pl.DataFrame) -> None:
+        """Pick every fired window's record at once (one join); :meth:`batches` hands them out in order."""
+        self._fired = self.picked(fired).select(self.frame.columns)
+        self._handed = 0
+
+    def picked(self, windows: pl.DataFrame) -> pl.DataFrame:
+        """The record of each window (in its order), with its field replaced unless the kind picks records."""
+        order = windows.select(pl.col("pick").alias(SEQ_COLUMN), pl.col("value").alias("__value"),
+                               pl.col("last").alias("__last"))
+        rows = order.join(self.frame, on=SEQ_COLUMN, how="left", maintain_order="left")
+        if self.kind not in ("min_by", "max_by"):
+            dtype = self.frame.schema[self.field]
+            rows = narrowed(rows.with_columns(pl.col("__value").cast(pl.Int64 if dtype in INT_TYPES else dtype)
+                                              .alias(self.field)), self.field, dtype)
+        return rows.with_columns(pl.col("__last").alias(TS_COLUMN)).drop("__value", "__last")
+
+    def batches(self, windows: pl.DataFrame) -> Iterator[RecordBatch]:
+        """The next ``windows.height`` fired windows' records (``windows`` come in the order read)."""
+        part = self._fired.slice(self._handed, windows.height)
+        self._handed += windows.height
+        for batch, stamps in arrow_batches(part):
+            yield RecordBatch(None, stamps, arrow=batch)
+
+    def keys_and_values(self, windows: pl.DataFrame, column: str | None) -> tuple[list[Any], list[Any]]:
+        if column is not None:
+            keys = windows.select(pl.col("key").alias(SEQ_COLUMN)).join(
+                self.frame.select(SEQ_COLUMN, self.key), on=SEQ_COLUMN, how="left", maintain_order="left")
+            return keys[self.key].to_list(), windows[column].to_list()
+        picked = self.picked(windows)
+        return picked[self.key].to_list(), rows_from_arrow(records_of(picked.select(self.frame.columns)))

@@ -1,0 +1,129 @@
+"""A KeyedProcessFunction that is also a KeyedStateBootstrapFunction gets its backlog as one polars
+DataFrame (``process_backlog``) and returns each key's state: nothing is emitted for the backlog, the
+state is installed at the switch, and the stream continues from it record by record, at every
+parallelism."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from test_backlog_switch import BACKLOG, LIVE, Driver, transformation_of
+
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
+from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.iterator import CollectionSource, IteratorSource
+from slipstream.datastream.functions import KeyedProcessFunction
+from slipstream.datastream.state import ValueStateDescriptor
+from slipstream.errors import InvalidProgramError, SlipstreamError
+from slipstream.operators.elements import RecordBatch
+
+
+class Totals(KeyedProcessFunction, KeyedStateBootstrapFunction):
+    """Running totals and counts per user; the backlog's come from one group_by."""
+
+    calls = 0
+
+    def open(self, runtime_context: Any) -> None:
+        self.total = runtime_context.get_state(ValueStateDescriptor("total"))
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_backlog(self, frame: pl.DataFrame) -> pl.DataFrame:
+        Totals.calls += 1
+        return frame.group_by("user").agg(pl.col("amount").sum().alias("total"), pl.len().alias("count"))
+
+    def process_element(self, value: Any, ctx: Any):
+        total = (self.total.value() or 0) + value["amount"]
+        count = (self.count.value() or 0) + 1
+        self.total.update(total)
+        self.count.update(count)
+        yield value["user"], total, count
+
+
+def history(seed: int, n: int = 300) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [{"user": rng.randrange(20), "amount": rng.randint(1, 50)} for _ in range(n)]
+
+
+def oracle(backlog: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    totals: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for record in backlog:
+        totals[record["user"]][0] += record["amount"]
+        totals[record["user"]][1] += 1
+    out = []
+    for record in live:
+        state = totals[record["user"]]
+        state[0] += record["amount"]
+        state[1] += 1
+        out.append((record["user"], state[0], state[1]))
+    return out
+
+
+@pytest.mark.parametrize("arrow", [True, False])
+@pytest.mark.parametrize("batch_mode", [False, True])
+def test_the_backlog_becomes_state_in_one_call_and_the_stream_goes_on_from_it(arrow: bool, batch_mode: bool) -> None:
+    backlog, live = history(1), history(2, n=40)
+    Totals.calls = 0
+    driver = Driver(transformation_of(lambda env: env.from_collection([]).key_by("user").process(Totals())),
+                    batch_mode=batch_mode).attributes(BACKLOG)
+    for start in range(0, len(backlog), 64):
+        chunk = backlog[start:start + 64]
+        driver.operator.process_batch(RecordBatch(None, None, arrow=pa.Table.from_pylist(chunk)) if arrow
+                                      else RecordBatch(chunk))
+        driver.watermark(start)
+    assert driver.operator.is_checkpoint_blocked() is not None
+    driver.watermark(10_000).attributes(LIVE)
+    assert Totals.calls == 1 and driver.out.records == []  # one call, no output for the backlog
+    driver.push([(record, None) for record in live])
+    assert [tuple(v) for v, _ in driver.out.records] == oracle(backlog, live)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_a_hybrid_job_bootstraps_each_subtasks_keys(parallelism: int, seed: int) -> None:
+    backlog, live = history(seed), history(seed + 100, n=60)
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.configure(scheduler_seed=seed)
+    Totals.calls = 0
+    source = HybridSource.builder(CollectionSource(backlog)).add_source(IteratorSource(live, bounded=False)).build()
+    results = list(env.from_source(source, None, "transactions").key_by("user").process(Totals())
+                   .execute_and_collect())
+    by_user: dict[int, list[tuple]] = defaultdict(list)
+    for result in results:
+        by_user[result[0]].append(tuple(result))
+    expected: dict[int, list[tuple]] = defaultdict(list)
+    for result in oracle(backlog, live):
+        expected[result[0]].append(result)
+    assert by_user == expected
+    assert 1 <= Totals.calls <= parallelism  # once per subtask that had backlog: no per-record calls for it
+
+
+def test_a_bootstrap_function_needs_a_stream_keyed_by_a_field() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(InvalidProgramError, match="key the stream by a field"):
+        env.from_collection([{"user": 1}]).key_by(lambda r: r["user"]).process(Totals())
+
+
+class Stray(Totals):
+    def process_backlog(self, frame: pl.DataFrame) -> pl.DataFrame:
+        return pl.DataFrame({"user": [-1], "total": [0]})
+
+
+class NotAFrame(Totals):
+    def process_backlog(self, frame: pl.DataFrame) -> Any:
+        return {"user": 1}
+
+
+@pytest.mark.parametrize("function, message", [(Stray(), "state for key -1, which is not in its backlog"),
+                                               (NotAFrame(), "must return a polars DataFrame")])
+def test_what_process_backlog_returns_is_checked(function: Totals, message: str) -> None:
+    driver = Driver(transformation_of(lambda env: env.from_collection([]).key_by("user").process(function)),
+                    batch_mode=False).attributes(BACKLOG)
+    driver.operator.process_batch(RecordBatch(history(3, n=5)))
+    with pytest.raises(SlipstreamError, match=message):
+        driver.attributes(LIVE)

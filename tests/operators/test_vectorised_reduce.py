@@ -1,0 +1,264 @@
+"""Keyed built-in aggregations over an Arrow backlog run as one polars query: the switch emits
+exactly what replaying the same backlog as rows emits (same records, same order, same watermarks),
+what streaming it record by record gives per key and per watermark, and what a plain-Python
+rolling fold gives; the accumulators it installs carry the stream on across the switch."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from test_backlog_switch import BACKLOG, LIVE, Driver, transformation_of
+
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream.connectors.arrow import ArrowSource
+from slipstream.datastream.time import MAX_WATERMARK, Watermark
+from slipstream.datastream.transformations import Transformation
+from slipstream.operators.elements import RecordBatch
+from slipstream.operators.backlog import VECTORISED_METRIC
+
+KINDS = ["sum", "min", "max", "min_by", "max_by"]
+
+
+def aggregation(kind: str, key: Any = "k", field: Any = "v") -> Transformation:
+    return transformation_of(lambda env: getattr(env.from_collection([]).key_by(key), kind)(field))
+
+
+def backlog(seed: int, batches: int = 12, size: int = 9, keys: int = 5, value: str = "int") -> list[pa.Table]:
+    """Arrow batches of ``k``, ``v`` and ``i`` (arrival number), timestamps in ``ts`` (dropped on push)."""
+    rng = random.Random(seed)
+    draw = {"int": lambda: rng.randint(-20, 20), "float": lambda: rng.choice([0.5, 1.25, -3.0, 7.75, 2.0, 0.1])}[value]
+    tables, count = [], 0
+    for _ in range(batches):
+        rows = [(rng.randrange(keys), draw(), count + j, rng.randrange(0, 400)) for j in range(size)]
+        count += size
+        tables.append(pa.table({name: [row[i] for row in rows] for i, name in enumerate(("k", "v", "i", "ts"))}))
+    return tables
+
+
+def drive(transformation: Transformation, tables: list[pa.Table], *, arrow: bool, batch_mode: bool,
+          sorting: bool = True, budget: int = 1_000_000, spill_dir: str | None = None) -> Driver:
+    """Backlog the tables (as Arrow or as rows), a watermark after each, then end the input."""
+    driver = Driver(transformation, sorting=sorting, batch_mode=batch_mode, budget=budget, spill_dir=spill_dir)
+    driver.attributes(BACKLOG)
+    for table in tables:
+        stamps = table.column("ts").to_pylist()
+        records = table.drop_columns(["ts"])
+        batch = RecordBatch(None, stamps, arrow=records) if arrow else RecordBatch(RecordBatch(arrow=records).values,
+                                                                                   stamps)
+        driver.operator.process_batch(batch)
+        driver.watermark(max(stamps) - 150)
+    return driver.end()
+
+
+def segments(events: list[Any]) -> list[list[Any]]:
+    """The records between watermarks, each segment's in a canonical order (order across keys may differ)."""
+    parts: list[list[Any]] = [[]]
+    for event in events:
+        if isinstance(event, Watermark):
+            parts.append([])
+        elif isinstance(event, tuple):
+            parts[-1].append((tuple(event[1]), event[2]))
+    return [sorted(part) for part in parts]
+
+
+def records_of(tables: list[pa.Table], by_time: bool = False) -> list[tuple]:
+    """The backlog's ``(k, v, i)`` records in arrival order (or by timestamp, then arrival: BATCH)."""
+    records = [(k, v, i, ts) for table in tables
+               for k, v, i, ts in zip(*(table.column(name).to_pylist() for name in ("k", "v", "i", "ts")))]
+    if by_time:
+        records.sort(key=lambda r: (r[3], r[2]))
+    return [record[:3] for record in records]
+
+
+def python_rolling(kind: str, records: list[tuple]) -> list[tuple]:
+    """The oracle: what a rolling ``kind`` emits for each record, folded by hand in this order."""
+    state: dict[int, tuple] = {}
+    out: list[tuple] = []
+    for record in records:
+        k, v, _ = record
+        current = state.get(k)
+        if current is None:
+            current = record
+        elif kind == "sum":
+            current = (current[0], current[1] + v, current[2])
+        elif kind in ("min", "max"):
+            better = v < current[1] if kind == "min" else v > current[1]
+            current = (current[0], v, current[2]) if better else current
+        else:
+            better = v < current[1] if kind == "min_by" else v > current[1]
+            current = record if better else current
+        state[k] = current
+        out.append(current)
+    return out
+
+
+def by_key(records: list[tuple]) -> dict[int, list[tuple]]:
+    grouped: dict[int, list[tuple]] = defaultdict(list)
+    for record in records:
+        grouped[record[0]].append(tuple(record))
+    return dict(grouped)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("value", ["int", "float"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_streaming_switch_on_columns_equals_the_row_replay_and_streaming(kind: str, value: str, seed: int) -> None:
+    tables = backlog(seed, value=value)
+    transformation = aggregation(kind)
+    columnar = drive(transformation, tables, arrow=True, batch_mode=False)
+    assert columnar.ctx.metrics[VECTORISED_METRIC] == sum(t.num_rows for t in tables)
+    rows = drive(transformation, tables, arrow=False, batch_mode=False)
+    assert VECTORISED_METRIC not in rows.ctx.metrics
+    assert columnar.out.events == rows.out.events  # same records, same order, same watermarks
+    streamed = drive(transformation, tables, arrow=False, batch_mode=False, sorting=False)
+    assert segments(columnar.out.events) == segments(streamed.out.events)
+    assert by_key([record for record, _ in columnar.out.records]) == by_key(python_rolling(kind, records_of(tables)))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("budget", [1, 1_000_000])
+@pytest.mark.parametrize("value", ["int", "float"])
+def test_batch_switch_on_columns_equals_the_row_path(kind: str, budget: int, value: str, tmp_path: Any) -> None:
+    tables = backlog(7, value=value)
+    transformation = aggregation(kind)
+    columnar = drive(transformation, tables, arrow=True, batch_mode=True, budget=budget, spill_dir=str(tmp_path))
+    rows = drive(transformation, tables, arrow=False, batch_mode=True)
+    assert columnar.ctx.metrics[VECTORISED_METRIC] == sum(t.num_rows for t in tables)
+    assert columnar.out.events == rows.out.events
+    if budget == 1:
+        assert columnar.ctx.metrics["spilled_bytes"] > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("batch_mode", [False, True])
+def test_the_stream_continues_from_the_accumulators_the_query_installed(kind: str, batch_mode: bool) -> None:
+    tables = backlog(11)
+    transformation = aggregation(kind)
+    live = [((k, v, 1000 + n), 5000 + n) for n, (k, v) in enumerate([(0, -50), (4, 60), (2, 0), (9, 3), (0, 70)])]
+    columnar = drive_then_live(transformation, tables, live, arrow=True, batch_mode=batch_mode)
+    rows = drive_then_live(transformation, tables, live, arrow=False, batch_mode=batch_mode)
+    assert columnar[-len(live):] == rows[-len(live):]
+    oracle = python_rolling(kind, records_of(tables, by_time=batch_mode) + [record for record, _ in live])
+    assert [tuple(v) for v, _ in columnar[-len(live):]] == oracle[-len(live):]
+
+
+def drive_then_live(transformation: Transformation, tables: list[pa.Table], live: list, *, arrow: bool,
+                    batch_mode: bool) -> list:
+    """Backlog, switch on the last watermark, then the live records one batch as rows."""
+    driver = Driver(transformation, batch_mode=batch_mode).attributes(BACKLOG)
+    for table in tables:
+        records = table.drop_columns(["ts"])
+        stamps = table.column("ts").to_pylist()
+        driver.operator.process_batch(RecordBatch(None, stamps, arrow=records) if arrow
+                                      else RecordBatch(RecordBatch(arrow=records).values, stamps))
+    driver.watermark(1000).attributes(LIVE)
+    assert driver.operator.is_checkpoint_blocked() is None
+    driver.push([(RecordBatch(arrow=pa.table({"k": [v[0]], "v": [v[1]], "i": [v[2]]})).values[0], ts)
+                 for v, ts in live], batch=len(live))
+    return driver.out.records
+
+
+@pytest.mark.parametrize("case", ["null", "nan", "negative zero", "overflow", "string", "restored state",
+                                  "rows midway"])
+def test_what_polars_would_compute_differently_goes_back_to_rows(case: str) -> None:
+    kind = "sum" if case in ("overflow", "null") else "min"
+    tables = backlog(5, batches=4, value="float" if case in ("nan", "negative zero") else "int")
+    first = tables[0].to_pydict()
+    if case == "null":
+        first["v"][3] = None
+    elif case == "nan":
+        first["v"][3] = math.nan
+    elif case == "negative zero":
+        first["v"][2], first["v"][3] = 0.0, -0.0
+    elif case == "overflow":
+        first["v"][3] = 2 ** 62
+        first["v"][4] = 2 ** 62
+    elif case == "string":
+        first["v"] = [str(v) for v in first["v"]]
+        tables = [pa.table({**t.to_pydict(), "v": [str(v) for v in t.column("v").to_pylist()]}) for t in tables]
+    tables[0] = pa.table(first)
+    transformation = aggregation(kind)
+    results = []
+    for arrow in (True, False):
+        driver = Driver(transformation, batch_mode=False)
+        if case == "restored state":
+            driver.push([(RecordBatch(arrow=pa.table({"k": [1], "v": [-99], "i": [-1]})).values[0], 0)])
+        driver.attributes(BACKLOG)
+        for index, table in enumerate(tables):
+            records, stamps = table.drop_columns(["ts"]), table.column("ts").to_pylist()
+            as_rows = not arrow or (case == "rows midway" and index == 2)
+            driver.operator.process_batch(RecordBatch(RecordBatch(arrow=records).values, stamps) if as_rows
+                                          else RecordBatch(None, stamps, arrow=records))
+            driver.watermark(max(stamps) - 150)
+        if case == "null":
+            with pytest.raises(Exception, match="NoneType|unsupported operand"):
+                driver.end()
+            results.append(None)
+            continue
+        driver.end()
+        assert VECTORISED_METRIC not in driver.ctx.metrics
+        results.append(driver.out.events)
+    assert repr(results[0]) == repr(results[1])  # repr: NaN is not equal to itself
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parametrize("kind", ["sum", "max_by"])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_job_from_an_arrow_source_gives_every_rolling_update(parallelism: int, kind: str, seed: int) -> None:
+    tables = backlog(seed, batches=20, size=50, keys=30)
+    whole = pa.concat_tables(tables)
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.configure(scheduler_seed=seed)
+    source = env.from_source(ArrowSource(whole.drop_columns(["ts"]), batch_size=64), None, "history") \
+        .set_parallelism(1)  # one reader: each key's records reach the aggregation in the table's order
+    results = list(getattr(source.key_by("k"), kind)("v").execute_and_collect())
+    assert by_key(results) == by_key(python_rolling(kind, records_of(tables)))  # each key's in arrival order
+
+
+def test_watermarks_after_the_last_record_still_follow_the_output() -> None:
+    driver = Driver(aggregation("sum"), batch_mode=False).attributes(BACKLOG)
+    driver.operator.process_batch(RecordBatch(None, [5, 6], arrow=pa.table({"k": [1, 2], "v": [3, 4], "i": [0, 1]})))
+    driver.watermark(10).watermark(20).end()
+    assert [e if not isinstance(e, tuple) else e[1][:2] for e in driver.out.events] == \
+        [BACKLOG, [1, 3], [2, 4], Watermark(10), Watermark(20), MAX_WATERMARK, LIVE]
+
+
+@pytest.mark.parametrize("batch_mode", [False, True])
+def test_a_sum_outgrowing_a_narrow_integer_field_is_exact(batch_mode: bool) -> None:
+    table = pa.table({"k": pa.array([1, 1, 2, 1], pa.int32()), "v": pa.array([2_000_000_000] * 4, pa.int32()),
+                      "i": [0, 1, 2, 3], "ts": [0, 1, 2, 3]})
+    columnar = drive(aggregation("sum"), [table], arrow=True, batch_mode=batch_mode)
+    rows = drive(aggregation("sum"), [table], arrow=False, batch_mode=batch_mode)
+    assert columnar.ctx.metrics[VECTORISED_METRIC] == 4
+    assert columnar.out.events == rows.out.events
+    assert max(record[1] for record, _ in columnar.out.records) == 6_000_000_000
+
+
+def test_reduce_with_a_built_in_aggregator_is_the_built_in_aggregation() -> None:
+    from slipstream.datastream.aggregation import AggregationType, ComparableAggregator, SumAggregator
+    assert aggregation("sum").aggregation == ("sum", "v")
+    by_reduce = transformation_of(lambda env: env.from_collection([]).key_by("k").reduce(SumAggregator("v")))
+    assert by_reduce.aggregation == ("sum", "v")
+    tables = backlog(4)
+    assert drive(by_reduce, tables, arrow=True, batch_mode=False).out.events == \
+        drive(aggregation("sum"), tables, arrow=True, batch_mode=False).out.events
+    max_by = transformation_of(lambda env: env.from_collection([]).key_by("k").reduce(
+        ComparableAggregator("v", AggregationType.MAX_BY)))
+    assert max_by.aggregation == ("max_by", "v")
+
+
+def test_the_operators_import_polars_only_when_a_columnar_backlog_is_read() -> None:
+    """polars' SIGINT handler keeps a blocked main thread from seeing Ctrl-C (pola-rs/polars#21739):
+    a job that never reads a columnar backlog must not import it."""
+    import subprocess
+    import sys
+    code = ("import sys; import slipstream.operators.reduce, slipstream.operators.window, "
+            "slipstream.operators.process, slipstream.operators.timestamps, slipstream.runtime.executor; "
+            "print('polars' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
