@@ -63,7 +63,8 @@ def test_a_process_that_froze_objects_itself_is_left_alone() -> None:
         frozen = gc.get_freeze_count()
         assert not gc_policy.job_started()
         gc.collect()
-        assert gc.get_freeze_count() == frozen
+        # not unfrozen (that would empty it); a frozen object may still die by its reference count
+        assert frozen - 100 <= gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
 
