@@ -6,6 +6,7 @@ Mirrors ``pyflink.datastream.state``. State is scoped to the key of the record
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Any, Generic, Iterable, TypeVar
@@ -19,10 +20,14 @@ V = TypeVar("V")
 
 
 class StateTtlConfig:
-    """Time-to-live of state entries, as Flink's ``StateTtlConfig``.
+    """Time-to-live of state entries, as Flink's ``StateTtlConfig``, enforced by the heap backend.
 
-    Accepted by descriptors; entries older than the TTL (by processing time since
-    last write) are treated as absent.
+    An entry (a value, a list element, a map entry) expires ``ttl`` after its last access by
+    processing time; the update type says which accesses count, the visibility whether an
+    expired entry not yet removed may still be returned (once: reading it removes it). Expired
+    entries are removed when read, a few at every state access (``cleanup_incrementally``, on by
+    default with 5 entries, as Flink's heap backend), and left out of checkpoints with
+    ``cleanup_full_snapshot``.
     """
 
     class UpdateType(Enum):
@@ -34,11 +39,19 @@ class StateTtlConfig:
         ReturnExpiredIfNotCleanedUp = 0
         NeverReturnExpired = 1
 
-    def __init__(self, ttl_millis: int, update_type: StateTtlConfig.UpdateType,
-                 visibility: StateTtlConfig.StateVisibility) -> None:
-        self.ttl_millis = ttl_millis
+    class TtlTimeCharacteristic(Enum):
+        ProcessingTime = 0
+
+    def __init__(self, update_type: StateTtlConfig.UpdateType, state_visibility: StateTtlConfig.StateVisibility,
+                 ttl_time_characteristic: StateTtlConfig.TtlTimeCharacteristic, ttl: Time | Duration,
+                 cleanup_strategies: StateTtlConfig.CleanupStrategies) -> None:
+        self.ttl_millis = to_millis(ttl, "TTL")
+        if self.ttl_millis <= 0:
+            raise ValueError(f"a state TTL must be positive, got {self.ttl_millis} ms")
         self.update_type = update_type
-        self.visibility = visibility
+        self.visibility = state_visibility
+        self.ttl_time_characteristic = ttl_time_characteristic
+        self.cleanup_strategies = cleanup_strategies
 
     @staticmethod
     def new_builder(ttl: Time | Duration) -> StateTtlConfig.Builder:
@@ -50,14 +63,30 @@ class StateTtlConfig:
     def get_update_type(self) -> StateTtlConfig.UpdateType:
         return self.update_type
 
+    def get_state_visibility(self) -> StateTtlConfig.StateVisibility:
+        return self.visibility
+
+    def get_ttl_time_characteristic(self) -> StateTtlConfig.TtlTimeCharacteristic:
+        return self.ttl_time_characteristic
+
+    def get_cleanup_strategies(self) -> StateTtlConfig.CleanupStrategies:
+        return self.cleanup_strategies
+
     def is_enabled(self) -> bool:
         return self.update_type != StateTtlConfig.UpdateType.Disabled
 
+    def __repr__(self) -> str:
+        return (f"StateTtlConfig<update_type={self.update_type}, state_visibility={self.visibility}, "
+                f"ttl_time_characteristic={self.ttl_time_characteristic}, ttl={self.ttl_millis} ms>")
+
     class Builder:
         def __init__(self, ttl: Time | Duration) -> None:
-            self._ttl = to_millis(ttl, "TTL")
+            self._ttl = ttl
             self._update = StateTtlConfig.UpdateType.OnCreateAndWrite
             self._visibility = StateTtlConfig.StateVisibility.NeverReturnExpired
+            self._characteristic = StateTtlConfig.TtlTimeCharacteristic.ProcessingTime
+            self._strategies: dict[StateTtlConfig.CleanupStrategies.Strategies, Any] = {}
+            self._in_background = True
 
         def set_update_type(self, update_type: StateTtlConfig.UpdateType) -> StateTtlConfig.Builder:
             self._update = update_type
@@ -79,12 +108,126 @@ class StateTtlConfig:
         def return_expired_if_not_cleaned_up(self) -> StateTtlConfig.Builder:
             return self.set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
 
+        def set_ttl_time_characteristic(self, characteristic: StateTtlConfig.TtlTimeCharacteristic
+                                        ) -> StateTtlConfig.Builder:
+            """Processing time is the only one, as in Flink."""
+            if not isinstance(characteristic, StateTtlConfig.TtlTimeCharacteristic):
+                raise TypeError(f"set_ttl_time_characteristic expects a StateTtlConfig.TtlTimeCharacteristic, "
+                                f"got {characteristic!r}")
+            self._characteristic = characteristic
+            return self
+
+        def use_processing_time(self) -> StateTtlConfig.Builder:
+            return self.set_ttl_time_characteristic(StateTtlConfig.TtlTimeCharacteristic.ProcessingTime)
+
+        def cleanup_full_snapshot(self) -> StateTtlConfig.Builder:
+            """Leave expired entries out of every checkpoint (the state in memory is not changed)."""
+            strategies = StateTtlConfig.CleanupStrategies
+            self._strategies[strategies.Strategies.FULL_STATE_SCAN_SNAPSHOT] = strategies.EMPTY_STRATEGY
+            return self
+
+        def cleanup_incrementally(self, cleanup_size: int, run_cleanup_for_every_record: bool
+                                  ) -> StateTtlConfig.Builder:
+            """Check ``cleanup_size`` entries of the state for expiry at every access to it (and
+            at every record when ``run_cleanup_for_every_record``), going round all its entries."""
+            if not isinstance(cleanup_size, int) or cleanup_size < 0:
+                raise ValueError(f"cleanup_incrementally needs a cleanup size >= 0, got {cleanup_size!r}")
+            strategies = StateTtlConfig.CleanupStrategies
+            self._strategies[strategies.Strategies.INCREMENTAL_CLEANUP] = \
+                strategies.IncrementalCleanupStrategy(cleanup_size, run_cleanup_for_every_record)
+            return self
+
+        def cleanup_in_rocksdb_compact_filter(self, query_time_after_num_entries: int,
+                                              periodic_compaction_time: Time | Duration | None = None
+                                              ) -> StateTtlConfig.Builder:
+            """Kept for RocksDB, which slipstream does not have: warns, and the heap backend's
+            cleanup (on read, incremental, full snapshot) applies."""
+            warnings.warn("StateTtlConfig.cleanup_in_rocksdb_compact_filter has no effect: slipstream keeps "
+                          "keyed state on the heap, where expired entries are removed on read, incrementally "
+                          "and (with cleanup_full_snapshot) left out of checkpoints", stacklevel=2)
+            strategies = StateTtlConfig.CleanupStrategies
+            self._strategies[strategies.Strategies.ROCKSDB_COMPACTION_FILTER] = \
+                strategies.RocksdbCompactFilterCleanupStrategy(query_time_after_num_entries,
+                                                               periodic_compaction_time or Time.days(30))
+            return self
+
+        def disable_cleanup_in_background(self) -> StateTtlConfig.Builder:
+            """No incremental cleanup unless :meth:`cleanup_incrementally` asks for it."""
+            self._in_background = False
+            return self
+
         def set_ttl(self, ttl: Time | Duration) -> StateTtlConfig.Builder:
-            self._ttl = to_millis(ttl, "TTL")
+            self._ttl = ttl
             return self
 
         def build(self) -> StateTtlConfig:
-            return StateTtlConfig(self._ttl, self._update, self._visibility)
+            return StateTtlConfig(self._update, self._visibility, self._characteristic, self._ttl,
+                                  StateTtlConfig.CleanupStrategies(dict(self._strategies), self._in_background))
+
+    class CleanupStrategies:
+        """When expired entries are removed besides on read, as PyFlink's ``CleanupStrategies``."""
+
+        class Strategies(Enum):
+            FULL_STATE_SCAN_SNAPSHOT = 0
+            INCREMENTAL_CLEANUP = 1
+            ROCKSDB_COMPACTION_FILTER = 2
+
+        class CleanupStrategy:
+            """What a strategy is configured with."""
+
+        class EmptyCleanupStrategy(CleanupStrategy):
+            pass
+
+        class IncrementalCleanupStrategy(CleanupStrategy):
+            def __init__(self, cleanup_size: int, run_cleanup_for_every_record: bool) -> None:
+                self._cleanup_size = cleanup_size
+                self._run_cleanup_for_every_record = bool(run_cleanup_for_every_record)
+
+            def get_cleanup_size(self) -> int:
+                return self._cleanup_size
+
+            def run_cleanup_for_every_record(self) -> bool:
+                return self._run_cleanup_for_every_record
+
+        class RocksdbCompactFilterCleanupStrategy(CleanupStrategy):
+            def __init__(self, query_time_after_num_entries: int,
+                         periodic_compaction_time: Time | Duration | None = None) -> None:
+                self._query_time_after_num_entries = query_time_after_num_entries
+                self._periodic_compaction_time = periodic_compaction_time or Time.days(30)
+
+            def get_query_time_after_num_entries(self) -> int:
+                return self._query_time_after_num_entries
+
+            def get_periodic_compaction_time(self) -> Time | Duration:
+                return self._periodic_compaction_time
+
+        EMPTY_STRATEGY: StateTtlConfig.CleanupStrategies.EmptyCleanupStrategy
+
+        def __init__(self, strategies: dict, is_cleanup_in_background: bool) -> None:
+            self._strategies = strategies
+            self._is_cleanup_in_background = is_cleanup_in_background
+
+        def is_cleanup_in_background(self) -> bool:
+            return self._is_cleanup_in_background
+
+        def in_full_snapshot(self) -> bool:
+            return StateTtlConfig.CleanupStrategies.Strategies.FULL_STATE_SCAN_SNAPSHOT in self._strategies
+
+        def get_incremental_cleanup_strategy(
+                self) -> StateTtlConfig.CleanupStrategies.IncrementalCleanupStrategy | None:
+            """The configured one; by default (cleanup in background) 5 entries per access, as Flink."""
+            strategies = StateTtlConfig.CleanupStrategies
+            default = strategies.IncrementalCleanupStrategy(5, False) if self._is_cleanup_in_background else None
+            return self._strategies.get(strategies.Strategies.INCREMENTAL_CLEANUP, default)
+
+        def get_rocksdb_compact_filter_cleanup_strategy(
+                self) -> StateTtlConfig.CleanupStrategies.RocksdbCompactFilterCleanupStrategy | None:
+            strategies = StateTtlConfig.CleanupStrategies
+            default = strategies.RocksdbCompactFilterCleanupStrategy(1000) if self._is_cleanup_in_background else None
+            return self._strategies.get(strategies.Strategies.ROCKSDB_COMPACTION_FILTER, default)
+
+
+StateTtlConfig.CleanupStrategies.EMPTY_STRATEGY = StateTtlConfig.CleanupStrategies.EmptyCleanupStrategy()
 
 
 class StateDescriptor(ABC):
@@ -103,6 +246,9 @@ class StateDescriptor(ABC):
         return self.name
 
     def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
+        """Expire this state's entries as ``ttl_config`` says (see :class:`StateTtlConfig`)."""
+        if not isinstance(ttl_config, StateTtlConfig):
+            raise TypeError(f"enable_time_to_live expects a StateTtlConfig, got {ttl_config!r}")
         self.ttl_config = ttl_config
 
     def __repr__(self) -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import warnings
 from collections.abc import Iterator
 from typing import Any, Callable, Iterable
 
@@ -41,7 +40,9 @@ from slipstream.datastream.state import (
 )
 from slipstream.datastream.typeinfo import Row
 from slipstream.errors import SlipstreamError
+from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.key_groups import assign_to_key_groups
+from slipstream.runtime.state.ttl import TtlPolicy, TtlValue, ttl_state, unexpired
 
 _UNCHANGED = object()
 """Not in a delta: the frozen table has the entry's value."""
@@ -57,6 +58,8 @@ def _is_immutable(value: Any) -> bool:
     kind = type(value)
     if kind in _ATOMS:
         return True
+    if kind is TtlValue:  # never changed in place: only what it holds may be
+        return _is_immutable(value.value)
     if kind is tuple or kind is frozenset:
         for item in value:
             if not _is_immutable(item):
@@ -84,13 +87,18 @@ def _copied(value: Any, state_name: str, entry: Any) -> Any:
 
 
 class HeapKeyedStateBackend:
-    """Keyed state of one operator subtask."""
+    """Keyed state of one operator subtask; ``now`` is the processing-time clock state
+    time-to-live expires by (epoch ms)."""
 
-    def __init__(self, max_parallelism: int) -> None:
+    def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None) -> None:
         self.max_parallelism = max_parallelism
         self.current_key: Any = None
+        self._now = now or SystemClock().now_ms
         self._tables: dict[str, dict[Any, Any]] = {}
         self._states: dict[tuple[str, bool], _HeapState] = {}
+        self._ttl: dict[str, TtlPolicy] = {}  # the states with time-to-live
+        self._ttl_handles: dict[tuple[str, bool], State] = {}  # their handles, over the plain ones in _states
+        self._key_listeners: list[Callable[[], None]] = []  # incremental TTL cleanups run for every record
         self._kinds: dict[str, str] = {}
         self._deltas: dict[str, dict[Any, Any]] | None = None  # frozen, or merging: the changes per table
         self._frozen = False
@@ -102,6 +110,9 @@ class HeapKeyedStateBackend:
             raise TypeError(f"the key {key!r} is not hashable: a key selector must return a hashable "
                             f"value (a tuple rather than a list), got a {type(key).__name__}") from None
         self.current_key = key
+        if self._key_listeners:
+            for listener in self._key_listeners:
+                listener()
 
     def get_current_key(self) -> Any:
         return self.current_key
@@ -115,15 +126,28 @@ class HeapKeyedStateBackend:
                              f"now asked for as {descriptor.kind} state")
         handle = self._states.get((name, namespaced))
         if handle is None:
-            if descriptor.ttl_config is not None and descriptor.ttl_config.is_enabled():
-                warnings.warn(f"state {name!r}: time-to-live is accepted but not yet enforced; "
-                              "entries are kept until cleared", stacklevel=3)
-            table = self._tables.setdefault(name, {})
+            handle = self._new_handle(descriptor, namespaced)
+        return self._ttl_handles.get((name, namespaced), handle) if self._ttl_handles else handle
+
+    def _new_handle(self, descriptor: StateDescriptor, namespaced: bool) -> _HeapState:
+        """The plain handle of a state, registered; a state with time-to-live gets its TTL handle
+        over it (:mod:`~slipstream.runtime.state.ttl`), which reads and writes through it."""
+        name, ttl = descriptor.name, descriptor.ttl_config
+        table = self._tables.setdefault(name, {})
+        if ttl is not None and ttl.is_enabled():
+            cls: type[_HeapState] = _HeapState
+        else:
             cls = HeapKeyValueState if descriptor.kind == "value" and not namespaced else \
                 _STATE_CLASSES[descriptor.kind]
-            handle = cls(self, table, descriptor, namespaced)
-            handle._delta = None if self._deltas is None else self._deltas.get(name)
-            self._states[(name, namespaced)] = handle
+        handle = cls(self, table, descriptor, namespaced)
+        handle._delta = None if self._deltas is None else self._deltas.get(name)
+        self._states[(name, namespaced)] = handle
+        if cls is _HeapState:
+            policy = self._ttl.setdefault(name, TtlPolicy(ttl, self._now))
+            wrapper, cleanup = ttl_state(descriptor, handle, policy, lambda: self.keys(name))
+            self._ttl_handles[(name, namespaced)] = wrapper
+            if cleanup is not None and policy.incremental.run_cleanup_for_every_record():
+                self._key_listeners.append(cleanup.run)
         return handle
 
     def value_accessors(self, descriptor: StateDescriptor) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
@@ -172,7 +196,8 @@ class HeapKeyedStateBackend:
         self._frozen = True
         for (name, _), handle in self._states.items():
             handle._delta = self._deltas[name]
-        return KeyedStateView(dict(self._tables), self.max_parallelism)
+        expiring = {name: policy.ttl for name, policy in self._ttl.items() if policy.in_full_snapshot}
+        return KeyedStateView(dict(self._tables), self.max_parallelism, expiring, self._now() if expiring else 0)
 
     def release(self) -> None:
         """The frozen tables are written (or given up): the changes made since are folded back by
@@ -217,11 +242,14 @@ class HeapKeyedStateBackend:
 
 class KeyedStateView:
     """A backend's tables as they were at a checkpoint barrier, read (by the checkpoint writer,
-    in its own thread) while the backend is frozen."""
+    in its own thread) while the backend is frozen. The states named in ``expiring`` (with their
+    TTL) leave out what has expired at ``now``: TTL's full-snapshot cleanup."""
 
-    def __init__(self, tables: dict[str, dict[Any, Any]], max_parallelism: int) -> None:
+    def __init__(self, tables: dict[str, dict[Any, Any]], max_parallelism: int,
+                 expiring: dict[str, int] | None = None, now: int = 0) -> None:
         self._tables = tables
         self.max_parallelism = max_parallelism
+        self._expiring, self.now = expiring or {}, now
 
     @property
     def names(self) -> list[str]:
@@ -234,7 +262,7 @@ class KeyedStateView:
 
     def entries(self, name: str) -> _FrozenState:
         """State ``name`` as the checkpoint file encoder reads it, chunk by chunk."""
-        return _FrozenState(self._tables[name], self)
+        return _FrozenState(self._tables[name], self, self._expiring.get(name))
 
     def key_groups(self, entries: list[Any]) -> list[int]:
         """The key group of each entry key."""
@@ -245,8 +273,9 @@ class KeyedStateView:
 class _FrozenState:
     """One state of a :class:`KeyedStateView`: the ``StateChunks`` the checkpoint file encoder reads."""
 
-    def __init__(self, table: dict[Any, Any], view: KeyedStateView) -> None:
+    def __init__(self, table: dict[Any, Any], view: KeyedStateView, ttl: int | None) -> None:
         self._table, self.key_groups = table, view.key_groups
+        self._ttl, self._now = ttl, view.now
 
     def chunks(self, size: int) -> Iterator[tuple[list[Any], list[Any]]]:
         """The entries' keys and values, ``size`` at a time in table order: what is built for one
@@ -257,7 +286,16 @@ class _FrozenState:
             keys = list(itertools.islice(entries, size))
             if not keys:
                 return
-            yield keys, list(map(value_of, keys))
+            if self._ttl is None:
+                yield keys, list(map(value_of, keys))
+            else:
+                yield self._unexpired(keys, list(map(value_of, keys)))
+
+    def _unexpired(self, keys: list[Any], values: list[Any]) -> tuple[list[Any], list[Any]]:
+        """The entries of a chunk without what has expired (new containers: the table stays as it is)."""
+        live = [unexpired(value, self._now, self._ttl) for value in values]
+        kept = [position for position, value in enumerate(live) if value is not None]
+        return [keys[position] for position in kept], [live[position] for position in kept]
 
 
 def _own_copy(value: Any) -> Any:
@@ -291,6 +329,15 @@ class _HeapState:
         if self._namespaced:
             return _NamespacedKey((self._backend.current_key, self.namespace))
         return self._backend.current_key
+
+    def _peek(self, entry: Any) -> Any:
+        """The entry's value (None when absent) to look at only: never to change in place."""
+        delta = self._delta
+        if delta is not None:
+            value = delta.get(entry, _UNCHANGED)
+            if value is not _UNCHANGED:
+                return None if value is _REMOVED else value
+        return self._table.get(entry)
 
     def _read(self, entry: Any) -> Any:
         """The entry's live value (None when absent), which the caller may change in place."""
