@@ -59,6 +59,12 @@ class ReadOnlyBroadcastContext(_BroadcastContextBase):
         return self._operator.broadcast_state.read_only(state_descriptor)
 
 
+def no_key_message(operator: str, call: str) -> str:
+    """What reaching for a key in ``process_broadcast_element`` is told (Flink: "No key set")."""
+    return (f"operator '{operator}': {call} in process_broadcast_element: a broadcast element has no key; "
+            "use ctx.apply_to_keyed_state to reach keyed state")
+
+
 class BroadcastContext(_BroadcastContextBase):
     """The broadcast side's context: writable broadcast state; no current key, so no timers."""
 
@@ -66,8 +72,7 @@ class BroadcastContext(_BroadcastContextBase):
         return self._operator.broadcast_state.writable(state_descriptor)
 
     def _no_key(self, call: str) -> SlipstreamError:
-        return SlipstreamError(f"operator '{self._operator.ctx.name}': {call} in process_broadcast_element: a "
-                               "broadcast element has no key; use ctx.apply_to_keyed_state to reach keyed state")
+        return SlipstreamError(no_key_message(self._operator.ctx.name, call))
 
     def timer_service(self) -> Any:
         raise self._no_key("timer_service()")
@@ -84,13 +89,12 @@ class BroadcastContext(_BroadcastContextBase):
                                   "data stream (a KeyedBroadcastProcessFunction)")
         call = function.process if hasattr(function, "process") else function
         state = backend.get_state(state_descriptor)
-        previous = backend.get_current_key()
         try:
             for key in backend.keys(state_descriptor.name):
                 backend.set_current_key(key)
                 call(key, state)
         finally:
-            backend.set_current_key(previous)
+            self._operator.unset_key()
 
 
 BroadcastProcessFunction.ReadOnlyContext.register(ReadOnlyBroadcastContext)
@@ -139,6 +143,7 @@ class BroadcastProcessOperator(OnTimerOperator):
     # -- elements -----------------------------------------------------------------------------------
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         if input_index == BROADCAST_INPUT:
+            self.unset_key()
             run_process_function(self, self.function.process_broadcast_element, batch, self.broadcast_context, None)
         elif self._holding():
             self.held.append(batch)
@@ -146,6 +151,12 @@ class BroadcastProcessOperator(OnTimerOperator):
             metrics["backlog_records"] = metrics.get("backlog_records", 0) + len(batch)
         else:
             run_process_function(self, self.function.process_element, batch, self.context, self.key_selector)
+
+    def unset_key(self) -> None:
+        """A broadcast element's turn: keyed state read directly raises instead of being the state
+        of the key the last data record left current."""
+        if self.key_selector is not None:
+            self.ctx.keyed_backend.unset_current_key(no_key_message(self.ctx.name, "keyed state read directly"))
 
     def _holding(self) -> bool:
         """Whether the data side waits: the broadcast input is backlog (or bounded and not ended)."""

@@ -14,7 +14,7 @@ from slipstream.datastream.functions import KeyedBroadcastProcessFunction
 from slipstream.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from slipstream.datastream.time import MAX_WATERMARK, Watermark
 from slipstream.datastream.transformations import BroadcastProcessTransformation
-from slipstream.errors import SlipstreamError
+from slipstream.errors import SlipstreamError, UserFunctionError
 from slipstream.operators.base import OperatorContext
 from slipstream.operators.broadcast import BroadcastProcessOperator
 from slipstream.operators.elements import RecordBatch
@@ -114,6 +114,26 @@ def test_the_broadcast_side_has_no_key_and_no_timers(call):
     with pytest.raises(SlipstreamError, match=rf"'Broadcast': {call}\(\) in process_broadcast_element: a broadcast "
                                               "element has no key; use ctx.apply_to_keyed_state"):
         harness.broadcast(call)
+
+
+class ReadsKeyedStateOnTheBroadcastSide(CountTimesFactor):
+    """Reads the count directly, before or after reaching every key's with apply_to_keyed_state."""
+
+    def process_broadcast_element(self, value, ctx):
+        if value == "after apply":
+            ctx.apply_to_keyed_state(COUNT, lambda key, state: state.value())
+        yield ("read", self.count.value())
+
+
+@pytest.mark.parametrize("when", ["first", "after apply"])
+def test_keyed_state_read_directly_on_the_broadcast_side_has_no_key(when):
+    """Not the state of the key the last data record left current (Flink: no key set)."""
+    harness = Harness(bounded=False, function=ReadsKeyedStateOnTheBroadcastSide()).open().data(("a", None))
+    with pytest.raises(UserFunctionError, match=r"'Broadcast'.*keyed state read directly in process_broadcast_"
+                                                r"element: a broadcast element has no key; use ctx.apply_to_keyed"):
+        harness.broadcast(when)
+    harness.data(("a", None))  # the next data record has its key again
+    assert harness.output.records[-1][0] == ("a", 2, None)
 
 
 def test_a_bounded_broadcast_input_holds_the_data_side_and_event_time_until_it_ends():

@@ -114,6 +114,11 @@ class HeapKeyedStateBackend:
             for listener in self._key_listeners:
                 listener()
 
+    def unset_current_key(self, reason: str) -> None:
+        """No key is current (a broadcast element's turn): reaching keyed state raises ``reason``
+        (Flink: "No key set") until the next :meth:`set_current_key`."""
+        self.current_key = _NoKey(reason)
+
     def get_current_key(self) -> Any:
         return self.current_key
 
@@ -302,6 +307,22 @@ def _own_copy(value: Any) -> Any:
     """Copy the containers list and map state mutate in place, so a snapshot stays as taken."""
     kind = type(value)
     return kind(value) if kind is list or kind is dict else value
+
+
+class _NoKey:
+    """The current key when none is: every state access hashes its key, so this raises there, at
+    no cost to the accesses that have a key."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __hash__(self) -> int:
+        raise RuntimeError(self.reason)
+
+    def __repr__(self) -> str:
+        return "<no key>"
 
 
 class _NamespacedKey(tuple):
