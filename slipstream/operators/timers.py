@@ -13,9 +13,10 @@ key's turn comes, and pops and fires them itself (:meth:`InternalTimerService.po
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from typing import Any, Callable, NamedTuple
+
+from sortedcontainers import SortedList
 
 from slipstream.datastream.functions import TimerService
 from slipstream.datastream.time import MIN_TIMESTAMP
@@ -31,10 +32,12 @@ class InternalTimer(NamedTuple):
 
 
 class _TimerQueue:
-    """A min-heap of timers with O(1) duplicate check and lazy deletion."""
+    """Timers in firing order, ``(timestamp, registration number)``, in a sorted list: a deleted
+    timer leaves it at once (no tombstone waits in it until its time comes); a dict finds a
+    timer's registration number, so a duplicate is found in O(1) and a deletion in O(log n)."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, Any, Any]] = []
+        self._timers: SortedList = SortedList()  # (timestamp, seq, key, namespace): seq decides before keys compare
         self._live: dict[tuple[int, Any, Any], int] = {}
         self._seq = itertools.count()
 
@@ -44,36 +47,33 @@ class _TimerQueue:
             return False
         seq = next(self._seq)
         self._live[ident] = seq
-        heapq.heappush(self._heap, (timestamp, seq, key, namespace))
+        self._timers.add((timestamp, seq, key, namespace))
         return True
 
     def remove(self, timestamp: int, key: Any, namespace: Any) -> None:
-        self._live.pop((timestamp, key, namespace), None)
+        seq = self._live.pop((timestamp, key, namespace), None)
+        if seq is not None:
+            self._timers.remove((timestamp, seq, key, namespace))
 
     def pop_due(self, up_to: int) -> InternalTimer | None:
-        """Remove and return the first live timer at or before ``up_to`` (None: none is due)."""
-        heap = self._heap
-        while heap and heap[0][0] <= up_to:
-            timestamp, seq, key, namespace = heapq.heappop(heap)
-            if self._live.get((timestamp, key, namespace)) == seq:
-                del self._live[(timestamp, key, namespace)]
-                return InternalTimer(timestamp, key, namespace)
-        return None
+        """Remove and return the first timer at or before ``up_to`` (None: none is due)."""
+        timers = self._timers
+        if not timers or timers[0][0] > up_to:
+            return None
+        timestamp, _, key, namespace = timers.pop(0)
+        del self._live[(timestamp, key, namespace)]
+        return InternalTimer(timestamp, key, namespace)
 
     def peek_timestamp(self) -> int | None:
-        heap = self._heap
-        while heap:
-            timestamp, seq, key, namespace = heap[0]
-            if self._live.get((timestamp, key, namespace)) == seq:
-                return timestamp
-            heapq.heappop(heap)
-        return None
+        return self._timers[0][0] if self._timers else None
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._timers)
 
     def snapshot(self) -> list[tuple[int, Any, Any]]:
-        return sorted(self._live, key=lambda ident: self._live[ident])
+        """The timers in firing order (registration order among equal timestamps, which
+        :meth:`restore` keeps by registering them in this order)."""
+        return [(timestamp, key, namespace) for timestamp, _, key, namespace in self._timers]
 
     def restore(self, timers: list[tuple[int, Any, Any]]) -> None:
         for timestamp, key, namespace in timers:

@@ -2,6 +2,9 @@
 
 from typing import Any, Callable
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService
 from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
 
@@ -105,6 +108,51 @@ def test_deleted_timers_do_not_fire_and_can_be_registered_again() -> None:
     h.event("a", 10)  # re-registered after deletion: fires (once) at the next watermark
     h.service.advance_watermark(30)
     assert [f[1:3] for f in h.fired] == [(10, "b"), (10, "a"), (20, "a")]
+
+
+def test_deleted_timers_leave_nothing_behind_and_keys_are_never_compared() -> None:
+    """A deletion takes the timer out of the ordered timers at once (no tombstone left for a
+    pop to skip later); keys of types that cannot be ordered (ints, strings) coexist."""
+    h = Harness()
+    keys = [k if k % 2 else f"k{k}" for k in range(500)]
+    for key in keys:
+        h.event(key, 1_000 - len(str(key)))
+    for key in keys[:-3]:
+        h.backend.set_current_key(key)
+        h.service.delete_event_time_timer(None, 1_000 - len(str(key)))
+    queue = h.service._event
+    assert len(queue._timers) == len(queue) == h.service.num_event_time_timers() == 3
+    h.service.advance_watermark(1_000)
+    assert [f[1:3] for f in h.fired] == [(996, "k498"), (997, 497), (997, 499)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "delete", "advance"]), st.sampled_from([1, 2, "x", "y"]),
+                          st.integers(0, 20)), max_size=60))
+def test_timers_fire_as_a_plain_model_says(ops: list) -> None:
+    """The oracle: live timers with their registration number; due ones fire by (time, number)."""
+    h = Harness()
+    live: dict[tuple[int, Any], int] = {}
+    expected: list[tuple[int, Any]] = []
+    watermark = -1
+    for number, (op, key, timestamp) in enumerate(ops):
+        h.backend.set_current_key(key)
+        if op == "add" and timestamp > watermark:
+            h.service.register_event_time_timer(None, timestamp)
+            live.setdefault((timestamp, key), number)
+        elif op == "delete":
+            h.service.delete_event_time_timer(None, timestamp)
+            live.pop((timestamp, key), None)
+        elif op == "advance" and timestamp > watermark:
+            watermark = timestamp
+            h.service.advance_watermark(watermark)
+            due = sorted((item for item in live.items() if item[0][0] <= watermark),
+                         key=lambda item: (item[0][0], item[1]))
+            expected += [ident for ident, _ in due]
+            for ident, _ in due:
+                del live[ident]
+        assert len(h.service._event._timers) == len(live)
+    assert [f[1:3] for f in h.fired] == expected
 
 
 def test_timers_registered_while_firing_at_or_before_the_watermark_fire_in_the_same_advance() -> None:
