@@ -116,9 +116,12 @@ def inspect(directory: str) -> None:
             groups = f"  key groups {subtask.key_groups[0]}..{subtask.key_groups[1] - 1}" \
                 if subtask.key_groups else ""
             click.echo(f"      subtask {index}{groups}: {', '.join(names) or 'no state'}")
-    click.echo(f"  files ({len(manifest.files)}, {_human(sum(f['size'] for f in manifest.files.values()))}):")
-    for name, info in sorted(manifest.files.items()):
-        click.echo(f"    {name}  {info['size']} bytes  sha256 {info['sha256']}")
+            for number, layer in enumerate(subtask.keyed_deltas, 1):
+                click.echo(f"        then changes {number}: {', '.join(f['file'] for f in layer)}")
+    for title, files in (("files", manifest.files), ("shared files", manifest.shared)):
+        click.echo(f"  {title} ({len(files)}, {_human(sum(f['size'] for f in files.values()))}):")
+        for name, info in sorted(files.items()):
+            click.echo(f"    {name}  {info['size']} bytes  sha256 {info['sha256']}")
 
 
 @checkpoints.command()
@@ -139,7 +142,8 @@ def verify(directory: str) -> None:
             click.echo(f"{name}: DAMAGED: {error}")
             continue
         restorable.append(path)
-        click.echo(f"{name}: OK ({len(checkpoint.files)} files, checksums match)")
+        click.echo(f"{name}: OK ({len(checkpoint.manifest.files)} files and {len(checkpoint.manifest.shared)} "
+                   "shared files, checksums match)")
     if not restorable:
         click.echo(f"no checkpoint in {directory} can be restored", err=True)
         raise SystemExit(1)

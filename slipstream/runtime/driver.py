@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.data_stream import CloseableIterator
-from slipstream.filesystem import copy_directory, normalize
+from slipstream.filesystem import normalize
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator
 from slipstream.runtime.checkpoint.fs import FileSystem
 from slipstream.runtime.checkpoint.recovery import Recovery
+from slipstream.runtime.checkpoint.storage import copy_checkpoint
 from slipstream.runtime.executor import JobRun
 from slipstream.runtime.monitor import JobMonitor, start_monitor
 from slipstream.runtime.planner import plan_job
@@ -123,7 +124,7 @@ class JobDriver:
         path = request.path or coordinator.latest_completed_path
         if path is not None and request.target is not None:
             copy = os.path.join(normalize(request.target, "savepoint target"), os.path.basename(path))
-            copy_directory(path, copy)
+            copy_checkpoint(path, copy)
             assert self.recovery.storage is not None
             self.recovery.storage.read_verified(copy, self.recovery.fingerprint)
             path = copy

@@ -10,6 +10,7 @@ equality of multisets.
 
 KIND:
   counts   numbers 1..N (2 source subtasks) -> key_by(x % 13) -> running count per key
+  wide     as counts, with key_by(x % 20,000): a checkpoint changes a small share of the keys (incremental)
   union    two sources (numbers, and the lines of a text file) -> union -> key_by -> a
            KeyedProcessFunction with value state -> count per key (a task with several inputs: alignment)
   windows  numbers as event time -> tumbling event-time windows of 100 per key (timers in state)
@@ -62,6 +63,8 @@ from slipstream.datastream import (
 from slipstream.datastream.iteration import IterationListener
 
 KEYS = 13
+WIDE_KEYS = 20_000
+"""Keys of the ``wide`` job: enough that a checkpoint changes a small share of them (incremental checkpoints)."""
 RULE_SUMS = MapStateDescriptor("rule sums")
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 
@@ -198,8 +201,9 @@ def oracle(kind: str, n: int) -> Counter:
         return iteration_lines(n)
     if kind in ("loop", "nested"):
         return loop_lines(n, kind == "nested")
-    if kind in ("counts", "hybrid"):
-        per_key = Counter(x % KEYS for x in range(1, n + 1))
+    if kind in ("counts", "hybrid", "wide"):
+        keys = WIDE_KEYS if kind == "wide" else KEYS
+        per_key = Counter(x % keys for x in range(1, n + 1))
         return Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
     if kind == "union":
         values = list(range(1, n + 1)) + list(range(1, n // 2 + 1))
@@ -276,9 +280,10 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
     hook = Hook(fail)
     sink = FileSink.for_row_format(out, Encoder.simple_string_encoder()).build()
 
-    if kind == "counts":
+    if kind in ("counts", "wide"):
+        keys = WIDE_KEYS if kind == "wide" else KEYS
         numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers").set_parallelism(2)
-        (numbers.map(hook).uid("hook").map(lambda x: (x % KEYS, 1)).uid("pairs")
+        (numbers.map(hook).uid("hook").map(lambda x: (x % keys, 1)).uid("pairs")
          .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")
          .map(lambda p: f"{p[0]},{p[1]}").uid("format").sink_to(sink).uid("sink"))
     elif kind == "union":

@@ -39,7 +39,7 @@ def job(finished_job, tmp_path):
     shutil.copytree(finished_job, tmp_path / "job")
     root = tmp_path / "job"
     chk = root / "chk"
-    ids = sorted(os.listdir(chk))
+    ids = checkpoint_dirs(chk)
     assert len(ids) == 2
     return {"out": str(root / "out"), "chk": str(chk), "older": str(chk / ids[0]), "latest": str(chk / ids[1])}
 
@@ -60,12 +60,27 @@ def restore(job, restore_from):
         "restore", restore_from=restore_from)
 
 
+def checkpoint_dirs(directory):
+    return sorted(name for name in os.listdir(directory) if name.startswith("chk-"))
+
+
 def state_files(path):
-    return sorted(name for name in os.listdir(path) if name.endswith((".pkl", ".arrow")))
+    """The files a checkpoint's manifest lists: its own, then the shared ones (``shared/...``)."""
+    body = json.load(open(os.path.join(path, MANIFEST_NAME)))
+    return sorted(body["files"]) + sorted(body.get("shared", {}))
 
 
-def biggest_state_file(path):
-    return max(state_files(path), key=lambda name: os.path.getsize(os.path.join(path, name)))
+def located(path, name):
+    """Where file ``name`` of the checkpoint in ``path`` is: shared files lie beside the checkpoint."""
+    return os.path.join(os.path.dirname(path) if name.startswith("shared/") else path, name)
+
+
+def biggest_state_file(path, only_here=False):
+    """The checkpoint's biggest file; ``only_here``: of those no other checkpoint beside it lists."""
+    others = {name for other in checkpoint_dirs(os.path.dirname(path)) if other != os.path.basename(path)
+              for name in state_files(os.path.join(os.path.dirname(path), other)) if name.startswith("shared/")}
+    names = [name for name in state_files(path) if not (only_here and name in others)]
+    return max(names, key=lambda name: os.path.getsize(located(path, name)))
 
 
 def expect_corrupt(job, path, file, *, match=None):
@@ -85,8 +100,9 @@ def test_directories_are_private_and_the_manifest_is_json(job):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
     with open(os.path.join(job["latest"], MANIFEST_NAME)) as handle:
         body = json.load(handle)
-    assert body["format"] == "slipstream-checkpoint" and body["version"] == 2
-    assert set(body["files"]) == set(state_files(job["latest"]))
+    assert body["format"] == "slipstream-checkpoint" and body["version"] == 3
+    assert set(body["files"]) == set(os.listdir(job["latest"])) - {MANIFEST_NAME}
+    assert body["shared"] and all(os.path.exists(located(job["latest"], name)) for name in body["shared"])
 
 
 def test_an_intact_checkpoint_restores(job):
@@ -97,7 +113,7 @@ def test_an_intact_checkpoint_restores(job):
 @pytest.mark.parametrize("where", ["empty", "one byte", "half", "all but one byte"])
 def test_truncated_state_file(job, no_unpickling, where):
     name = biggest_state_file(job["latest"])
-    path = os.path.join(job["latest"], name)
+    path = located(job["latest"], name)
     size = os.path.getsize(path)
     keep = {"empty": 0, "one byte": 1, "half": size // 2, "all but one byte": size - 1}[where]
     with open(path, "r+b") as handle:
@@ -108,7 +124,7 @@ def test_truncated_state_file(job, no_unpickling, where):
 
 def test_flipped_byte(job, no_unpickling):
     name = biggest_state_file(job["latest"])
-    path = os.path.join(job["latest"], name)
+    path = located(job["latest"], name)
     data = bytearray(open(path, "rb").read())
     expected = sha256_hex(bytes(data))
     data[len(data) // 3] ^= 0x01
@@ -119,7 +135,7 @@ def test_flipped_byte(job, no_unpickling):
 
 def test_zeroed_block(job, no_unpickling):
     name = biggest_state_file(job["latest"])
-    path = os.path.join(job["latest"], name)
+    path = located(job["latest"], name)
     data = bytearray(open(path, "rb").read())
     start = len(data) // 4
     data[start:start + 64] = bytes(len(data[start:start + 64]))
@@ -147,7 +163,7 @@ def test_damaged_manifest(job, no_unpickling, damage):
 
 def test_missing_state_file(job, no_unpickling):
     name = state_files(job["latest"])[0]
-    os.unlink(os.path.join(job["latest"], name))
+    os.unlink(located(job["latest"], name))
     error = expect_corrupt(job, job["latest"], name, match="missing")
     assert error.actual == "no file"
 
@@ -170,7 +186,7 @@ def test_manifest_swapped_in_from_another_checkpoint(job, no_unpickling):
 def test_checkpoint_of_another_job(job, tmp_path, no_unpickling):
     other_out, other_chk = str(tmp_path / "other_out"), str(tmp_path / "other_chk")
     build("windows", other_out, other_chk, 2_000, interval_ms=None, records=500).execute("other")
-    other = os.path.join(other_chk, sorted(os.listdir(other_chk))[-1])
+    other = os.path.join(other_chk, checkpoint_dirs(other_chk)[-1])
     error = expect_corrupt(job, other, MANIFEST_NAME, match="another job")
     assert "fingerprint" in error.expected and "fingerprint" in error.actual
 
@@ -178,7 +194,7 @@ def test_checkpoint_of_another_job(job, tmp_path, no_unpickling):
 def test_state_file_from_another_job(job, tmp_path, no_unpickling):
     other_out, other_chk = str(tmp_path / "other_out"), str(tmp_path / "other_chk")
     build("windows", other_out, other_chk, 2_000, interval_ms=None, records=500).execute("other")
-    other = os.path.join(other_chk, sorted(os.listdir(other_chk))[-1])
+    other = os.path.join(other_chk, checkpoint_dirs(other_chk)[-1])
     name = [n for n in state_files(job["latest"]) if n in state_files(other)][0]
     shutil.copy(os.path.join(other, name), os.path.join(job["latest"], name))
     expect_corrupt(job, job["latest"], name)
@@ -202,8 +218,8 @@ def test_unknown_format_version(job, no_unpickling):
 
 
 def _damage_biggest(path):
-    name = biggest_state_file(path)
-    with open(os.path.join(path, name), "r+b") as handle:
+    name = biggest_state_file(path, only_here=True)
+    with open(located(path, name), "r+b") as handle:
         handle.truncate(3)
 
 
@@ -220,7 +236,7 @@ def test_latest_falls_back_when_no_sink_committed_past_the_older_checkpoint(tmp_
     with pytest.raises(SimulatedCrash):
         JobDriver(env, env._take_graph(), "crash",
                       fs=FaultInjectingFileSystem(manifest_renames[2])).run()
-    ids = sorted(os.listdir(chk))
+    ids = checkpoint_dirs(chk)
     older, latest = os.path.join(chk, ids[-2]), os.path.join(chk, ids[-1])
     _damage_biggest(latest)
     result = build("counts", out, chk, n, interval_ms=None, records=500).execute("again", restore_from="latest")
@@ -235,7 +251,7 @@ def test_latest_refuses_to_fall_back_past_committed_output(tmp_path):
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
     with pytest.raises(SlipstreamError):
         build("counts", out, chk, n, interval_ms=None, records=500, fail=FailOnce(3_950)).execute("fails")
-    latest = os.path.join(chk, sorted(os.listdir(chk))[-1])
+    latest = os.path.join(chk, checkpoint_dirs(chk)[-1])
     _damage_biggest(latest)
     with pytest.raises(CheckpointError, match="committed after the checkpoint"):
         build("counts", out, chk, n, interval_ms=None, records=500).execute("again", restore_from="latest")
@@ -244,7 +260,7 @@ def test_latest_refuses_to_fall_back_past_committed_output(tmp_path):
 def test_latest_with_only_damaged_checkpoints_fails_loudly(job):
     for path in (job["older"], job["latest"]):
         name = biggest_state_file(path)
-        with open(os.path.join(path, name), "r+b") as handle:
+        with open(located(path, name), "r+b") as handle:
             handle.truncate(1)
     with pytest.raises(CorruptCheckpointError) as caught:
         restore(job, "latest")

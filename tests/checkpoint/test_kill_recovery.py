@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -37,8 +38,10 @@ def committed_output(directory: str) -> Counter:
 
 
 def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kills: int,
-                   async_writes: bool = False) -> int:
-    """Run the job, killing it after a random delay up to ``max_kills`` times; returns the kills."""
+                   async_writes: bool = False, after_kill: Callable[[str], None] = lambda checkpoints: None,
+                   delays: tuple[float, float] = (0.3, 0.8)) -> int:
+    """Run the job, killing it after a random delay (seconds, within ``delays``) up to ``max_kills``
+    times (``after_kill`` sees the checkpoint directory after each); returns the kills."""
     out, checkpoints = os.path.join(workdir, "out"), os.path.join(workdir, "chk")
     env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest", PYTHONFAULTHANDLER="1",
                CRASH_JOB_ASYNC_WRITES="1" if async_writes else "0")
@@ -48,11 +51,12 @@ def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kill
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         if kills < max_kills:
             try:
-                process.wait(timeout=rng.uniform(0.3, 0.8))
+                process.wait(timeout=rng.uniform(*delays))
             except subprocess.TimeoutExpired:
                 process.send_signal(signal.SIGKILL)
                 process.communicate()
                 kills += 1
+                after_kill(checkpoints)
                 continue
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 0, stderr.decode()

@@ -103,6 +103,8 @@ def test_disk_full_while_writing_a_checkpoint_is_a_typed_error_and_a_restart_los
     assert caught.value.path.startswith(chk) and "no space left" in str(caught.value)
     # No half-written checkpoint: every checkpoint directory left is complete.
     for name in os.listdir(chk):
+        if name == "shared":
+            continue
         assert os.path.exists(os.path.join(chk, name, "_manifest.json")), name
     env = build("counts", out, chk, n, interval_ms=None, records=1000)
     env.execute("after freeing space", restore_from="latest")

@@ -14,7 +14,7 @@ from slipstream.datastream.connectors.file_system import FileSink
 from slipstream.errors import CheckpointError
 from slipstream.runtime.checkpoint.fs import SimulatedCrash
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
-from test_checkpoint_storage import biggest_state_file
+from test_checkpoint_storage import biggest_state_file, located
 from test_kill_recovery import committed_output
 
 N = 6_000
@@ -88,7 +88,7 @@ def test_a_refused_restore_deletes_nothing_and_the_newer_checkpoint_still_restor
         with pytest.raises(CheckpointError, match=r"\(uid 'sink'\), subtask \d/\d: .*committed after the checkpoint"):
             job().execute("refused", restore_from=older)
     else:  # the newest checkpoint cannot be read for now: "latest" falls back to the older one
-        damaged = os.path.join(newer, biggest_state_file(newer))
+        damaged = located(newer, biggest_state_file(newer, only_here=True))
         saved = tmp_path / "saved"
         shutil.copy(damaged, saved)
         with open(damaged, "r+b") as handle:

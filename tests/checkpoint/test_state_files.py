@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import decimal
+import json
 import os
 import pickle
 import shutil
@@ -286,7 +287,21 @@ def union_job(tmp_path_factory):
 
 
 def arrow_files(checkpoint: str) -> list[str]:
-    return sorted(name for name in os.listdir(checkpoint) if name.endswith(".arrow"))
+    """The keyed state files a checkpoint lists (shared, beside it), by name in its manifest."""
+    storage = os.path.dirname(checkpoint)
+    return sorted(name for name in json.load(open(os.path.join(checkpoint, "_manifest.json")))["shared"]
+                  if name.endswith(".arrow") and os.path.exists(os.path.join(storage, name)))
+
+
+def folded(checkpoint: str, files: list[list[str]]) -> dict:
+    """``key -> value`` of a state from its Arrow files, layer after layer (None: removed)."""
+    state: dict = {}
+    for layer in files:
+        for name in layer:
+            table = pa.ipc.open_file(os.path.join(os.path.dirname(checkpoint), name)).read_all()
+            for key, value in zip(table.column("key").to_pylist(), table.column("value").to_pylist()):
+                state[key] = value
+    return {key: value for key, value in state.items() if value is not None}
 
 
 def test_a_jobs_value_state_is_checkpointed_as_arrow(union_job):
@@ -295,11 +310,14 @@ def test_a_jobs_value_state_is_checkpointed_as_arrow(union_job):
     names = arrow_files(latest)
     assert names, os.listdir(latest)  # the KeyedProcessFunction's ValueState[int] of int keys
     manifest = storage.read_verified(latest, None).manifest
-    listed = [f for entry in manifest.operators.values() for s in entry.subtasks for f in s.keyed_states]
+    subtasks = [s for entry in manifest.operators.values() for s in entry.subtasks]
+    listed = [f for s in subtasks for layer in [s.keyed_states, *s.keyed_deltas] for f in layer]
     assert {f["file"] for f in listed if f["format"] == "arrow"} == set(names)
     assert {f["state"] for f in listed if f["format"] == "arrow"} == {"count"}
-    counts = pa.concat_tables(pa.ipc.open_file(os.path.join(latest, name)).read_all() for name in names)
-    assert sorted(counts.column("key").to_pylist()) == list(range(13))
+    counts = {}
+    for s in subtasks:
+        counts.update(folded(latest, [[f["file"] for f in layer] for layer in [s.keyed_states, *s.keyed_deltas]]))
+    assert sorted(counts) == list(range(13))
 
 
 
@@ -327,7 +345,7 @@ def test_a_damaged_arrow_state_file_is_caught_before_it_is_read(union_job, tmp_p
     storage = CheckpointStorage(os.path.join(copy, "chk"))
     latest = storage.path_of(storage.complete_ids()[-1])
     name = arrow_files(latest)[0]
-    flip_middle_byte(os.path.join(latest, name), 0xFF)
+    flip_middle_byte(os.path.join(os.path.dirname(latest), name), 0xFF)
     forbid_reading_state(monkeypatch)
     with pytest.raises(CorruptCheckpointError) as caught:
         run_union(copy, restore=latest)
@@ -400,16 +418,25 @@ def buffers_job(tmp_path_factory):
     return root
 
 
-def keyed_files(checkpoint: str) -> dict[str, list[tuple[str, str]]]:
-    """``state name -> [(file, format), ...]`` from a checkpoint's (verified) manifest."""
+def keyed_files(checkpoint: str) -> dict[str, list[list[list[tuple[str, str]]]]]:
+    """``state name -> per subtask, per layer [(file, format), ...]`` from a checkpoint's (verified) manifest."""
     storage = CheckpointStorage(os.path.dirname(checkpoint))
     manifest = storage.read_verified(checkpoint, None).manifest
-    result: dict[str, list[tuple[str, str]]] = {}
+    result: dict[str, list[list[list[tuple[str, str]]]]] = {}
     for entry in manifest.operators.values():
         for subtask in entry.subtasks:
-            for f in subtask.keyed_states:
-                result.setdefault(f["state"], []).append((f["file"], f["format"]))
+            for state in {f["state"] for f in subtask.keyed_states}:
+                result.setdefault(state, []).append(
+                    [[(f["file"], f["format"]) for f in layer if f["state"] == state]
+                     for layer in [subtask.keyed_states, *subtask.keyed_deltas]])
     return result
+
+
+def folded_state(checkpoint: str, subtasks: list[list[list[tuple[str, str]]]]) -> dict:
+    state: dict = {}
+    for layers in subtasks:
+        state.update(folded(checkpoint, [[name for name, _ in layer] for layer in layers]))
+    return state
 
 
 def test_a_jobs_list_and_map_state_is_checkpointed_as_arrow(buffers_job):
@@ -417,15 +444,15 @@ def test_a_jobs_list_and_map_state_is_checkpointed_as_arrow(buffers_job):
     latest = storage.path_of(storage.complete_ids()[-1])
     files = keyed_files(latest)
     assert set(files) == {"recent", "by-residue"}
-    assert {kind for listed in files.values() for _, kind in listed} == {ARROW}
-    assert not [name for name in os.listdir(latest) if ".keyed-" in name and not name.endswith(".arrow")]
-    recent = pa.concat_tables(pa.ipc.open_file(os.path.join(latest, f)).read_all() for f, _ in files["recent"])
-    by_residue = pa.concat_tables(pa.ipc.open_file(os.path.join(latest, f)).read_all()
-                                  for f, _ in files["by-residue"])
-    assert recent.schema.field("value").type == pa.list_(pa.int64())
-    assert by_residue.schema.field("value").type == pa.map_(pa.string(), pa.int64())
-    assert sorted(recent.column("key").to_pylist()) == list(range(KEYS))
-    last = {key: value for key, value in zip(recent.column("key").to_pylist(), recent.column("value").to_pylist())}
+    every = [(f, kind) for subtasks in files.values() for layers in subtasks for layer in layers for f, kind in layer]
+    assert {kind for _, kind in every} == {ARROW}
+    storage_dir = os.path.dirname(latest)
+    schema = {state: pa.ipc.open_file(os.path.join(storage_dir, files[state][0][0][0][0])).schema
+              for state in files}
+    assert schema["recent"].field("value").type == pa.list_(pa.int64())
+    assert schema["by-residue"].field("value").type == pa.map_(pa.string(), pa.int64())
+    last = folded_state(latest, files["recent"])
+    assert sorted(last) == list(range(KEYS))
     assert last[0] == [N - 2 * KEYS - N % KEYS, N - KEYS - N % KEYS, N - N % KEYS]  # the last three of key 0
 
 
@@ -468,7 +495,8 @@ def test_list_and_map_state_restore_at_another_parallelism(tmp_path, old, new):
     latest = CheckpointStorage(os.path.join(root, "chk")).complete_ids()[-1]
     files = keyed_files(CheckpointStorage(os.path.join(root, "chk")).path_of(latest))
     assert {len(listed) for listed in files.values()} == {old}
-    assert {kind for listed in files.values() for _, kind in listed} == {ARROW}
+    assert {kind for subtasks in files.values() for layers in subtasks for layer in layers
+            for _, kind in layer} == {ARROW}
     result = build_buffers(root, new).execute("rescaled", restore_from="latest")
     assert result.get_accumulator_result("checkpoints")["restored_from"] is not None
     assert committed_output(os.path.join(root, "out")) == buffers_oracle()
@@ -479,8 +507,8 @@ def test_a_flipped_byte_in_a_list_state_file_is_caught_before_any_read(buffers_j
     shutil.copytree(buffers_job, copy)
     storage = CheckpointStorage(os.path.join(copy, "chk"))
     latest = storage.path_of(storage.complete_ids()[-1])
-    name = keyed_files(latest)["recent"][0][0]
-    flip_middle_byte(os.path.join(latest, name), 0x01)
+    name = keyed_files(latest)["recent"][0][0][0][0]
+    flip_middle_byte(os.path.join(os.path.dirname(latest), name), 0x01)
     forbid_reading_state(monkeypatch)
     with pytest.raises(CorruptCheckpointError) as caught:
         build_buffers(copy).execute("restore", restore_from=latest)

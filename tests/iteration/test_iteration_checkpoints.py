@@ -251,8 +251,9 @@ def test_feedback_spilled_to_disk_is_checkpointed_and_restored_without_loss(tmp_
         spills.append(1)
         original(file, element)
 
-    def write(storage: CheckpointStorage, manifest: Any, files: dict, original: Any = CheckpointStorage.write) -> str:
-        path = original(storage, manifest, files)
+    def write(storage: CheckpointStorage, manifest: Any, files: dict, shared: dict | None = None,
+              original: Any = CheckpointStorage.write) -> str:
+        path = original(storage, manifest, files, shared)
         if region_state(path)["coordinator"][0]["progress"]["epoch_watermark"] >= 1:
             completed.append(manifest.checkpoint_id)  # mid-iteration: an epoch was decided
         return path

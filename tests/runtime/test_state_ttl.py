@@ -354,3 +354,27 @@ def test_value_state_matches_a_plain_model(ops: list, read_extends: bool, return
             elif value is not None and read_extends:
                 model[key] = (value, now)
             assert state.value() == value
+
+
+def test_a_layer_of_changes_writes_a_changed_entry_that_expired_as_removed() -> None:
+    """Incremental checkpoints with full-snapshot cleanup: an entry changed since the last
+    checkpoint that has expired by the next is written as removed, so a restore drops it."""
+    clock = ManualClock()
+    backend = backend_at(clock)
+    state = backend.get_state(with_ttl(ValueStateDescriptor("v"), config(full_snapshot=True, background=False)))
+    backend.set_current_key("a")
+    state.update(1)
+    view = backend.freeze()
+    view.completed = "first checkpoint"   # as the writer marks a durable checkpoint
+    backend.release()
+    clock.set(TTL - 100)
+    backend.set_current_key("b")
+    state.update(2)
+    backend.set_current_key("a")
+    state.update(3)
+    clock.set(2 * TTL)   # both changed entries have expired
+    view = backend.freeze()
+    changed = {key: value for keys, values in view.changes("v").chunks(10) for key, value in zip(keys, values)}
+    assert changed == {"a": None, "b": None}
+    assert [key for keys, _ in view.entries("v").chunks(10) for key in keys] == []
+    backend.release()

@@ -37,6 +37,7 @@ from slipstream.runtime.checkpoint.manifest import Manifest
 from slipstream.runtime.checkpoint.snapshot import (
     OperatorSnapshot,
     build_manifest_and_files,
+    commit_keyed,
     release_task,
     snapshot_task,
 )
@@ -107,9 +108,10 @@ class CheckpointWriter:
     def run(self) -> None:
         started = time.perf_counter()
         try:
-            files = build_manifest_and_files(self._manifest, self._snapshots)
-            self.size_bytes = sum(len(data) for data in files.values())
-            self.path = self._storage.write(self._manifest, files)
+            files, shared = build_manifest_and_files(self._manifest, self._snapshots)
+            self.size_bytes = sum(len(data) for data in [*files.values(), *shared.values()])
+            self.path = self._storage.write(self._manifest, files, shared)
+            commit_keyed(self._snapshots)
             self._storage.prune(self._manifest.checkpoint_id)
         except BaseException as exc:  # noqa: BLE001 - handed to the scheduler's thread, which decides
             self.error = exc

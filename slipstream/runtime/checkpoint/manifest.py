@@ -5,12 +5,19 @@ manifest is JSON, never pickle, so reading it runs no code; it carries its own
 checksum (over its canonical form without that field), the job's fingerprint, and
 for every operator where each subtask's state files are. Everything in it is
 checked before any state file is unpickled.
+
+Keyed state files are shared between checkpoints (incremental checkpoints): they live in
+the storage directory's ``shared/`` folder, named by their SHA-256, and ``shared`` lists
+every one a checkpoint uses with its checksum and size, as ``files`` lists its own. A
+subtask's keyed state is its ``keyed_states`` (every entry) followed by ``keyed_deltas``,
+layers of the entries changed since, applied in order (a value None: removed).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +26,20 @@ from slipstream.errors import CorruptCheckpointError
 MANIFEST_NAME = "_manifest.json"
 MANIFEST_TEMP_NAME = "_manifest.json.tmp"
 FORMAT_NAME = "slipstream-checkpoint"
-FORMAT_VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
-"""Version 2 lists keyed state per state (``keyed_states``: Arrow or pickle files); version 1
-had one pickled keyed file per subtask (``keyed``), still read."""
+FORMAT_VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
+"""Version 3 keeps keyed state in shared files (``shared``, ``keyed_deltas``); version 2 lists
+keyed state per state (``keyed_states``: Arrow or pickle files) in the checkpoint's directory;
+version 1 had one pickled keyed file per subtask (``keyed``). All are read."""
+SHARED_DIR = "shared"
+_SHARED_NAME = re.compile(r"^shared/[0-9a-f]{64}\.(arrow|pkl)$")
+"""A shared file's name in a manifest: nothing else, so a manifest cannot point outside the storage."""
+
+
+def shared_name(data: bytes | memoryview, extension: str) -> tuple[str, dict[str, Any]]:
+    """The content-addressed name of a shared file, and its manifest entry (checksum, size)."""
+    digest = sha256_hex(data)
+    return f"{SHARED_DIR}/{digest}.{extension}", {"sha256": digest, "size": len(data)}
 
 
 def sha256_hex(data: bytes | memoryview) -> str:
@@ -37,6 +54,7 @@ class SubtaskFiles:
     operator: str | None = None
     key_groups: tuple[int, int] | None = None  # [start, end) of the keyed files' key groups
     keyed_states: list[dict[str, str]] = field(default_factory=list)  # {"state", "file", "format"}
+    keyed_deltas: list[list[dict[str, str]]] = field(default_factory=list)  # changes since, layer by layer
 
 
 @dataclass
@@ -56,6 +74,7 @@ class Manifest:
     created_ms: int
     mode: str
     files: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {"sha256", "size"}
+    shared: dict[str, dict[str, Any]] = field(default_factory=dict)  # shared/<sha256>.<ext> -> the same
     operators: dict[str, OperatorEntry] = field(default_factory=dict)
 
     # -- encoding ---------------------------------------------------------------------------------
@@ -69,12 +88,14 @@ class Manifest:
             "created_ms": self.created_ms,
             "mode": self.mode,
             "files": {name: dict(info) for name, info in sorted(self.files.items())},
+            "shared": {name: dict(info) for name, info in sorted(self.shared.items())},
             "operators": {
                 uid: {"kind": entry.kind, "parallelism": entry.parallelism,
                       "max_parallelism": entry.max_parallelism,
                       "subtasks": [{"keyed": s.keyed, "operator": s.operator,
                                     "key_groups": list(s.key_groups) if s.key_groups else None,
-                                    "keyed_states": [dict(f) for f in s.keyed_states]}
+                                    "keyed_states": [dict(f) for f in s.keyed_states],
+                                    "keyed_deltas": [[dict(f) for f in layer] for layer in s.keyed_deltas]}
                                    for s in entry.subtasks]}
                 for uid, entry in sorted(self.operators.items())},
         }
@@ -114,16 +135,24 @@ class Manifest:
             for uid, entry in body["operators"].items():
                 subtasks = [SubtaskFiles(s["keyed"], s["operator"],
                                          tuple(s["key_groups"]) if s["key_groups"] else None,
-                                         [{"state": str(f["state"]), "file": str(f["file"]),
-                                           "format": str(f["format"])} for f in s.get("keyed_states", ())])
+                                         _state_files(s.get("keyed_states", ())),
+                                         [_state_files(layer) for layer in s.get("keyed_deltas", ())])
                             for s in entry["subtasks"]]
                 operators[uid] = OperatorEntry(uid, entry["kind"], int(entry["parallelism"]),
                                                int(entry["max_parallelism"]), subtasks)
+            shared = dict(body.get("shared", {}))
+            for name in shared:
+                if not _SHARED_NAME.match(name):
+                    raise ValueError(f"shared file name {name!r}")
             return Manifest(int(body["checkpoint_id"]), str(body["job_name"]), str(body["job_fingerprint"]),
-                            int(body["created_ms"]), str(body["mode"]), dict(body["files"]), operators)
+                            int(body["created_ms"]), str(body["mode"]), dict(body["files"]), shared, operators)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptCheckpointError(f"the manifest lacks or mangles a field ({exc!r})",
                                          checkpoint=checkpoint, file=MANIFEST_NAME) from None
+
+
+def _state_files(files: Any) -> list[dict[str, str]]:
+    return [{"state": str(f["state"]), "file": str(f["file"]), "format": str(f["format"])} for f in files]
 
 
 def _canonical(body: dict[str, Any]) -> bytes:

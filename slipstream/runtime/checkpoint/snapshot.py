@@ -20,6 +20,14 @@ Unpickling runs code, so a checkpoint directory must be trusted like the job's c
 slipstream verifies every file's SHA-256 against the manifest before reading anything,
 which catches damage and mix-ups but is no defence against someone who can write the
 manifest too.
+
+Checkpoints are incremental: keyed state files are content-addressed and shared (see
+:mod:`slipstream.runtime.checkpoint.manifest`). A subtask's first checkpoint writes every
+entry; each later one writes only the entries changed since the previous completed one
+(the backend tracks them, see :class:`~slipstream.runtime.state.heap_backend.KeyedStateView`)
+as a new layer and references the earlier files, until the layers would hold more than
+``DELTA_SHARE`` of the state's entries or number ``MAX_DELTAS``: then it writes every entry
+again, and the old files go once no retained checkpoint uses them.
 """
 
 from __future__ import annotations
@@ -32,12 +40,34 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slipstream.errors import CheckpointError, CorruptCheckpointError
-from slipstream.runtime.checkpoint.manifest import Manifest, OperatorEntry, SubtaskFiles
+from slipstream.runtime.checkpoint.manifest import Manifest, OperatorEntry, SubtaskFiles, shared_name
 from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_file, encode_keyed_state
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 
 if TYPE_CHECKING:
     from slipstream.runtime.state.heap_backend import KeyedStateView
+
+
+MAX_DELTAS = 32
+"""Layers of changes a subtask's keyed state may have before a checkpoint writes every entry again."""
+DELTA_SHARE = 0.5
+"""The share of the state's entries the layers of changes may hold (so restoring reads at most 1.5 times it)."""
+
+
+@dataclass
+class KeyedFiles:
+    """The shared files of one subtask's keyed state in a checkpoint: every entry, then layers of changes."""
+
+    base: list[dict[str, str]]
+    deltas: list[list[dict[str, str]]]
+    shared: dict[str, dict[str, Any]]  # every file's name -> {"sha256", "size"}
+    base_entries: int
+    delta_entries: int
+
+    def extended(self, layer: list[dict[str, str]], infos: dict[str, dict[str, Any]], changed: int) -> KeyedFiles:
+        """These files and one more layer of ``changed`` entries."""
+        return KeyedFiles(self.base, self.deltas + [layer] if layer else self.deltas, {**self.shared, **infos},
+                          self.base_entries, self.delta_entries + changed)
 
 
 @dataclass
@@ -55,6 +85,7 @@ class OperatorSnapshot:
     state: bytes | None
     name: str = ""
     taken_ms: float = 0.0  # how long taking it stopped the task
+    keyed_files: KeyedFiles | None = None  # set by the checkpoint writer
 
 
 def _dumps(value: Any, operator: Any, what: str) -> bytes:
@@ -67,11 +98,27 @@ def _dumps(value: Any, operator: Any, what: str) -> bytes:
                               ) from exc
 
 
-def encode_keyed(snap: OperatorSnapshot) -> list[tuple[str, str, memoryview]]:
-    """``(state name, format, file contents)`` per keyed state of ``snap`` (in the checkpoint writer)."""
-    view = snap.keyed
+def encode_keyed(snap: OperatorSnapshot) -> tuple[KeyedFiles, dict[str, memoryview]]:
+    """The shared files of ``snap``'s keyed state, and the contents of those written now (in the
+    checkpoint writer): every entry, or only those changed since the previous completed checkpoint."""
+    view, base = snap.keyed, snap.keyed.base
+    incremental = base is not None and len(base.deltas) < MAX_DELTAS \
+        and base.delta_entries + view.changed <= DELTA_SHARE * base.base_entries
+    states = {name: view.changes(name) for name in view.names if view.dirty.get(name)} if incremental else \
+        {name: view.entries(name) for name in view.names}
+    layer, infos, contents = [], {}, {}
+    for state, kind, data in _encoded(snap, states):
+        name, infos[name] = shared_name(data, EXTENSIONS[kind])
+        layer.append({"state": state, "file": name, "format": kind})
+        contents[name] = data
+    if incremental:
+        return base.extended(layer, infos, view.changed), contents
+    return KeyedFiles(layer, [], infos, view.size, 0), contents
+
+
+def _encoded(snap: OperatorSnapshot, states: dict[str, Any]) -> list[tuple[str, str, memoryview]]:
     try:
-        return encode_keyed_state({name: view.entries(name) for name in view.names})
+        return encode_keyed_state(states)
     except Exception as exc:  # noqa: BLE001 - any serialisation failure names the operator
         raise CheckpointError(f"operator '{snap.name}' (uid '{snap.uid}'), subtask {snap.subtask_index + 1}: "
                               f"its keyed state cannot be written to a checkpoint: {type(exc).__name__}: {exc}"
@@ -116,10 +163,12 @@ def job_fingerprint(graph: Any) -> str:
 
 
 def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapshot]
-                             ) -> dict[str, bytes | memoryview]:
-    """Fill ``manifest.operators`` from the snapshots; the data files to write, by name (the keyed
-    state serialised now: in the checkpoint writer, off the tasks' turns)."""
+                             ) -> tuple[dict[str, bytes | memoryview], dict[str, memoryview]]:
+    """Fill ``manifest.operators`` and ``manifest.shared`` from the snapshots; the checkpoint's own
+    files to write and the new shared files, by name (the keyed state serialised now: in the
+    checkpoint writer, off the tasks' turns)."""
     files: dict[str, bytes | memoryview] = {}
+    shared: dict[str, memoryview] = {}
     numbers = {uid: n for n, uid in enumerate(sorted({s.uid for s in snapshots}))}
     for snap in sorted(snapshots, key=lambda s: (numbers[s.uid], s.subtask_index)):
         entry = manifest.operators.get(snap.uid)
@@ -131,15 +180,22 @@ def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapsho
         base = f"op{numbers[snap.uid]}-{snap.subtask_index}"
         if snap.keyed is not None:
             files_of.key_groups = snap.key_groups
-            for number, (state, kind, data) in enumerate(encode_keyed(snap)):
-                name = f"{base}.keyed-{number}.{EXTENSIONS[kind]}"
-                files_of.keyed_states.append({"state": state, "file": name, "format": kind})
-                files[name] = data
+            snap.keyed_files, contents = encode_keyed(snap)
+            files_of.keyed_states, files_of.keyed_deltas = snap.keyed_files.base, snap.keyed_files.deltas
+            manifest.shared.update(snap.keyed_files.shared)
+            shared.update(contents)
         if snap.state is not None:
             files_of.operator = f"{base}.state.pkl"
             files[files_of.operator] = snap.state
-    return files
+    return files, shared
 
+
+def commit_keyed(snapshots: list[OperatorSnapshot]) -> None:
+    """The checkpoint of ``snapshots`` is durable: its keyed files become the base of each
+    backend's next checkpoint (taken over when the backend is released)."""
+    for snap in snapshots:
+        if snap.keyed is not None:
+            snap.keyed.completed = snap.keyed_files
 
 def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes], checkpoint: str) -> None:
     """Put the state of a verified checkpoint into freshly built (not yet opened) tasks.
@@ -153,10 +209,12 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
     def load(name: str) -> Any:
         return pickle.loads(files[name])
 
-    def load_keyed(subtask: SubtaskFiles) -> dict[str, Any]:
+    def load_keyed(subtask: SubtaskFiles) -> list[dict[str, Any]]:
+        """The subtask's keyed state: every entry, then the layers of changes, to apply in order."""
         if subtask.keyed is not None:  # format version 1
-            return load(subtask.keyed)
-        return {f["state"]: decode_state_file(f["format"], files[f["file"]]) for f in subtask.keyed_states}
+            return [load(subtask.keyed)]
+        return [{f["state"]: decode_state_file(f["format"], files[f["file"]]) for f in layer}
+                for layer in [subtask.keyed_states, *subtask.keyed_deltas]]
 
     def has_keyed(subtask: SubtaskFiles) -> bool:
         return subtask.keyed is not None or bool(subtask.keyed_states)
@@ -178,7 +236,8 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
             if entry.parallelism == ctx.parallelism:
                 own = entry.subtasks[ctx.subtask_index]
                 if has_keyed(own) and backend is not None:
-                    backend.restore(load_keyed(own))
+                    for layer in load_keyed(own):
+                        backend.restore(layer)
                 if own.operator is not None:
                     operator.initialize_state(load(own.operator))
                 continue
@@ -187,7 +246,8 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
                 for old in entry.subtasks:
                     if has_keyed(old) and old.key_groups is not None \
                             and old.key_groups[0] < groups.stop and groups.start < old.key_groups[1]:
-                        backend.restore(load_keyed(old), key_groups=groups)
+                        for layer in load_keyed(old):
+                            backend.restore(layer, key_groups=groups)
             max_parallelism = ctx.max_parallelism
 
             def owns_key(key: Any, _groups: range = groups, _max: int = max_parallelism) -> bool:

@@ -10,6 +10,10 @@ Layout::
             _manifest.json    written as _manifest.json.tmp, fsynced, renamed, directory fsynced
                               (on an object store: uploaded last under its own name, which
                               makes it appear whole or not at all)
+        shared/               keyed state files, named by their SHA-256 and used by every
+            <sha256>.arrow    checkpoint whose manifest lists them (incremental checkpoints);
+                              each written as <name>.tmp, fsynced, renamed, before any manifest
+                              that lists it; deleted once no complete checkpoint lists it
 
 A checkpoint is complete exactly when its manifest is in place. Reading verifies
 everything — the manifest's own checksum and format version, the job fingerprint,
@@ -25,8 +29,14 @@ import re
 from dataclasses import dataclass
 
 from slipstream.errors import CorruptCheckpointError, DiskFullError
-from slipstream.filesystem import FileSystem, resolve
-from slipstream.runtime.checkpoint.manifest import MANIFEST_NAME, MANIFEST_TEMP_NAME, Manifest, sha256_hex
+from slipstream.filesystem import FileSystem, copy_directory, filesystem_of, resolve
+from slipstream.runtime.checkpoint.manifest import (
+    MANIFEST_NAME,
+    MANIFEST_TEMP_NAME,
+    SHARED_DIR,
+    Manifest,
+    sha256_hex,
+)
 
 log = logging.getLogger("slipstream.checkpoint")
 
@@ -93,18 +103,22 @@ class CheckpointStorage:
                 self.fs.remove_tree(self.path_of(checkpoint_id))
 
     # -- writing ----------------------------------------------------------------------------------
-    def write(self, manifest: Manifest, files: dict[str, bytes | memoryview]) -> str:
+    def write(self, manifest: Manifest, files: dict[str, bytes | memoryview],
+              shared: dict[str, memoryview] | None = None) -> str:
         """Write a checkpoint durably; returns its directory. On failure nothing complete is left.
 
-        Order: the directory (and its entry in the parent), every data file written and
-        fsynced, the manifest under a temporary name and fsynced, the directory fsynced,
-        the manifest renamed into place, the directory fsynced again.
+        Order: the new ``shared`` files (those not there yet, each written and fsynced under a
+        temporary name, renamed; then their directory fsynced), the directory (and its entry in
+        the parent), every data file written and fsynced, the manifest under a temporary name
+        and fsynced, the directory fsynced, the manifest renamed into place, the directory
+        fsynced again.
         """
         self.ensure_directory()
         path = self.path_of(manifest.checkpoint_id)
         if self.fs.exists(path):
             self.fs.remove_tree(path)
         try:
+            self._write_shared(shared or {})
             self.fs.makedirs(path)
             self.fs.fsync_dir(self.directory)
             for name, data in files.items():
@@ -121,9 +135,24 @@ class CheckpointStorage:
             raise
         return path
 
+    def _write_shared(self, shared: dict[str, memoryview]) -> None:
+        """Write the shared files not yet stored (a name is its content's checksum)."""
+        if not shared:
+            return
+        directory = os.path.join(self.directory, SHARED_DIR)
+        self.fs.makedirs(directory)
+        for name, data in shared.items():
+            target = os.path.join(self.directory, name)
+            if not self.fs.exists(target):
+                self.fs.write_file(target + ".tmp", data)
+                self.fs.rename(target + ".tmp", target)
+        self.fs.fsync_dir(directory)
+        self.fs.fsync_dir(self.directory)
+
     def prune(self, latest_id: int) -> None:
         """Keep the newest ``num_retained`` complete checkpoints up to ``latest_id``; delete the rest
-        below it. The manifest goes first, so a crash mid-way leaves an incomplete directory."""
+        below it, then every shared file no complete checkpoint lists. The manifest goes first, so
+        a crash mid-way leaves an incomplete directory."""
         complete = [i for i in self.complete_ids() if i <= latest_id]
         keep = set(complete[-self.num_retained:])
         for checkpoint_id in self.checkpoint_ids():
@@ -134,10 +163,29 @@ class CheckpointStorage:
                     self.fs.remove(manifest)
                     self.fs.fsync_dir(path)
                 self.fs.remove_tree(path)
+        self._prune_shared()
+
+    def _prune_shared(self) -> None:
+        """Delete the shared files (and leftover temporary files) no complete checkpoint lists;
+        nothing when a manifest cannot be read, as what it lists is then unknown."""
+        directory = os.path.join(self.directory, SHARED_DIR)
+        if not self.fs.is_dir(directory):
+            return
+        listed: set[str] = set()
+        for checkpoint_id in self.complete_ids():
+            path = self.path_of(checkpoint_id)
+            try:
+                listed.update(Manifest.decode(self.fs.read_file(os.path.join(path, MANIFEST_NAME)), path).shared)
+            except CorruptCheckpointError:
+                return
+        for name in self.fs.listdir(directory):
+            if f"{SHARED_DIR}/{name}" not in listed:
+                self.fs.remove(os.path.join(directory, name))
 
     def remove_all(self) -> None:
         for checkpoint_id in self.checkpoint_ids():
             self.fs.remove_tree(self.path_of(checkpoint_id))
+        self.fs.remove_tree(os.path.join(self.directory, SHARED_DIR))
 
     # -- reading ----------------------------------------------------------------------------------
     def read_verified(self, path: str, fingerprint: str | None) -> VerifiedCheckpoint:
@@ -167,23 +215,45 @@ class CheckpointStorage:
             what = "a leftover temporary file" if name.endswith(".tmp") else "a file the manifest does not list"
             raise CorruptCheckpointError(f"the checkpoint holds {what} (copied in from elsewhere, or left "
                                          "by an interrupted write)", checkpoint=path, file=name)
-        files: dict[str, bytes] = {}
-        for name, info in sorted(manifest.files.items()):
-            if name not in present:
-                raise CorruptCheckpointError("a state file listed in the manifest is missing",
-                                             checkpoint=path, file=name,
-                                             expected=f"sha256 {info['sha256']}", actual="no file")
-            data = fs.read_file(os.path.join(path, name))
-            if len(data) != info["size"]:
-                raise CorruptCheckpointError("a state file has the wrong size (truncated or extended)",
-                                             checkpoint=path, file=name,
-                                             expected=f"{info['size']} bytes, sha256 {info['sha256']}",
-                                             actual=f"{len(data)} bytes, sha256 {sha256_hex(data)}")
-            digest = sha256_hex(data)
-            if digest != info["sha256"]:
-                raise CorruptCheckpointError("a state file's checksum does not match the manifest (damaged, "
-                                             "or swapped in from another checkpoint or job)",
-                                             checkpoint=path, file=name,
-                                             expected=f"sha256 {info['sha256']}", actual=f"sha256 {digest}")
-            files[name] = data
+        files = {name: _verified(fs, path, path, name, info, name in present)
+                 for name, info in sorted(manifest.files.items())}
+        storage = os.path.dirname(path)
+        for name, info in sorted(manifest.shared.items()):
+            files[name] = _verified(fs, path, storage, name, info, fs.exists(os.path.join(storage, name)))
         return VerifiedCheckpoint(path, manifest, files)
+
+
+def copy_checkpoint(source: str, target: str) -> None:
+    """Copy the checkpoint in ``source`` into a new directory ``target`` (a savepoint's target, on
+    any file system), with the shared files its manifest lists beside it, as in a storage directory."""
+    source_fs, target_fs = filesystem_of(source), filesystem_of(target)
+    manifest = Manifest.decode(source_fs.read_file(os.path.join(source, MANIFEST_NAME)), source)
+    if manifest.shared:
+        target_fs.makedirs(os.path.join(os.path.dirname(target), SHARED_DIR))
+        for name in manifest.shared:
+            target_fs.write_file(os.path.join(os.path.dirname(target), name),
+                                 source_fs.read_file(os.path.join(os.path.dirname(source), name)), what="savepoint file")
+        target_fs.fsync_dir(os.path.join(os.path.dirname(target), SHARED_DIR))
+    copy_directory(source, target)
+
+
+def _verified(fs: FileSystem, checkpoint: str, directory: str, name: str, info: dict, present: bool) -> bytes:
+    """The contents of file ``name`` in ``directory``, listed by ``checkpoint``'s manifest as ``info``,
+    once its size and SHA-256 match (a shared file is checked by every checkpoint that lists it)."""
+    if not present:
+        raise CorruptCheckpointError("a state file listed in the manifest is missing",
+                                     checkpoint=checkpoint, file=name,
+                                     expected=f"sha256 {info['sha256']}", actual="no file")
+    data = fs.read_file(os.path.join(directory, name))
+    if len(data) != info["size"]:
+        raise CorruptCheckpointError("a state file has the wrong size (truncated or extended)",
+                                     checkpoint=checkpoint, file=name,
+                                     expected=f"{info['size']} bytes, sha256 {info['sha256']}",
+                                     actual=f"{len(data)} bytes, sha256 {sha256_hex(data)}")
+    digest = sha256_hex(data)
+    if digest != info["sha256"]:
+        raise CorruptCheckpointError("a state file's checksum does not match the manifest (damaged, "
+                                     "or swapped in from another checkpoint or job)",
+                                     checkpoint=checkpoint, file=name,
+                                     expected=f"sha256 {info['sha256']}", actual=f"sha256 {digest}")
+    return data

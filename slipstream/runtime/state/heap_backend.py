@@ -20,6 +20,14 @@ entries at a time (:meth:`HeapKeyedStateBackend.merge_some`, between the tasks'
 turns): folding them all at once would stop the job for about a microsecond per
 changed entry, 100 ms after a long write. Meanwhile reads still look in the deltas
 first and writes go to the tables.
+
+For incremental checkpoints each state also keeps, from the first freeze on, the set of
+its entries changed since the last freeze (a write, a removal, or a read handing out a value that could be changed
+in place). A freeze hands those sets to the checkpoint with the files of the last
+completed checkpoint (``KeyedStateView.dirty`` and ``base``): the writer may then write
+only the changed entries. If that checkpoint does not complete, its sets are folded back
+into the current ones on :meth:`HeapKeyedStateBackend.release`, so the next one still
+writes them.
 """
 
 from __future__ import annotations
@@ -49,6 +57,16 @@ _UNCHANGED = object()
 
 _REMOVED = object()
 """In a delta: the entry was removed since the freeze."""
+
+class _Untracked:
+    """Where a state's changes go before its backend's first freeze: nowhere (no checkpoint would
+    use them, and a job without checkpoints would keep a set of every key). ``add`` is a builtin
+    doing nothing with its argument, as cheap to call as ``set.add``."""
+
+    add = staticmethod(id)
+
+
+_UNTRACKED = _Untracked()
 
 _ATOMS = frozenset({int, float, complex, str, bytes, bool, type(None)})
 
@@ -102,6 +120,9 @@ class HeapKeyedStateBackend:
         self._kinds: dict[str, str] = {}
         self._deltas: dict[str, dict[Any, Any]] | None = None  # frozen, or merging: the changes per table
         self._frozen = False
+        self._dirty: dict[str, set[Any]] | None = None  # per state: the entries changed since the last freeze
+        self._base: Any = None  # the files of the last completed checkpoint (opaque: see KeyedStateView)
+        self._view: KeyedStateView | None = None  # the frozen view of the checkpoint being written
 
     def set_current_key(self, key: Any) -> None:
         try:
@@ -146,6 +167,7 @@ class HeapKeyedStateBackend:
                 _STATE_CLASSES[descriptor.kind]
         handle = cls(self, table, descriptor, namespaced)
         handle._delta = None if self._deltas is None else self._deltas.get(name)
+        handle._dirty = _UNTRACKED if self._dirty is None else self._dirty.setdefault(name, set())
         self._states[(name, namespaced)] = handle
         if cls is _HeapState:
             policy = self._ttl.setdefault(name, TtlPolicy(ttl, self._now))
@@ -161,8 +183,12 @@ class HeapKeyedStateBackend:
         written). Take them afresh for every batch. Users go through :meth:`get_state`."""
         handle = self.get_state(descriptor)
         if handle._delta is None:
-            table = self._tables[descriptor.name]
-            return table.get, table.__setitem__
+            table, dirty = self._tables[descriptor.name], handle._dirty
+
+            def put(key: Any, value: Any) -> None:
+                table[key] = value
+                dirty.add(key)
+            return table.get, put
         return handle._read, handle._write
 
     def keys(self, state_name: str) -> Iterable[Any]:
@@ -198,15 +224,27 @@ class HeapKeyedStateBackend:
         while not self.merge_some(1 << 20):  # what the last checkpoint left to fold back, if anything
             pass
         self._deltas = {name: {} for name in self._tables}
+        dirty, self._dirty = self._dirty or {}, {name: set() for name in self._tables}
         self._frozen = True
         for (name, _), handle in self._states.items():
-            handle._delta = self._deltas[name]
+            handle._delta, handle._dirty = self._deltas[name], self._dirty[name]
         expiring = {name: policy.ttl for name, policy in self._ttl.items() if policy.in_full_snapshot}
-        return KeyedStateView(dict(self._tables), self.max_parallelism, expiring, self._now() if expiring else 0)
+        self._view = KeyedStateView(dict(self._tables), self.max_parallelism, dirty, self._base,
+                                    expiring, self._now() if expiring else 0)
+        return self._view
 
     def release(self) -> None:
         """The frozen tables are written (or given up): the changes made since are folded back by
-        :meth:`merge_some` (at once if nothing changed). Nothing to do when not frozen."""
+        :meth:`merge_some` (at once if nothing changed). Nothing to do when not frozen.
+        A completed checkpoint's files become the base of the next; otherwise the entries it
+        would have saved stay marked changed."""
+        view, self._view = self._view, None
+        if view is not None:
+            if view.completed is not None:
+                self._base = view.completed
+            else:
+                for name, keys in view.dirty.items():
+                    self._dirty.setdefault(name, set()).update(keys)
         self._frozen = False
         self.merge_some(0)
 
@@ -237,23 +275,37 @@ class HeapKeyedStateBackend:
 
     def restore(self, snapshot: dict[str, dict[int, list[tuple[Any, Any]]]],
                 key_groups: range | None = None) -> None:
-        """Load the entries of ``key_groups`` (all when None) from one or more snapshots."""
+        """Load the entries of ``key_groups`` (all when None) from one or more snapshots; an entry
+        whose value is None was removed (in the changes of an incremental checkpoint)."""
         for name, groups in snapshot.items():
             table = self._tables.setdefault(name, {})
             for group, entries in groups.items():
                 if key_groups is None or group in key_groups:
-                    table.update((entry_key, _own_copy(value)) for entry_key, value in entries)
+                    for entry_key, value in entries:
+                        if value is None:
+                            table.pop(entry_key, None)
+                        else:
+                            table[entry_key] = _own_copy(value)
 
 
 class KeyedStateView:
     """A backend's tables as they were at a checkpoint barrier, read (by the checkpoint writer,
-    in its own thread) while the backend is frozen. The states named in ``expiring`` (with their
-    TTL) leave out what has expired at ``now``: TTL's full-snapshot cleanup."""
+    in its own thread) while the backend is frozen.
+
+    ``dirty`` holds per state the entries changed since the previous freeze, ``base`` what the
+    checkpoint writer recorded as ``completed`` in the backend's last checkpoint that completed
+    (None: none has yet). The states named in ``expiring`` (with their TTL) leave out what has
+    expired at ``now``: TTL's full-snapshot cleanup (a changed entry that expired is written as
+    removed)."""
 
     def __init__(self, tables: dict[str, dict[Any, Any]], max_parallelism: int,
+                 dirty: dict[str, set[Any]] | None = None, base: Any = None,
                  expiring: dict[str, int] | None = None, now: int = 0) -> None:
         self._tables = tables
         self.max_parallelism = max_parallelism
+        self.dirty = {} if dirty is None else dirty
+        self.base = base
+        self.completed: Any = None  # set by the writer once the checkpoint is durable
         self._expiring, self.now = expiring or {}, now
 
     @property
@@ -267,7 +319,18 @@ class KeyedStateView:
 
     def entries(self, name: str) -> _FrozenState:
         """State ``name`` as the checkpoint file encoder reads it, chunk by chunk."""
-        return _FrozenState(self._tables[name], self, self._expiring.get(name))
+        table = self._tables[name]
+        return _FrozenState(table, table.__getitem__, self, self._expiring.get(name))
+
+    def changes(self, name: str) -> _FrozenState:
+        """The entries of state ``name`` changed since the previous freeze, a removed one with value None."""
+        return _FrozenState(self.dirty.get(name, ()), self._tables[name].get, self, self._expiring.get(name),
+                            removed_as_none=True)
+
+    @property
+    def changed(self) -> int:
+        """Entries changed since the previous freeze, over all states."""
+        return sum(len(self.dirty.get(name, ())) for name in self._tables)
 
     def key_groups(self, entries: list[Any]) -> list[int]:
         """The key group of each entry key."""
@@ -278,15 +341,16 @@ class KeyedStateView:
 class _FrozenState:
     """One state of a :class:`KeyedStateView`: the ``StateChunks`` the checkpoint file encoder reads."""
 
-    def __init__(self, table: dict[Any, Any], view: KeyedStateView, ttl: int | None) -> None:
-        self._table, self.key_groups = table, view.key_groups
-        self._ttl, self._now = ttl, view.now
+    def __init__(self, keys: Iterable[Any], value_of: Callable[[Any], Any], view: KeyedStateView,
+                 ttl: int | None = None, removed_as_none: bool = False) -> None:
+        self._keys, self._value_of, self.key_groups = keys, value_of, view.key_groups
+        self._ttl, self._now, self._removed_as_none = ttl, view.now, removed_as_none
 
     def chunks(self, size: int) -> Iterator[tuple[list[Any], list[Any]]]:
         """The entries' keys and values, ``size`` at a time in table order: what is built for one
         chunk is garbage before the next, so the writer never holds millions of objects (a full
         garbage collection would walk them), and each step is a short call."""
-        entries, value_of = iter(self._table), self._table.__getitem__
+        entries, value_of = iter(self._keys), self._value_of
         while True:
             keys = list(itertools.islice(entries, size))
             if not keys:
@@ -297,8 +361,12 @@ class _FrozenState:
                 yield self._unexpired(keys, list(map(value_of, keys)))
 
     def _unexpired(self, keys: list[Any], values: list[Any]) -> tuple[list[Any], list[Any]]:
-        """The entries of a chunk without what has expired (new containers: the table stays as it is)."""
-        live = [unexpired(value, self._now, self._ttl) for value in values]
+        """The entries of a chunk without what has expired (new containers: the table stays as it
+        is); in a layer of changes an expired entry stays, as removed (None)."""
+        ttl, now = self._ttl, self._now
+        live = [None if value is None else unexpired(value, now, ttl) for value in values]
+        if self._removed_as_none:
+            return keys, live
         kept = [position for position, value in enumerate(live) if value is not None]
         return [keys[position] for position in kept], [live[position] for position in kept]
 
@@ -339,6 +407,7 @@ class _HeapState:
         self._backend = backend
         self._table = table
         self._delta: dict[Any, Any] | None = None
+        self._dirty: set[Any] | _Untracked = _UNTRACKED  # the backend's set of this state's changed entries
         self._descriptor = descriptor
         self._namespaced = namespaced
         self.namespace: Any = None
@@ -364,16 +433,21 @@ class _HeapState:
         """The entry's live value (None when absent), which the caller may change in place."""
         delta = self._delta
         if delta is None:
-            return self._table.get(entry)
-        value = delta.get(entry, _UNCHANGED)
-        if value is _UNCHANGED:
             value = self._table.get(entry)
-            if value is not None and self._backend._frozen and not _is_immutable(value):
-                value = delta[entry] = _copied(value, self._descriptor.name, entry)
-            return value
-        return None if value is _REMOVED else value
+        else:
+            value = delta.get(entry, _UNCHANGED)
+            if value is _UNCHANGED:
+                value = self._table.get(entry)
+                if value is not None and self._backend._frozen and not _is_immutable(value):
+                    value = delta[entry] = _copied(value, self._descriptor.name, entry)
+            elif value is _REMOVED:
+                value = None
+        if type(value) not in _ATOMS:  # the caller may change it in place
+            self._dirty.add(entry)
+        return value
 
     def _write(self, entry: Any, value: Any) -> None:
+        self._dirty.add(entry)
         delta = self._delta
         if delta is not None:
             if self._backend._frozen:
@@ -383,6 +457,7 @@ class _HeapState:
         self._table[entry] = value
 
     def _remove(self, entry: Any) -> None:
+        self._dirty.add(entry)
         delta = self._delta
         if delta is not None:
             if self._backend._frozen:
@@ -411,16 +486,23 @@ class HeapKeyValueState(HeapValueState):
 
     def value(self) -> Any:
         if self._delta is None:
-            return self._table.get(self._backend.current_key)
+            key = self._backend.current_key
+            value = self._table.get(key)
+            if type(value) not in _ATOMS:  # the caller may change it in place
+                self._dirty.add(key)
+            return value
         return self._read(self._backend.current_key)
 
     def update(self, value: Any) -> None:
         if self._delta is not None:
             HeapValueState.update(self, value)
-        elif value is None:
-            self._table.pop(self._backend.current_key, None)
+            return
+        key = self._backend.current_key
+        self._dirty.add(key)
+        if value is None:
+            self._table.pop(key, None)
         else:
-            self._table[self._backend.current_key] = value
+            self._table[key] = value
 
 
 class HeapListState(_HeapState, ListState):
