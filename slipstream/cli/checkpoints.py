@@ -50,7 +50,7 @@ def _size(fs: FileSystem, path: str) -> int:
 
 
 def _when(ms: float) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _human(size: int) -> str:

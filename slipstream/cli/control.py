@@ -124,4 +124,4 @@ def stop_job(directory: str, timeout: float) -> dict[str, Any]:
     return record
 
 
-__all__ = ["CONTROL_NAME", "ControlFile", "SAVEPOINT_DIR", "control_directory", "read_control", "stop_job"]
+__all__ = ["CONTROL_NAME", "SAVEPOINT_DIR", "ControlFile", "control_directory", "read_control", "stop_job"]

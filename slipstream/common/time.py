@@ -1,5 +1,5 @@
 """``pyflink.common.time``: ``Duration`` and ``Time`` (see :mod:`slipstream.datastream.time`)."""
 
-from slipstream.datastream.time import Duration, Time  # noqa: F401
+from slipstream.datastream.time import Duration, Time
 
 __all__ = ["Duration", "Time"]

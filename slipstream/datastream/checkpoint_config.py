@@ -10,7 +10,8 @@ Examples:
     >>> env = StreamExecutionEnvironment.get_execution_environment()
     >>> _ = env.enable_checkpointing(1000, CheckpointingMode.EXACTLY_ONCE)
     >>> config = env.get_checkpoint_config()
-    >>> config.set_checkpoint_storage_dir("/tmp/checkpoints").set_num_retained_checkpoints(2).get_num_retained_checkpoints()
+    >>> config = config.set_checkpoint_storage_dir("/tmp/checkpoints").set_num_retained_checkpoints(2)
+    >>> config.get_num_retained_checkpoints()
     2
 
 Restoring: ``env.execute(name, restore_from="latest")`` resumes from the newest
@@ -307,5 +308,11 @@ def _warn_unaligned(what: str) -> None:
                   "for each other at tasks with several inputs)", stacklevel=3)
 
 
-__all__ = ["CheckpointConfig", "CheckpointingMode", "CheckpointStorage", "ExternalizedCheckpointCleanup",
-           "FileSystemCheckpointStorage", "RESTORE_ENV_VAR"]
+__all__ = [
+    "RESTORE_ENV_VAR",
+    "CheckpointConfig",
+    "CheckpointStorage",
+    "CheckpointingMode",
+    "ExternalizedCheckpointCleanup",
+    "FileSystemCheckpointStorage",
+]

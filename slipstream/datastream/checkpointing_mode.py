@@ -1,4 +1,5 @@
-"""``pyflink.datastream.checkpointing_mode``: ``CheckpointingMode`` (see :mod:`slipstream.datastream.checkpoint_config`)."""
+"""``pyflink.datastream.checkpointing_mode``: ``CheckpointingMode``
+(see :mod:`slipstream.datastream.checkpoint_config`)."""
 
 from slipstream.datastream.checkpoint_config import CheckpointingMode
 

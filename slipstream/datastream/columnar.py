@@ -7,7 +7,8 @@ batches along; the first operator that runs a per-record Python function asks fo
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 

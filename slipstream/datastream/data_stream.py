@@ -8,7 +8,8 @@ Names, argument order and behaviour follow ``pyflink.datastream.DataStream``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from slipstream.attributes import Boundedness
 from slipstream.datastream.aggregation import AggregationFunction, aggregator
@@ -656,7 +657,8 @@ class BroadcastStream:
         return self.input_stream.get_execution_environment()
 
     def __repr__(self) -> str:
-        return f"BroadcastStream({self.input_stream.get_name()!r}, {[d.name for d in self.broadcast_state_descriptors]})"
+        names = [d.name for d in self.broadcast_state_descriptors]
+        return f"BroadcastStream({self.input_stream.get_name()!r}, {names})"
 
 
 def _all_bounded(transformation: Transformation) -> bool:

@@ -7,9 +7,10 @@ job's logical graph; ``execute`` hands it to the embedded runtime.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream import python_dependencies
 from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR, CheckpointConfig, CheckpointingMode
@@ -72,7 +73,8 @@ class RuntimeOptions:
     # planner streams the kinds it is not for, and explain() says why); "always" sorts every one;
     # False processes backlog record by record instead.
     backlog_sorting: bool | str = True
-    sort_memory_budget: int = 1_000_000  # records a sorting operator (or a replay cache) holds in memory before spilling
+    # records a sorting operator (or a replay cache) holds in memory before spilling
+    sort_memory_budget: int = 1_000_000
     spill_dir: str | None = None  # where operators spill (a private 0700 dir inside); None: temp dir
     show_progress: bool = True  # on a terminal, show the backlog phase live (never when output is piped)
     # the engine of the sorted backlog work: "polars" (embedded), "spark", or a BatchEngine object;

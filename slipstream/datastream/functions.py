@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Generic, TypeVar
 
 from slipstream.attributes import OperatorAttributes
 from slipstream.datastream.metrics import MetricGroup
@@ -97,7 +98,7 @@ class RuntimeContext(ABC):
     def get_aggregating_state(self, state_descriptor: Any) -> Any: ...
 
 
-class Function(ABC):
+class Function(ABC):  # noqa: B024  (an ABC as PyFlink's: users subclass it, no method is required)
     """Base of every user function: ``open`` before the first record, ``close`` after the last."""
 
     def open(self, runtime_context: RuntimeContext) -> None:

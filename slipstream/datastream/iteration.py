@@ -46,8 +46,8 @@ Semantics (see :class:`slipstream.runtime.termination.EpochProgress` for the mec
   termination-criteria stream — no record reached that stream; either suffices, so a
   criteria stream that keeps emitting does not outlive the feedback. The last epoch
   watermark is N. Then every body operator's listeners get
-  ``on_iteration_terminated(context, collector)``, and the output streams end. An unbounded iteration never ends while an
-  input is open; once all its inputs ended, it ends by the same rule (as Flink ML's).
+  ``on_iteration_terminated(context, collector)``, and the output streams end. An unbounded iteration never ends
+  while an input is open; once all its inputs ended, it ends by the same rule (as Flink ML's).
 * **Sync or async** is not a flag: an algorithm is synchronous when every path into the
   feedback emits only from ``on_epoch_watermark_incremented``, asynchronous otherwise.
 * **Operator lifetime.** ``OperatorLifeCycle.ALL_ROUND`` (default): one instance for the
@@ -227,7 +227,8 @@ class IterationConfigBuilder:
 
     def set_operator_life_cycle(self, operator_life_cycle: OperatorLifeCycle) -> IterationConfigBuilder:
         if not isinstance(operator_life_cycle, OperatorLifeCycle):
-            raise InvalidProgramError(f"set_operator_life_cycle expects an OperatorLifeCycle, got {operator_life_cycle!r}")
+            raise InvalidProgramError(
+                f"set_operator_life_cycle expects an OperatorLifeCycle, got {operator_life_cycle!r}")
         self._life_cycle = operator_life_cycle
         return self
 
@@ -303,7 +304,7 @@ class IterationBody(ABC):
         return DataStreamList.of(result) if isinstance(result, DataStream) else _as_list(result, "for_each_round")
 
 
-class IterationListener(ABC):
+class IterationListener(ABC):  # noqa: B024  (both hooks are optional, as Flink ML's)
     """Mixed into a user function inside an iteration body to hear about epochs and the end.
 
     ``on_epoch_watermark_incremented(epoch_watermark, context, collector)`` is called once
@@ -356,7 +357,8 @@ def iterate_bounded_streams_until_termination(init_variable_streams: DataStreamL
         body, config = config, body
     config = config if config is not None else IterationConfig()
     if not isinstance(config, IterationConfig):
-        raise InvalidProgramError(f"iterate_bounded_streams_until_termination expects an IterationConfig, got {config!r}")
+        raise InvalidProgramError(
+            f"iterate_bounded_streams_until_termination expects an IterationConfig, got {config!r}")
     if isinstance(data_streams, ReplayableDataStreamList):
         data = [(s, True) for s in data_streams.replayed] + [(s, False) for s in data_streams.non_replayed]
     else:

@@ -27,7 +27,8 @@ import copy
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slipstream.errors import InvalidProgramError
 
@@ -255,7 +256,7 @@ class OperatorMetricGroup(MetricGroup):
         if not isinstance(name, str) or not name:
             raise InvalidProgramError(f"a metric group name must be a non-empty string, got {name!r}")
         child = copy.copy(self)
-        child._names = self._names + (name,)
+        child._names = (*self._names, name)
         child._variables = variables
         return child
 
@@ -267,7 +268,7 @@ class OperatorMetricGroup(MetricGroup):
     def _key(self, name: str) -> str:
         if not isinstance(name, str) or not name:
             raise InvalidProgramError(f"a metric name must be a non-empty string, got {name!r}")
-        return ".".join(self._names + (name,))
+        return ".".join((*self._names, name))
 
     def counter(self, name: str) -> Counter:
         key = self._key(name)
@@ -301,7 +302,7 @@ class OperatorMetricGroup(MetricGroup):
         return dict(self._variables)
 
     def get_metric_identifier(self, metric_name: str) -> str:
-        return ".".join(self.get_scope_components() + [metric_name])
+        return ".".join([*self.get_scope_components(), metric_name])
 
     def report(self) -> None:
         """Read this subtask's gauges and meter rates into the report (called when the operator closes)."""

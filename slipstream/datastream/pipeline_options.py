@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.configuration import Configuration
 from slipstream.datastream.time_characteristic import TimeCharacteristic
@@ -149,8 +150,12 @@ def _retention(text: str, key: str) -> Any:
 
 
 def _state_backend(env: StreamExecutionEnvironment, text: str, key: str, configuration: Configuration) -> None:
-    from slipstream.datastream.state_backend import (EmbeddedRocksDBStateBackend, FsStateBackend,
-                                                     HashMapStateBackend, MemoryStateBackend)
+    from slipstream.datastream.state_backend import (
+        EmbeddedRocksDBStateBackend,
+        FsStateBackend,
+        HashMapStateBackend,
+        MemoryStateBackend,
+    )
     name = text.strip().lower()
     directory = configuration.get_string("state.checkpoints.dir", None) or \
         configuration.get_string("execution.checkpointing.dir", None)

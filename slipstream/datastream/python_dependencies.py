@@ -25,7 +25,7 @@ import warnings
 
 from slipstream.errors import InvalidProgramError
 
-__all__ = ["check_requirements", "check_python_executable", "make_importable", "warn_not_applied"]
+__all__ = ["check_python_executable", "check_requirements", "make_importable", "warn_not_applied"]
 
 _ARCHIVE_SUFFIXES = (".zip", ".egg", ".whl")
 _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -54,8 +54,8 @@ def make_importable(file_path: str) -> str:
 def _requirement_names(requirements_file_path: str) -> list[str]:
     names = []
     with open(requirements_file_path, encoding="utf-8") as lines:
-        for line in lines:
-            line = line.split("#", 1)[0].strip()
+        for raw in lines:
+            line = raw.split("#", 1)[0].strip()
             match = _REQUIREMENT_NAME.match(line)
             if line and not line.startswith("-") and match:
                 names.append(match.group(1))

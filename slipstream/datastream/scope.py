@@ -21,7 +21,7 @@ class StreamScope:
 
     def nest(self) -> StreamScope:
         """A new scope directly inside this one, with a context no other scope has."""
-        return StreamScope(self.contexts + (next(_context_ids),))
+        return StreamScope((*self.contexts, next(_context_ids)))
 
     def unnest(self) -> StreamScope:
         if not self.contexts:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from enum import Enum
-from typing import Any, Generic, Iterable, TypeVar
+from typing import Any, Generic, TypeVar
 
 from slipstream.datastream.functions import AggregateFunction, ReduceFunction, as_function
 from slipstream.datastream.time import Duration, Time, to_millis
@@ -230,7 +231,7 @@ class StateTtlConfig:
 StateTtlConfig.CleanupStrategies.EMPTY_STRATEGY = StateTtlConfig.CleanupStrategies.EmptyCleanupStrategy()
 
 
-class StateDescriptor(ABC):
+class StateDescriptor(ABC):  # noqa: B024  (only its subclasses are made)
     """Names a piece of keyed state and its type; the name is its identity within an operator."""
 
     kind: str = ""

@@ -7,9 +7,10 @@ Partitioning, union and side outputs are virtual: the planner turns them into ed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from slipstream.attributes import OperatorAttributes
 from slipstream.datastream.scope import ROOT_SCOPE, StreamScope

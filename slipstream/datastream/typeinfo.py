@@ -23,18 +23,33 @@ import datetime
 import decimal
 import pickle
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import Enum
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from slipstream.errors import InvalidProgramError
 
-__all__ = ["Row", "RowKind", "TypeInformation", "BasicType", "BasicTypeInfo", "DateTypeInfo",
-           "TimeTypeInfo", "TimestampTypeInfo", "PickledBytesTypeInfo", "RowTypeInfo",
-           "TupleTypeInfo", "PrimitiveArrayTypeInfo", "BasicArrayTypeInfo", "ObjectArrayTypeInfo",
-           "ListTypeInfo", "MapTypeInfo", "Types"]
+__all__ = [
+    "BasicArrayTypeInfo",
+    "BasicType",
+    "BasicTypeInfo",
+    "DateTypeInfo",
+    "ListTypeInfo",
+    "MapTypeInfo",
+    "ObjectArrayTypeInfo",
+    "PickledBytesTypeInfo",
+    "PrimitiveArrayTypeInfo",
+    "Row",
+    "RowKind",
+    "RowTypeInfo",
+    "TimeTypeInfo",
+    "TimestampTypeInfo",
+    "TupleTypeInfo",
+    "TypeInformation",
+    "Types",
+]
 
 
 # -- Row -------------------------------------------------------------------------------------
@@ -82,7 +97,7 @@ class Row:
         Row(name='Alice', age=11)
     """
 
-    __slots__ = ("_values", "_fields", "_row_kind")
+    __slots__ = ("_fields", "_row_kind", "_values")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if args and kwargs:
@@ -193,9 +208,9 @@ class Row:
 
     def __repr__(self) -> str:
         if self._fields is None:
-            return "<Row(%s)>" % ", ".join(repr(value) for value in self._values)
-        return "Row(%s)" % ", ".join(f"{name}={value!r}"
-                                     for name, value in zip(self._fields, self._values))
+            return "<Row({})>".format(", ".join(repr(value) for value in self._values))
+        return "Row({})".format(", ".join(f"{name}={value!r}"
+                                     for name, value in zip(self._fields, self._values)))
 
 
 def _as_plain(value: Any) -> Any:
@@ -264,7 +279,7 @@ class TypeInformation(ABC):
         """What makes two type informations equal."""
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self._key() == other._key()  # type: ignore[attr-defined]
+        return type(self) is type(other) and self._key() == other._key()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._key()))
@@ -366,9 +381,8 @@ class BasicTypeInfo(TypeInformation):
                 return value
             if _is_int(value):
                 return decimal.Decimal(value)
-        elif kind is BasicType.INSTANT:
-            if isinstance(value, datetime.datetime) and value.tzinfo is not None:
-                return value
+        elif kind is BasicType.INSTANT and isinstance(value, datetime.datetime) and value.tzinfo is not None:
+            return value
         raise self._mismatch(value)
 
     def _to_arrow_value(self, value: Any) -> Any:
@@ -610,9 +624,9 @@ class RowTypeInfo(TypeInformation):
 
     def __repr__(self) -> str:
         if self._named:
-            return "RowTypeInfo(%s)" % ", ".join(
-                f"{name}: {t!r}" for name, t in zip(self._field_names, self._field_types))
-        return "RowTypeInfo(%s)" % ", ".join(repr(t) for t in self._field_types)
+            return "RowTypeInfo({})".format(", ".join(
+                f"{name}: {t!r}" for name, t in zip(self._field_names, self._field_types)))
+        return "RowTypeInfo({})".format(", ".join(repr(t) for t in self._field_types))
 
 
 class TupleTypeInfo(TypeInformation):
@@ -679,7 +693,7 @@ class TupleTypeInfo(TypeInformation):
         return tuple(self._field_types)
 
     def __repr__(self) -> str:
-        return "TupleTypeInfo(%s)" % ", ".join(repr(t) for t in self._field_types)
+        return "TupleTypeInfo({})".format(", ".join(repr(t) for t in self._field_types))
 
 
 class _SequenceTypeInfo(TypeInformation):

@@ -19,18 +19,27 @@ import dataclasses
 import functools
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from slipstream.datastream.fields import get_field
 from slipstream.datastream.functions import as_function
 from slipstream.datastream.time import MIN_TIMESTAMP, Duration, Time, Watermark, to_millis
 from slipstream.errors import InvalidProgramError
 
-__all__ = ["TimestampAssigner", "RecordTimestampAssigner", "FieldTimestampAssigner", "WatermarkOutput",
-           "WatermarkGenerator",
-           "BoundedOutOfOrdernessWatermarks", "AscendingTimestampsWatermarks",
-           "NoWatermarksGenerator", "WatermarksWithIdleness", "WatermarkStrategy"]
+__all__ = [
+    "AscendingTimestampsWatermarks",
+    "BoundedOutOfOrdernessWatermarks",
+    "FieldTimestampAssigner",
+    "NoWatermarksGenerator",
+    "RecordTimestampAssigner",
+    "TimestampAssigner",
+    "WatermarkGenerator",
+    "WatermarkOutput",
+    "WatermarkStrategy",
+    "WatermarksWithIdleness",
+]
 
 
 class TimestampAssigner(ABC):
@@ -114,8 +123,7 @@ class BoundedOutOfOrdernessWatermarks(WatermarkGenerator):
         self._max_timestamp = MIN_TIMESTAMP + self._bound + 1
 
     def on_event(self, event: Any, event_timestamp: int, output: WatermarkOutput) -> None:
-        if event_timestamp > self._max_timestamp:
-            self._max_timestamp = event_timestamp
+        self._max_timestamp = max(self._max_timestamp, event_timestamp)
 
     def on_periodic_emit(self, output: WatermarkOutput) -> None:
         output.emit_watermark(Watermark(self._max_timestamp - self._bound - 1))

@@ -18,13 +18,19 @@ Examples:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Collection, Generic, Iterable, TypeVar
+from typing import Any, Generic, TypeVar
 
 from slipstream.datastream.functions import Function, RuntimeContext
-from slipstream.datastream.state import ReducingState, ReducingStateDescriptor, State, StateDescriptor, \
-    ValueStateDescriptor
+from slipstream.datastream.state import (
+    ReducingState,
+    ReducingStateDescriptor,
+    State,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
 from slipstream.datastream.time import MAX_TIMESTAMP, Duration, Time, to_millis
 from slipstream.errors import InvalidProgramError
 
@@ -76,7 +82,7 @@ class TimeWindow(Window):
         for candidate in sorted(windows):
             if groups and groups[-1][0].intersects(candidate):
                 cover, members = groups[-1]
-                groups[-1] = (cover.cover(candidate), members + [candidate])
+                groups[-1] = (cover.cover(candidate), [*members, candidate])
             else:
                 groups.append((candidate, [candidate]))
         for cover, members in groups:

@@ -10,7 +10,8 @@ e.g. ``stream.key_by(k).window(TumblingEventTimeWindows.of(Time.seconds(5))).red
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.aggregation import aggregator
 from slipstream.datastream.data_stream import DataStream, KeyedStream

@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Protocol
+from typing import Any, ClassVar, Protocol
 
 from slipstream.attributes import OperatorAttributes, RecordAttributes
 from slipstream.datastream.functions import Function, RuntimeContext
@@ -116,7 +117,9 @@ class KeyedStateBackend(Protocol):
 
     def get_state(self, descriptor: StateDescriptor, namespaced: bool = False) -> State: ...
 
-    def value_accessors(self, descriptor: StateDescriptor) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]: ...
+    def value_accessors(
+        self, descriptor: StateDescriptor
+    ) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]: ...
 
     def set_current_key(self, key: Any) -> None: ...
 
@@ -158,7 +161,8 @@ class OperatorContext:
     batch_engine: Any = None  # runs sorted backlog work (FLIP-327); None disables the batch path
     batch_mode: bool = False  # the job runs in BATCH mode: rolling operators emit final values only
     sort_memory_budget: int = 1_000_000  # records a sorting operator (or a replay cache) buffers before spilling
-    channel_memory_budget: int = 100_000  # records feedback (in a channel, or held at an iteration head) keeps in memory
+    # records feedback (in a channel, or held at an iteration head) keeps in memory
+    channel_memory_budget: int = 100_000
     spill_dir: str | None = None  # where sorting operators spill; None means the system temp dir
     metric_group: OperatorMetricGroup | None = None  # the user metrics' group, made on first use
 
@@ -245,7 +249,7 @@ class StreamOperator(ABC):
 
     @classmethod
     def from_transformation(cls, transformation: Transformation) -> StreamOperator:
-        return cls(transformation)  # type: ignore[call-arg]
+        return cls(transformation)
 
     def __init__(self, transformation: Transformation) -> None:
         self.transformation = transformation

@@ -15,12 +15,14 @@ over. A broadcast input whose sources are all bounded is backlog from its first 
 end, so the data side waits from the start; one that becomes backlog later (a HybridSource, a
 watched directory) holds the data side from the moment it says so. The held records stay in memory
 up to ``channel_memory_budget`` records and spill to disk past it; they are part of the operator's
-checkpointed state, and counted in its metrics (``backlog_records``, ``spilled_bytes``). This operator has no batch path: it runs record by record.
+checkpointed state, and counted in its metrics (``backlog_records``, ``spilled_bytes``). This operator has no batch
+path: it runs record by record.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slipstream.datastream.functions import BroadcastProcessFunction, Function, KeyedBroadcastProcessFunction
 from slipstream.datastream.state import StateDescriptor

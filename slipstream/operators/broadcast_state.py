@@ -13,7 +13,8 @@ the operator and the state; the broadcast side gets :class:`HeapBroadcastState`.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from slipstream.datastream.state import BroadcastState, MapStateDescriptor, ReadOnlyBroadcastState
 from slipstream.errors import CheckpointError, SlipstreamError

@@ -51,17 +51,18 @@ from typing import Any
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.co_group import VectorizedCoGroupFunction
+from slipstream.datastream.columnar import rows_from_arrow
+from slipstream.datastream.fields import FieldKey
+from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import (
     CoGroupTransformation,
     WindowTransformation,
 )
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, TupleTypeInfo
 from slipstream.datastream.window import GlobalWindow, Window, is_end_of_stream_window
-from slipstream.datastream.columnar import rows_from_arrow
-from slipstream.datastream.fields import FieldKey
-from slipstream.datastream.output_tag import OutputTag
 from slipstream.errors import SlipstreamError
 from slipstream.operators.base import split_outputs
+from slipstream.operators.co_group_engine import evaluate_on_engine
 from slipstream.operators.columnar_buffer import (
     BYTES_PER_RECORD,
     SPILL_PARTITIONS,
@@ -70,7 +71,6 @@ from slipstream.operators.columnar_buffer import (
     canonical_keys,
     without_stamps,
 )
-from slipstream.operators.co_group_engine import evaluate_on_engine
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.sort_buffer import BufferOrder, SortBuffer, co_grouped
 from slipstream.operators.window import WindowOperator
@@ -209,7 +209,7 @@ class CoGroupOperator(WindowOperator):
         except SlipstreamError:
             raise
         except Exception as exc:
-            shown = keys if len(keys) <= 5 else keys[:5] + ["…"]
+            shown = keys if len(keys) <= 5 else [*keys[:5], "…"]
             cause = exc
             blind = [i + 1 for i, frame in enumerate(frames) if not frame.columns]
             if blind:

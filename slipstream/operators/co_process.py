@@ -8,7 +8,8 @@ and fire timers through ``on_timer``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from slipstream.datastream.functions import Function
 from slipstream.datastream.transformations import CoProcessTransformation
@@ -37,7 +38,7 @@ class CoProcessOperator(OnTimerOperator):
     emits_declared_type = True
     num_inputs = 2
 
-    _methods = {"map": ("map1", "map2"), "flat_map": ("flat_map1", "flat_map2"),
+    _methods: ClassVar[dict[str, tuple[str, str]]] = {"map": ("map1", "map2"), "flat_map": ("flat_map1", "flat_map2"),
                 "process": ("process_element1", "process_element2"),
                 "keyed_process": ("process_element1", "process_element2")}
 

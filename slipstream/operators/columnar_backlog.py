@@ -161,7 +161,7 @@ class IntervalColumns:
                     stamps = chunk[TS_COLUMN].to_list() if TS_COLUMN in chunk.columns else None
                     values = rows_from_arrow(records_of(chunk))
                     rows.add([key_selector(value) for value in values], values, stamps,
-                             interval=int(interval), arrival=next_arrival())  # type: ignore[arg-type]
+                             interval=int(interval), arrival=next_arrival())
         finally:
             self.close()
 
@@ -172,7 +172,7 @@ class IntervalColumns:
 def records_of(frame: pl.DataFrame) -> pa.Table:
     """The record columns of a buffered or computed frame, as Arrow."""
     return frame.drop([name for name in frame.columns
-                       if name in (TS_COLUMN, RANK_COLUMN) + EXTRA_COLUMNS]).to_arrow()
+                       if name in (TS_COLUMN, RANK_COLUMN, *EXTRA_COLUMNS)]).to_arrow()
 
 
 def arrow_batches(frame: pl.DataFrame) -> Iterator[tuple[pa.RecordBatch, list | None]]:

@@ -102,7 +102,7 @@ def split_by_partition(table: pa.Table, key_name: str, kind: str, count: int) ->
 def _with_stamps(batch: pa.RecordBatch, stamps: pa.Array | None) -> pa.RecordBatch:
     """``batch`` with a :data:`TS_COLUMN` (all null when ``stamps`` is None)."""
     column = pa.nulls(batch.num_rows, pa.int64()) if stamps is None else stamps
-    return pa.RecordBatch.from_arrays(list(batch.columns) + [column], names=batch.schema.names + [TS_COLUMN])
+    return pa.RecordBatch.from_arrays([*batch.columns, column], names=[*batch.schema.names, TS_COLUMN])
 
 
 def without_stamps(table: pa.Table) -> pa.Table:
@@ -201,9 +201,10 @@ class ColumnarBuffer:
         for piece in pieces:
             length = piece.num_rows
             self._bytes += piece.nbytes
+            stamped = piece
             if self.has_timestamps:
-                piece = _with_stamps(piece, None if stamps is None else stamps.slice(offset, length))
-            self._batches.append(piece)
+                stamped = _with_stamps(piece, None if stamps is None else stamps.slice(offset, length))
+            self._batches.append(stamped)
             offset += length
         self._count += rows
         self.metrics["backlog_records"] += rows
@@ -259,7 +260,8 @@ class ColumnarBuffer:
 
     def partition_tables(self, count: int) -> Iterator[pa.Table]:
         """``count`` tables (1, or :data:`SPILL_PARTITIONS`): the records of each key partition,
-        in arrival order, with a :data:`TS_COLUMN` column when :attr:`has_timestamps`. Spilled partitions are read one at a time."""
+        in arrival order, with a :data:`TS_COLUMN` column when :attr:`has_timestamps`. Spilled partitions are read one
+        at a time."""
         if count == 1:
             yield self._take_table()  # handed over: the buffer keeps no reference (memory)
             return
@@ -302,5 +304,14 @@ class ColumnarBuffer:
             self._dir = None
 
 
-__all__ = ["ColumnarBuffer", "SPILL_PARTITIONS", "TS_COLUMN", "BYTES_PER_RECORD", "key_kind", "without_stamps",
-           "canonical_keys", "partition_ids", "split_by_partition"]
+__all__ = [
+    "BYTES_PER_RECORD",
+    "SPILL_PARTITIONS",
+    "TS_COLUMN",
+    "ColumnarBuffer",
+    "canonical_keys",
+    "key_kind",
+    "partition_ids",
+    "split_by_partition",
+    "without_stamps",
+]

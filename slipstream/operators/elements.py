@@ -14,8 +14,18 @@ from slipstream.datastream.scope import StreamScope
 from slipstream.datastream.time import MAX_WATERMARK, Watermark
 from slipstream.datastream.typeinfo import Row
 
-__all__ = ["RecordBatch", "Watermark", "MAX_WATERMARK", "WatermarkStatus", "RecordAttributes",
-           "EndOfInput", "END_OF_INPUT", "TerminationAttempt", "TerminationStatus", "StreamElement"]
+__all__ = [
+    "END_OF_INPUT",
+    "MAX_WATERMARK",
+    "EndOfInput",
+    "RecordAttributes",
+    "RecordBatch",
+    "StreamElement",
+    "TerminationAttempt",
+    "TerminationStatus",
+    "Watermark",
+    "WatermarkStatus",
+]
 
 
 class RecordBatch:
@@ -27,7 +37,7 @@ class RecordBatch:
     builds the rows on first use, so vectorised operators never pay for them.
     """
 
-    __slots__ = ("_values", "timestamps", "arrow")
+    __slots__ = ("_values", "arrow", "timestamps")
 
     def __init__(self, values: list | None = None, timestamps: list | None = None,
                  arrow: pa.RecordBatch | pa.Table | None = None) -> None:
@@ -79,6 +89,8 @@ class RecordBatch:
         sample = values[::max(1, count // SIZE_SAMPLE)][:SIZE_SAMPLE]
         per_record = sum(_record_bytes(value) for value in sample) / len(sample)
         return int(sys.getsizeof(values) + per_record * count)
+
+    __hash__ = None  # type: ignore[assignment]  # equal by content, so unhashable (as the __eq__ alone made it)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RecordBatch) and other.values == self.values and \

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
-from typing import Any, Callable
 
 from slipstream.attributes import RecordAttributes
 from slipstream.datastream.functions import RuntimeContext

@@ -14,7 +14,8 @@ once per record either way, so sorting only adds its own cost.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
 from slipstream.datastream.functions import (

@@ -37,8 +37,6 @@ from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.datastream.transformations import ReduceTransformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.batch_engine import Aggregation
-from slipstream.operators.elements import RecordBatch
-from slipstream.operators.sort_buffer import SortBuffer
 from slipstream.operators.columnar_backlog import (
     INTERVAL_COLUMN,
     ColumnarBacklog,
@@ -46,6 +44,8 @@ from slipstream.operators.columnar_backlog import (
     arrow_batches,
     records_of,
 )
+from slipstream.operators.elements import RecordBatch
+from slipstream.operators.sort_buffer import SortBuffer
 
 REDUCE_STATE = ValueStateDescriptor("_reduce_accumulator")
 
@@ -190,7 +190,7 @@ class KeyedReduceOperator(ColumnarBacklog):
         out_values, out_stamps = replay.outputs.values, replay.outputs.stamps
         for key, intervals, stamps, values in replay.runs():
             current = get(key)
-            for index, current in enumerate(self._rolling(current, values)):
+            for index, current in enumerate(self._rolling(current, values)):  # noqa: B020  (the last rolled value stays)
                 interval = intervals[index]
                 out_values[interval].append(current)
                 out_stamps[interval].append(stamps[index])
@@ -241,7 +241,7 @@ class KeyedReduceOperator(ColumnarBacklog):
         for key, stamps, values in buffer.groups():
             set_key(key)
             current = get(key)
-            for current in self._rolling(current, values):
+            for current in self._rolling(current, values):  # noqa: B007, B020  (runs the fold; the last value stays)
                 pass
             put(key, current)
             yield current, stamps[-1]

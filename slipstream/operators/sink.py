@@ -8,14 +8,15 @@ committed until the job's final checkpoint.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
 from slipstream.datastream.transformations import SinkTransformation
 from slipstream.errors import CheckpointError, SlipstreamError
-from slipstream.operators.elements import RecordBatch
 from slipstream.operators.base import StreamOperator
+from slipstream.operators.elements import RecordBatch
 
 
 class SinkOperator(StreamOperator):

@@ -7,9 +7,11 @@ timestamps-and-watermarks operator right after this one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
+from slipstream.attributes import Boundedness, RecordAttributes
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
     NOTHING_AVAILABLE,
@@ -18,7 +20,6 @@ from slipstream.datastream.connectors.base import (
     SourceReaderContext,
 )
 from slipstream.datastream.connectors.errors import SourceRestoreError
-from slipstream.attributes import Boundedness, RecordAttributes
 from slipstream.datastream.transformations import SourceTransformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.base import StreamOperator

@@ -14,7 +14,8 @@ key's turn comes, and pops and fires them itself (:meth:`InternalTimerService.po
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from sortedcontainers import SortedList
 

@@ -43,7 +43,6 @@ from slipstream.errors import InvalidProgramError, SlipstreamError
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
 
-
 PERIODIC_GENERATORS = (BoundedOutOfOrdernessWatermarks, AscendingTimestampsWatermarks, NoWatermarksGenerator)
 """Generators that keep only the largest timestamp and emit on the periodic call: seeing a batch's
 largest timestamp once is the same to them as seeing every record's."""

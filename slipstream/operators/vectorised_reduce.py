@@ -1,4 +1,5 @@
-"""The keyed built-in aggregations (``sum``/``min``/``max``/``min_by``/``max_by``) over an Arrow backlog, as polars queries.
+"""The keyed built-in aggregations (``sum``/``min``/``max``/``min_by``/``max_by``) over an Arrow backlog, as polars
+queries.
 
 A keyed rolling aggregation whose backlog arrives as Arrow batches (a Parquet or Arrow
 source feeding ``key_by(field).sum(field)`` at the same parallelism) keeps it as columns
@@ -72,7 +73,7 @@ def final_values(frame: pl.DataFrame, key: str, field: str, kind: str) -> pl.Dat
     One ``group_by``; a float sum is the last of a running sum, added in that order."""
     stamped = TS_COLUMN in frame.columns
     ordered = frame.sort([TS_COLUMN, SEQ_COLUMN], nulls_last=False) if stamped else frame
-    records = [name for name in frame.columns if name not in (TS_COLUMN, RANK_COLUMN) + EXTRA_COLUMNS]
+    records = [name for name in frame.columns if name not in (TS_COLUMN, RANK_COLUMN, *EXTRA_COLUMNS)]
     dtype = frame.schema[field]
     if kind == "sum" and dtype.is_float():
         folded = _rolling(ordered, key, field, kind).group_by(key).last().select(records)
@@ -93,7 +94,7 @@ def _rolling(frame: pl.DataFrame, key: str, field: str, kind: str) -> pl.DataFra
     the order the key folds them) and a :data:`RANK_COLUMN`."""
     running = getattr(pl.col(field), CUMULATIVE[kind])().over(key)
     frame = frame.with_columns(pl.col(SEQ_COLUMN).min().over(key).alias(RANK_COLUMN))
-    records = [name for name in frame.columns if name not in (TS_COLUMN, RANK_COLUMN) + EXTRA_COLUMNS]
+    records = [name for name in frame.columns if name not in (TS_COLUMN, RANK_COLUMN, *EXTRA_COLUMNS)]
     if kind in ("sum", "min", "max"):
         dtype = frame.schema[field]
         if kind == "sum" and dtype in INT_TYPES:

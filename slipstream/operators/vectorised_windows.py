@@ -123,7 +123,7 @@ def evaluate_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, o
     windows = windows.with_columns((pl.col("first_interval") * keys + pl.col("key")).alias("registered"))
     registered = ["key", "first_ts", "first_seq"] if batch_mode else ["registered", "first_seq"]
     fired = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) < len(marks)), ["last", registered[0]])
-    still_open = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) >= len(marks)), registered + ["start"],
+    still_open = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) >= len(marks)), [*registered, "start"],
                             descending="start")
     return fired, still_open, late
 

@@ -34,7 +34,8 @@ by a field —, with the same output, late records and open windows
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.fields import get_field
@@ -110,7 +111,7 @@ def merge_namespaces(state: State, descriptor: StateDescriptor, target: Window,
     elif isinstance(state, AggregatingState):
         merge = descriptor.agg_function.merge
         merged = None
-        for source in [target] + sources:
+        for source in [target, *sources]:
             state.set_current_namespace(source)
             accumulator = state.get_accumulator()
             if accumulator is not None:
@@ -152,11 +153,11 @@ class MergingWindowSet:
         """
         merges: list[tuple[Window, list[Window]]] = []
         collector = _MergeCollector(merges)
-        self.assigner.merge_windows(list(self.mapping) + [new_window], collector)
+        self.assigner.merge_windows([*self.mapping, new_window], collector)
         result_window = new_window
         merged_new_window = False
-        for merge_result, merged in merges:
-            merged = list(merged)
+        for merge_result, merged_windows in merges:
+            merged = list(merged_windows)
             if new_window in merged:
                 merged.remove(new_window)
                 merged_new_window = True
@@ -332,9 +333,10 @@ class WindowOperator(ColumnarBacklog):
         windows = self.assigner.assign_windows(value, timestamp, self.assigner_context)
         merging = self._merging_window_set() if self._merging else None
         skipped = True
-        for window in windows:
+        for assigned in windows:
+            window = assigned
             if merging is not None:
-                window = merging.add_window(window, self._merge)
+                window = merging.add_window(assigned, self._merge)
                 if self._is_window_late(window):
                     merging.retire_window(window)
                     continue

@@ -16,7 +16,7 @@ from slipstream.operators.spill_file import SpillFile
 
 
 class Channel:
-    __slots__ = ("queue", "capacity", "name", "producer_finished")
+    __slots__ = ("capacity", "name", "producer_finished", "queue")
 
     def __init__(self, capacity: int, name: str = "") -> None:
         self.queue: deque[Any] = deque()
@@ -58,8 +58,15 @@ class SpillingChannel(Channel):
     never deadlock on a full channel.
     """
 
-    __slots__ = ("memory_budget", "memory_budget_bytes", "peak_in_memory_records", "_in_memory_records",
-                 "_in_memory_bytes", "_bytes", "_file")
+    __slots__ = (
+        "_bytes",
+        "_file",
+        "_in_memory_bytes",
+        "_in_memory_records",
+        "memory_budget",
+        "memory_budget_bytes",
+        "peak_in_memory_records",
+    )
 
     def __init__(self, memory_budget: int, name: str = "", spill_dir: str | None = None,
                  memory_budget_bytes: int = sys.maxsize) -> None:

@@ -110,7 +110,8 @@ class JobRun:
                     if edge.side_tag is not None:
                         side.setdefault(edge.side_tag, []).append(writers_by_edge[edge])
                 output = NetworkOutput(main, side, node_metrics[position])
-            backend = HeapKeyedStateBackend(node.max_parallelism, self.clock.now_ms) if node.transformation.is_keyed else None
+            keyed = node.transformation.is_keyed
+            backend = HeapKeyedStateBackend(node.max_parallelism, self.clock.now_ms) if keyed else None
             operator.setup(OperatorContext(
                 name=node.name, uid=node.uid, subtask_index=subtask, parallelism=node.parallelism,
                 max_parallelism=node.max_parallelism, output=output, processing_time_service=timers,

@@ -14,8 +14,8 @@ import threading
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from slipstream.errors import InvalidProgramError, JobCancelledError, JobExecutionError
 from slipstream.datastream.progress_listener import JobProgress
+from slipstream.errors import InvalidProgramError, JobCancelledError, JobExecutionError
 from slipstream.runtime.driver import JobDriver, SavepointRequest
 from slipstream.runtime.monitor import start_monitor
 

@@ -7,9 +7,10 @@ executor, which turns every job vertex into ``parallelism`` tasks.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import (

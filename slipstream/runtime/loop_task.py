@@ -281,7 +281,7 @@ class FeedbackLogBarrierHandler(BarrierHandler):
                                   f"the records going round its loop cannot be written to a checkpoint: "
                                   f"{type(exc).__name__}: {exc}") from exc
         self._stop_logging()
-        self.listener.acknowledge(self.task, checkpoint_id, [replace(head, state=state)] + snapshots[1:])
+        self.listener.acknowledge(self.task, checkpoint_id, [replace(head, state=state), *snapshots[1:]])
 
     def _stop_logging(self) -> None:
         self.logging_id = None

@@ -20,7 +20,8 @@ thick and FEEDBACK edges dashed.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slipstream.runtime.job_graph import JobGraph, StreamNode, node_notes
 

@@ -25,10 +25,9 @@ from slipstream.attributes import Boundedness
 from slipstream.datastream.environment import RuntimeExecutionMode
 from slipstream.datastream.scope import ROOT_SCOPE
 from slipstream.datastream.transformations import (
-    IterationHeadTransformation,
     LoopHeadTransformation,
-    PartitionTransformation,
     Partitioning,
+    PartitionTransformation,
     SideOutputTransformation,
     SourceTransformation,
     TimestampsAndWatermarksTransformation,

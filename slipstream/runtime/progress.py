@@ -19,14 +19,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from slipstream.operators.window import LATE_DROPPED_METRIC
-
 
 NUMBERS = ("records buffered", "spilled", "late dropped")
 

@@ -13,8 +13,8 @@ The endpoint listens on 127.0.0.1 only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -83,7 +83,7 @@ class ProgressCollector(Collector):
             for operator in progress.operators:
                 figure = value(operator)
                 if figure is not None:
-                    family.add_metric(job + [operator.name, operator.uid], figure)
+                    family.add_metric([*job, operator.name, operator.uid], figure)
             yield family
         for name, documentation, job_value in JOB_METRICS:
             family = GaugeMetricFamily(f"slipstream_job_{name}", documentation, labels=JOB_LABELS)

@@ -50,8 +50,8 @@ class RecordWriter:
         self._downstream_parallelism = edge.target.parallelism
         self._max_parallelism = edge.target.max_parallelism
         partitioning = edge.partitioning
-        if partitioning in (Partitioning.FORWARD, Partitioning.GLOBAL) or len(channels) == 1 and \
-                partitioning is not Partitioning.BROADCAST:
+        if partitioning in (Partitioning.FORWARD, Partitioning.GLOBAL) or (len(channels) == 1 and \
+                partitioning is not Partitioning.BROADCAST):
             self.emit = self._emit_first  # type: ignore[method-assign]
         elif partitioning is Partitioning.BROADCAST:
             self.emit = self._emit_all  # type: ignore[method-assign]
@@ -91,7 +91,7 @@ class RecordWriter:
         pending, pending_ts = self._pending, self._pending_ts
         timestamps = batch.timestamps
         if timestamps is not None:
-            for index, target in enumerate(targets):
+            for target in targets:
                 if pending_ts[target] is None:
                     pending_ts[target] = [None] * len(pending[target])
         for index, (value, target) in enumerate(zip(batch.values, targets)):

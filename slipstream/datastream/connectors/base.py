@@ -9,8 +9,9 @@ so the cooperative scheduler wakes up; ``poll`` itself never blocks.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 

@@ -15,7 +15,7 @@ from slipstream.datastream.connectors.base import SourceBatch
 class ArrowSourceBatch(SourceBatch):
     """A ``SourceBatch`` holding one Arrow record batch; ``values`` (its rows) are built on first use."""
 
-    __slots__ = ("record_batch", "_rows")
+    __slots__ = ("_rows", "record_batch")
 
     def __init__(self, record_batch: pa.RecordBatch, timestamps: list | None = None) -> None:
         self.record_batch = record_batch

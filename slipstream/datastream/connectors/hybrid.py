@@ -84,7 +84,7 @@ class HybridSource(Source):
                 phases.append(0 if position is None else len(self.sources))
             else:
                 phases.append(int(position["source"]))
-        first = min(min(phases), len(self.sources) - 1)
+        first = min(*phases, len(self.sources) - 1)
         last = max([min(phase, len(self.sources) - 1) for phase in phases] +
                    [int(k) for p in positions if isinstance(p, dict) for k, _ in p.get("later", ())])
         per_source: dict[int, list[Any]] = {}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
 from slipstream.errors import CheckpointError

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from slipstream.attributes import Boundedness
+from slipstream.datastream.columnar import unfit_field
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
     RecordWriteError,
@@ -51,7 +52,6 @@ from slipstream.datastream.connectors.base import (
     SourceReaderContext,
     _Signal,
 )
-from slipstream.datastream.columnar import unfit_field
 from slipstream.datastream.connectors.columnar import ArrowSourceBatch
 from slipstream.datastream.connectors.errors import SinkFormatError
 from slipstream.datastream.connectors.number_seq import slice_bounds

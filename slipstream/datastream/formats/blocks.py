@@ -39,7 +39,7 @@ class _Failed:
 class Segments:
     """The records of a block: where each starts and ends (the byte after its newline) in the block."""
 
-    __slots__ = ("starts", "ends", "lines")
+    __slots__ = ("ends", "lines", "starts")
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray) -> None:
         self.starts = starts
@@ -117,7 +117,7 @@ class BlockLineReader(LineRecordReader):
             self._read_line_by_line(start, first_line, None)
             return True
         cut = int(ends[-1]) + 1
-        block, array, at_end, ends = data[:cut], array[:cut], at_end[:cut], ends
+        block, array, at_end = data[:cut], array[:cut], at_end[:cut]
         self._file.seek(start + cut)
         newlines = np.flatnonzero(array == _NEWLINE)
         self._offset = start + cut

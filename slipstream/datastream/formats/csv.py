@@ -1,4 +1,5 @@
-"""CSV: ``CsvSchema`` and its builder, ``CsvReaderFormat`` (records in as ``Row``), ``CsvBulkWriters`` and ``CsvEncoder`` (out).
+"""CSV: ``CsvSchema`` and its builder, ``CsvReaderFormat`` (records in as ``Row``), ``CsvBulkWriters`` and
+``CsvEncoder`` (out).
 
 As in PyFlink, a schema lists typed columns; types are given as
 ``Types.STRING()``, ``Types.INT()``, ``Types.DOUBLE()`` … (PyFlink takes
@@ -21,9 +22,9 @@ from __future__ import annotations
 import csv
 import decimal
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -143,7 +144,7 @@ class CsvSchemaBuilder:
     def _add(self, column: CsvColumn) -> CsvSchemaBuilder:
         if column.name in self._schema.get_field_names():
             raise InvalidProgramError(f"CsvSchema already has a column {column.name!r}")
-        return self._set(columns=self._schema.columns + (column,))
+        return self._set(columns=(*self._schema.columns, column))
 
     def add_string_column(self, name: str) -> CsvSchemaBuilder:
         return self._add(CsvColumn(name, Types.STRING()))
@@ -575,7 +576,8 @@ class _CsvBulkWriterFactory(BulkWriterFactory):
 
 
 class CsvBulkWriters:
-    """Creates bulk writers of CSV part files for ``FileSink.for_bulk_format``; each part gets a header if the schema uses one.
+    """Creates bulk writers of CSV part files for ``FileSink.for_bulk_format``; each part gets a header if the
+    schema uses one.
 
     Examples:
         >>> schema = CsvSchema.builder().add_string_column('word').set_use_header().build()

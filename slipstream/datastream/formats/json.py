@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
+from slipstream.datastream.columnar import column_values, rows_from_columns
 from slipstream.datastream.connectors.errors import SinkFormatError, SourceFormatError
 from slipstream.datastream.formats.base import (
     SKIP,
@@ -37,7 +38,6 @@ from slipstream.datastream.formats.base import (
     StreamFormat,
     named_row,
 )
-from slipstream.datastream.columnar import column_values, rows_from_columns
 from slipstream.datastream.formats.blocks import BlockLineReader, Segments, lone_carriage_returns
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, Types
 from slipstream.errors import InvalidProgramError

@@ -8,14 +8,14 @@ values for Python functions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, BinaryIO, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from slipstream.datastream.connectors.base import RecordWriteError
 from slipstream.datastream.columnar import unfit_field
+from slipstream.datastream.connectors.base import RecordWriteError
 from slipstream.datastream.connectors.columnar import ArrowSourceBatch
 from slipstream.datastream.connectors.errors import SinkFormatError, SourceFormatError
 from slipstream.datastream.formats.base import (

@@ -1,4 +1,5 @@
-"""Plain text: lines in (``StreamFormat.text_line_format()``), ``str(value)`` lines out (``Encoder.simple_string_encoder()``)."""
+"""Plain text: lines in (``StreamFormat.text_line_format()``), ``str(value)`` lines out
+(``Encoder.simple_string_encoder()``)."""
 
 from __future__ import annotations
 

@@ -59,8 +59,7 @@ _RESULT_SCHEMA = "bucket long, result binary, error binary"
 def pyspark_modules() -> tuple[Any, Any, Any]:
     """``(SparkSession, functions, Window)``, or a clear error when pyspark is missing."""
     try:
-        from pyspark.sql import SparkSession, Window
-        from pyspark.sql import functions
+        from pyspark.sql import SparkSession, Window, functions
     except ImportError as exc:
         raise SlipstreamError("the Spark batch engine needs pyspark: pip install 'slipstream[spark]' "
                               "(and Java 17 on the machine)") from exc
@@ -80,8 +79,8 @@ def start_session(master: str | None = None, app_name: str = "slipstream", **con
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
-    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.sql.execution.arrow.pyspark.enabled": "true",
-                "spark.sql.session.timeZone": "UTC", **conf}
+    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                "spark.sql.execution.arrow.pyspark.enabled": "true", "spark.sql.session.timeZone": "UTC", **conf}
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

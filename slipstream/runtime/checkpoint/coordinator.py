@@ -26,8 +26,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from slipstream.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
 from slipstream.errors import CheckpointError, SlipstreamError

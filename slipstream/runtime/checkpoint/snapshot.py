@@ -66,7 +66,7 @@ class KeyedFiles:
 
     def extended(self, layer: list[dict[str, str]], infos: dict[str, dict[str, Any]], changed: int) -> KeyedFiles:
         """These files and one more layer of ``changed`` entries."""
-        return KeyedFiles(self.base, self.deltas + [layer] if layer else self.deltas, {**self.shared, **infos},
+        return KeyedFiles(self.base, [*self.deltas, layer] if layer else self.deltas, {**self.shared, **infos},
                           self.base_entries, self.delta_entries + changed)
 
 

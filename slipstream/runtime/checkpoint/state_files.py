@@ -179,7 +179,7 @@ def _row_shape(rows: list[Row]) -> _Rows | None:
     """Rows of one kind (INSERT), one set of field names and values of primitives, or None."""
     names = rows[0]._fields  # rows made from one source share the list
     for row in rows:
-        if row._row_kind is not RowKind.INSERT or row._fields is not names and row._fields != names:
+        if row._row_kind is not RowKind.INSERT or (row._fields is not names and row._fields != names):
             return None
     struct = _struct_of([row._values for row in rows])
     return None if struct is None else _Rows(struct, None if names is None else tuple(names))

@@ -231,8 +231,8 @@ def copy_checkpoint(source: str, target: str) -> None:
     if manifest.shared:
         target_fs.makedirs(os.path.join(os.path.dirname(target), SHARED_DIR))
         for name in manifest.shared:
-            target_fs.write_file(os.path.join(os.path.dirname(target), name),
-                                 source_fs.read_file(os.path.join(os.path.dirname(source), name)), what="savepoint file")
+            content = source_fs.read_file(os.path.join(os.path.dirname(source), name))
+            target_fs.write_file(os.path.join(os.path.dirname(target), name), content, what="savepoint file")
         target_fs.fsync_dir(os.path.join(os.path.dirname(target), SHARED_DIR))
     copy_directory(source, target)
 

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterator
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from slipstream.datastream.state import (
     AggregatingState,

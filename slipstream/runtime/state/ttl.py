@@ -21,7 +21,8 @@ another parallelism as the values do.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 from slipstream.datastream.state import (
     AggregatingState,
