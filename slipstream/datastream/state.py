@@ -18,6 +18,7 @@ from slipstream.datastream.time import Duration, Time, to_millis
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
+S = TypeVar("S", bound="InternalKvState")  # the state a descriptor yields (backends hand these out)
 
 
 class StateTtlConfig:
@@ -231,8 +232,11 @@ class StateTtlConfig:
 StateTtlConfig.CleanupStrategies.EMPTY_STRATEGY = StateTtlConfig.CleanupStrategies.EmptyCleanupStrategy()
 
 
-class StateDescriptor(ABC):  # noqa: B024  (only its subclasses are made)
-    """Names a piece of keyed state and its type; the name is its identity within an operator."""
+class StateDescriptor(ABC, Generic[S]):
+    """Names a piece of keyed state and its type; the name is its identity within an operator.
+
+    Generic in the state it yields, so a backend's ``get_state(descriptor)`` is typed by the kind.
+    """
 
     kind: str = ""
 
@@ -256,21 +260,21 @@ class StateDescriptor(ABC):  # noqa: B024  (only its subclasses are made)
         return f"{type(self).__name__}({self.name!r})"
 
 
-class ValueStateDescriptor(StateDescriptor):
+class ValueStateDescriptor(StateDescriptor["InternalValueState[Any]"]):
     kind = "value"
 
     def __init__(self, name: str, value_type_info: Any = None) -> None:
         super().__init__(name, value_type_info)
 
 
-class ListStateDescriptor(StateDescriptor):
+class ListStateDescriptor(StateDescriptor["InternalListState[Any]"]):
     kind = "list"
 
     def __init__(self, name: str, elem_type_info: Any = None) -> None:
         super().__init__(name, elem_type_info)
 
 
-class MapStateDescriptor(StateDescriptor):
+class MapStateDescriptor(StateDescriptor["InternalMapState[Any, Any]"]):
     kind = "map"
 
     def __init__(self, name: str, key_type_info: Any = None, value_type_info: Any = None) -> None:
@@ -278,7 +282,7 @@ class MapStateDescriptor(StateDescriptor):
         self.key_type_info = key_type_info
 
 
-class ReducingStateDescriptor(StateDescriptor):
+class ReducingStateDescriptor(StateDescriptor["InternalReducingState[Any]"]):
     kind = "reducing"
 
     def __init__(self, name: str, reduce_function: Any, type_info: Any = None) -> None:
@@ -287,7 +291,7 @@ class ReducingStateDescriptor(StateDescriptor):
                                            "ReducingStateDescriptor")
 
 
-class AggregatingStateDescriptor(StateDescriptor):
+class AggregatingStateDescriptor(StateDescriptor["InternalAggregatingState[Any, Any]"]):
     kind = "aggregating"
 
     def __init__(self, name: str, agg_function: AggregateFunction, state_type_info: Any = None) -> None:
@@ -389,6 +393,41 @@ class _WritableMap(_ReadableMap[K, V]):
 
 class MapState(State, _WritableMap[K, V]):
     """Keyed state holding a map per key."""
+
+
+class InternalKvState(State):
+    """The runtime's handle on a state of every key (Flink's ``InternalKvState``): the user's view,
+    plus the namespace (a window) its reads and writes go to. Backends hand these out."""
+
+    @abstractmethod
+    def set_current_namespace(self, namespace: Any) -> None: ...
+
+
+class InternalValueState(InternalKvState, ValueState[T]):
+    """Value state as backends implement it."""
+
+
+class InternalListState(InternalKvState, ListState[T]):
+    """List state as backends implement it."""
+
+
+class InternalMapState(InternalKvState, MapState[K, V]):
+    """Map state as backends implement it."""
+
+
+class InternalReducingState(InternalKvState, ReducingState[T]):
+    """Reducing state as backends implement it."""
+
+
+class InternalAggregatingState(InternalKvState, AggregatingState[T, V]):
+    """Aggregating state as backends implement it; the accumulator itself is reachable, so
+    windows can merge it (Flink's ``getInternal``/``updateInternal``)."""
+
+    @abstractmethod
+    def get_accumulator(self) -> Any: ...
+
+    @abstractmethod
+    def set_accumulator(self, accumulator: Any) -> None: ...
 
 
 class ReadOnlyBroadcastState(State, _ReadableMap[K, V]):

@@ -27,7 +27,7 @@ from slipstream.datastream.functions import Function, RuntimeContext
 from slipstream.datastream.state import (
     ReducingState,
     ReducingStateDescriptor,
-    State,
+    S,
     StateDescriptor,
     ValueStateDescriptor,
 )
@@ -36,6 +36,7 @@ from slipstream.errors import InvalidProgramError
 
 T = TypeVar("T")
 W = TypeVar("W", bound="Window")
+NW = TypeVar("NW", bound="Window")  # the window type of a class nested in a class generic in W
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")
 KEY = TypeVar("KEY")
@@ -140,18 +141,18 @@ class KeyedStateStore(ABC):
     """Hands out keyed state, scoped to the current key (and, for per-window state, to the window)."""
 
     @abstractmethod
-    def get_state(self, state_descriptor: StateDescriptor) -> State: ...
+    def get_state(self, state_descriptor: StateDescriptor[S]) -> S: ...
 
-    def get_list_state(self, state_descriptor: StateDescriptor) -> State:
+    def get_list_state(self, state_descriptor: StateDescriptor[S]) -> S:
         return self.get_state(state_descriptor)
 
-    def get_map_state(self, state_descriptor: StateDescriptor) -> State:
+    def get_map_state(self, state_descriptor: StateDescriptor[S]) -> S:
         return self.get_state(state_descriptor)
 
-    def get_reducing_state(self, state_descriptor: StateDescriptor) -> State:
+    def get_reducing_state(self, state_descriptor: StateDescriptor[S]) -> S:
         return self.get_state(state_descriptor)
 
-    def get_aggregating_state(self, state_descriptor: StateDescriptor) -> State:
+    def get_aggregating_state(self, state_descriptor: StateDescriptor[S]) -> S:
         return self.get_state(state_descriptor)
 
 
@@ -207,14 +208,14 @@ class Trigger(ABC, Generic[T, W]):
         def delete_event_time_timer(self, time: int) -> None: ...
 
         @abstractmethod
-        def get_partitioned_state(self, state_descriptor: StateDescriptor) -> State:
+        def get_partitioned_state(self, state_descriptor: StateDescriptor[S]) -> S:
             """State scoped to the current key and window."""
 
     class OnMergeContext(TriggerContext):
         """The context of ``on_merge``: can fold the merged windows' trigger state into the new window."""
 
         @abstractmethod
-        def merge_partitioned_state(self, state_descriptor: StateDescriptor) -> None: ...
+        def merge_partitioned_state(self, state_descriptor: StateDescriptor[Any]) -> None: ...
 
     @abstractmethod
     def on_element(self, element: T, timestamp: int | None, window: W,
@@ -557,11 +558,11 @@ class WindowAssigner(ABC, Generic[T, W]):
 class MergingWindowAssigner(WindowAssigner[T, W]):
     """An assigner whose windows may merge, such as sessions."""
 
-    class MergeCallback(ABC, Generic[W]):
+    class MergeCallback(ABC, Generic[NW]):
         """Receives each group of windows that merge into one."""
 
         @abstractmethod
-        def merge(self, to_be_merged: Iterable[W], merge_result: W) -> None: ...
+        def merge(self, to_be_merged: Iterable[NW], merge_result: NW) -> None: ...
 
     @abstractmethod
     def merge_windows(self, windows: Iterable[W], callback: MergingWindowAssigner.MergeCallback[W]) -> None:
@@ -583,6 +584,8 @@ class _EventTimeAssigner(WindowAssigner[Any, TimeWindow]):
     """The event-time clock of an assigner whose other base gives ``_windows_for(element, time)``:
     the record's timestamp; an :class:`EventTimeTrigger` fires by default."""
 
+    _windows_for: Callable[[Any, int], list[TimeWindow]]  # the other base's (an annotation: it shadows nothing)
+
     def assign_windows(self, element: Any, timestamp: int | None,
                        context: WindowAssigner.WindowAssignerContext) -> list[TimeWindow]:
         if timestamp is None:
@@ -599,6 +602,8 @@ class _EventTimeAssigner(WindowAssigner[Any, TimeWindow]):
 class _ProcessingTimeAssigner(WindowAssigner[Any, TimeWindow]):
     """The processing-time clock of an assigner whose other base gives ``_windows_for(element,
     time)``: the clock when the record arrives; a :class:`ProcessingTimeTrigger` fires by default."""
+
+    _windows_for: Callable[[Any, int], list[TimeWindow]]  # the other base's (an annotation: it shadows nothing)
 
     def assign_windows(self, element: Any, timestamp: int | None,
                        context: WindowAssigner.WindowAssignerContext) -> list[TimeWindow]:
@@ -1067,7 +1072,7 @@ class AllWindowFunction(Function, Generic[IN, OUT, W]):
 class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """Evaluates one window of one key with a context: the window, clocks, per-window state."""
 
-    class Context(_WindowContextBase[W], ABC):
+    class Context(_WindowContextBase[NW], ABC):
         pass
 
     @abstractmethod
@@ -1081,7 +1086,7 @@ class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
 class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     """Evaluates one window of an all-window stream with a context."""
 
-    class Context(_WindowContextBase[W], ABC):
+    class Context(_WindowContextBase[NW], ABC):
         pass
 
     @abstractmethod

@@ -19,7 +19,7 @@ from slipstream.attributes import OperatorAttributes, RecordAttributes
 from slipstream.datastream.functions import Function, RuntimeContext
 from slipstream.datastream.metrics import OperatorMetricGroup
 from slipstream.datastream.output_tag import OutputTag
-from slipstream.datastream.state import State, StateDescriptor
+from slipstream.datastream.state import S, StateDescriptor
 from slipstream.datastream.time import MIN_TIMESTAMP, Watermark
 from slipstream.datastream.transformations import Transformation, set_attribute_resolver
 from slipstream.errors import SlipstreamError, UserFunctionError
@@ -115,7 +115,7 @@ def _is_type_information(declared: Any) -> bool:
 class KeyedStateBackend(Protocol):
     """Keyed state of one operator subtask, scoped to the current key."""
 
-    def get_state(self, descriptor: StateDescriptor, namespaced: bool = False) -> State: ...
+    def get_state(self, descriptor: StateDescriptor[S], namespaced: bool = False) -> S: ...
 
     def value_accessors(
         self, descriptor: StateDescriptor
@@ -208,7 +208,7 @@ class StreamRuntimeContext(RuntimeContext):
                 "state is only available on a keyed stream (after key_by)")
         return self._ctx.keyed_backend
 
-    def get_state(self, state_descriptor: StateDescriptor) -> State:
+    def get_state(self, state_descriptor: StateDescriptor[S]) -> S:
         return self._backend(state_descriptor).get_state(state_descriptor)
 
     get_list_state = get_state

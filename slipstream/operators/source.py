@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from slipstream.attributes import Boundedness, RecordAttributes
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
     NOTHING_AVAILABLE,
     Source,
+    SourceBatch,
     SourceReader,
     SourceReaderContext,
 )
@@ -73,6 +74,7 @@ class SourceOperator(StreamOperator):
 
         A reader that does not say is backlog exactly while its source is bounded.
         """
+        assert self.reader is not None  # made in open
         backlog = self.reader.is_backlog()
         if backlog is None:
             backlog = self.source.get_boundedness() is Boundedness.BOUNDED
@@ -90,6 +92,7 @@ class SourceOperator(StreamOperator):
 
     def emit_next(self, max_records: int) -> InputStatus:
         """Poll the reader once and emit what it returned."""
+        assert self.reader is not None  # made in open
         try:
             result = self.reader.poll(max_records)
         except SlipstreamError:
@@ -104,6 +107,7 @@ class SourceOperator(StreamOperator):
             return InputStatus.END_OF_INPUT
         if result is NOTHING_AVAILABLE:
             return InputStatus.NOTHING_AVAILABLE
+        result = cast(SourceBatch, result)  # what is not a signal is records (or duck-typed like them)
         arrow = getattr(result, "record_batch", None)
         if arrow is not None:
             if arrow.num_rows:

@@ -35,25 +35,26 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.fields import get_field
 from slipstream.datastream.metrics import OperatorMetricGroup
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import (
-    AggregatingState,
     AggregatingStateDescriptor,
+    InternalAggregatingState,
+    InternalKvState,
     ListState,
     ListStateDescriptor,
     ReducingState,
     ReducingStateDescriptor,
-    State,
+    S,
     StateDescriptor,
     ValueStateDescriptor,
 )
 from slipstream.datastream.time import MAX_TIMESTAMP, Watermark
-from slipstream.datastream.transformations import WindowTransformation
+from slipstream.datastream.transformations import Transformation, WindowTransformation
 from slipstream.datastream.window import (
     AllWindowFunction,
     Evictor,
@@ -82,7 +83,7 @@ MERGING_WINDOWS_STATE = "merging-window-set"
 LATE_DROPPED_METRIC = "num_late_records_dropped"
 
 
-def merge_namespaces(state: State, descriptor: StateDescriptor, target: Window,
+def merge_namespaces(state: InternalKvState, descriptor: StateDescriptor[Any], target: Window,
                      sources: Iterable[Window]) -> None:
     """Fold the contents ``state`` holds for ``sources`` into ``target`` and clear the sources.
 
@@ -108,8 +109,8 @@ def merge_namespaces(state: State, descriptor: StateDescriptor, target: Window,
         state.set_current_namespace(target)
         for value in values:
             state.add(value)
-    elif isinstance(state, AggregatingState):
-        merge = descriptor.agg_function.merge
+    elif isinstance(state, InternalAggregatingState):
+        merge = cast(AggregatingStateDescriptor, descriptor).agg_function.merge
         merged = None
         for source in [target, *sources]:
             state.set_current_namespace(source)
@@ -139,6 +140,10 @@ class MergingWindowSet:
 
     def get_state_window(self, window: Window) -> Window | None:
         return self.mapping.get(window)
+
+    def state_window_of(self, window: Window) -> Window:
+        """The state window of a window in the set, as :meth:`add_window` returned it."""
+        return self.mapping[window]
 
     def retire_window(self, window: Window) -> None:
         if self.mapping.pop(window, None) is None:
@@ -189,6 +194,7 @@ class WindowOperator(ColumnarBacklog):
     transformation_type = WindowTransformation
     emits_declared_type = True
     _windows_by_key = False
+    timers: InternalTimerService  # made in open (None before: only initialize_state sees that)
 
     def __init__(self, transformation: WindowTransformation) -> None:
         super().__init__(transformation)
@@ -200,7 +206,10 @@ class WindowOperator(ColumnarBacklog):
         self.kind = transformation.function_kind
         self.function = transformation.function
         self.window_function = transformation.window_function
-        self._key_selector = transformation.key_selectors[0]
+        key_selector = transformation.key_selectors[0]
+        if key_selector is None:  # keyed windows have the user's key, all-windows a constant one
+            raise SlipstreamError(f"window operator '{transformation.name}' has no key selector")
+        self._key_selector = key_selector
         self._merging = isinstance(self.assigner, MergingWindowAssigner)
         self._event_time = self.assigner.is_event_time()
         self._contents_descriptor = self._make_contents_descriptor()
@@ -210,21 +219,23 @@ class WindowOperator(ColumnarBacklog):
         self._side: dict[OutputTag, RecordBatch] = {}
 
     @classmethod
-    def attributes_for(cls, transformation: WindowTransformation) -> OperatorAttributes:
+    def attributes_for(cls, transformation: Transformation) -> OperatorAttributes:
         """EndOfStreamWindows (with its own trigger) emit only at end of input and may sort backlog."""
-        assigner = transformation.assigner
-        trigger = transformation.trigger or (assigner.get_default_trigger() if assigner else None)
+        window = cast(WindowTransformation, transformation)  # the registry pairs the two
+        assigner = window.assigner
+        trigger = window.trigger or (assigner.get_default_trigger() if assigner else None)
         if is_end_of_stream_window(assigner, trigger):
             return OperatorAttributesBuilder().set_is_output_on_eof(True).set_has_internal_sorter(True).build()
         return super().attributes_for(transformation)  # every keyed window sorts its backlog
 
     @classmethod
-    def backlog_differences(cls, transformation: WindowTransformation) -> list[str]:
+    def backlog_differences(cls, transformation: Transformation) -> list[str]:
         """Windows whose assigner, trigger, evictor or function use processing time."""
-        assigner = transformation.assigner
-        parts = {"windows": assigner, "trigger": transformation.trigger or assigner.get_default_trigger(),
-                 "evictor": transformation.evictor, "function": transformation.function,
-                 "window function": getattr(transformation, "window_function", None)}
+        window = cast(WindowTransformation, transformation)  # the registry pairs the two
+        assigner = window.assigner
+        parts = {"windows": assigner, "trigger": window.trigger or assigner.get_default_trigger(),
+                 "evictor": window.evictor, "function": window.function,
+                 "window function": getattr(window, "window_function", None)}
         users = [name for name, part in parts.items() if part is not None and uses_processing_time(part)]
         if not users:
             return []
@@ -340,7 +351,7 @@ class WindowOperator(ColumnarBacklog):
                 if self._is_window_late(window):
                     merging.retire_window(window)
                     continue
-                state_window = merging.get_state_window(window)
+                state_window = merging.state_window_of(window)
             else:
                 if self._is_window_late(window):
                     continue
@@ -364,11 +375,7 @@ class WindowOperator(ColumnarBacklog):
                 f"{self.timers.current_watermark}); late records are counted in {LATE_DROPPED_METRIC} (set "
                 "allowed_lateness, or side_output_late_data to keep them)"))
             return
-        batch = self._side.get(self.late_data_tag)
-        if batch is None:
-            batch = self._side[self.late_data_tag] = RecordBatch([], [])
-        batch.values.append(value)
-        batch.timestamps.append(timestamp)
+        split_outputs([(self.late_data_tag, value)], timestamp, self._values, self._timestamps, self._side)
 
     # -- time -----------------------------------------------------------------------------------
     def on_watermark(self, watermark: Watermark) -> None:
@@ -485,7 +492,8 @@ class WindowOperator(ColumnarBacklog):
 
     def _merging_window_set(self) -> MergingWindowSet:
         mapping = self.backend.get_state(_MERGING_DESCRIPTOR).value()
-        return MergingWindowSet(self.assigner, dict(mapping) if mapping else {})
+        assigner = cast(MergingWindowAssigner, self.assigner)  # only merging windows ask for the set
+        return MergingWindowSet(assigner, dict(mapping) if mapping else {})
 
     def _persist(self, merging: MergingWindowSet) -> None:
         state = self.backend.get_state(_MERGING_DESCRIPTOR)
@@ -597,7 +605,7 @@ class _TriggerContext(Trigger.OnMergeContext):
 
     def __init__(self, operator: WindowOperator) -> None:
         self._operator = operator
-        self.window: Window | None = None
+        self.window: Window  # set before every call into the trigger
         self.merged_windows: list[Window] = []
 
     def get_current_processing_time(self) -> int:
@@ -621,12 +629,12 @@ class _TriggerContext(Trigger.OnMergeContext):
     def delete_event_time_timer(self, time: int) -> None:
         self._operator.timers.delete_event_time_timer(self.window, int(time))
 
-    def get_partitioned_state(self, state_descriptor: StateDescriptor) -> State:
+    def get_partitioned_state(self, state_descriptor: StateDescriptor[S]) -> S:
         state = self._operator.backend.get_state(state_descriptor, namespaced=True)
         state.set_current_namespace(self.window)
         return state
 
-    def merge_partitioned_state(self, state_descriptor: StateDescriptor) -> None:
+    def merge_partitioned_state(self, state_descriptor: StateDescriptor[Any]) -> None:
         if self.merged_windows:
             state = self._operator.backend.get_state(state_descriptor, namespaced=True)
             merge_namespaces(state, state_descriptor, self.window, self.merged_windows)
@@ -639,7 +647,7 @@ class _StateStore(KeyedStateStore):
         self._operator = operator
         self._namespaced = namespaced
 
-    def get_state(self, state_descriptor: StateDescriptor) -> State:
+    def get_state(self, state_descriptor: StateDescriptor[S]) -> S:
         operator = self._operator
         if not self._namespaced:
             return operator.backend.get_state(state_descriptor)
@@ -654,7 +662,7 @@ class _StateStore(KeyedStateStore):
 class _WindowContext(ProcessWindowFunction.Context, ProcessAllWindowFunction.Context):
     def __init__(self, operator: WindowOperator) -> None:
         self._operator = operator
-        self.current_window: Window | None = None
+        self.current_window: Window  # set before every call into the window function
         self._window_state = _StateStore(operator, namespaced=True)
         self._global_state = _StateStore(operator, namespaced=False)
 
@@ -682,7 +690,7 @@ class _WindowContext(ProcessWindowFunction.Context, ProcessAllWindowFunction.Con
 class _EvictorContext(Evictor.EvictorContext):
     def __init__(self, operator: WindowOperator) -> None:
         self._operator = operator
-        self.window: Window | None = None
+        self.window: Window  # set before every call into the evictor
 
     def get_current_processing_time(self) -> int:
         return self._operator.timers.current_processing_time()

@@ -56,6 +56,9 @@ SHARE_FINISHED = _Signal("SHARE_FINISHED")
 """In :meth:`Source.redistribute_positions`: that old reader had read its whole share (a
 ``HybridSource`` passes it for the sources a reader had already moved past)."""
 
+PollResult = SourceBatch | _Signal
+"""What :meth:`SourceReader.poll` returns: records, ``NOTHING_AVAILABLE`` or ``END_OF_INPUT``."""
+
 
 @dataclass(slots=True)
 class SourceReaderContext:
@@ -74,7 +77,7 @@ class SourceReader(ABC):
         """Start reading (open files, start a reader thread)."""
 
     @abstractmethod
-    def poll(self, max_records: int) -> SourceBatch | _Signal:
+    def poll(self, max_records: int) -> PollResult:
         """Return up to ``max_records`` records, ``NOTHING_AVAILABLE`` or ``END_OF_INPUT``."""
 
     def is_backlog(self) -> bool | None:

@@ -52,11 +52,11 @@ from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
     NOTHING_AVAILABLE,
     SHARE_FINISHED,
+    PollResult,
     RecordWriteError,
     Sink,
     SinkWriter,
     Source,
-    SourceBatch,
     SourceReader,
     SourceReaderContext,
 )
@@ -98,7 +98,7 @@ def list_files(paths: list[str]) -> list[tuple[str, int, str]]:
     """The visible files under ``paths``, sorted by path: each as its normal path (absolute, or a
     full URL), the index of the source path it lies under and its path relative to that one.
     Directories are walked recursively."""
-    found = []
+    found: list[tuple[str, int, str]] = []
     for index, root in enumerate(paths):
         fs = filesystem_of(root)
         if not fs.exists(root):
@@ -318,7 +318,7 @@ class _FileSourceReader(SourceReader):
                 self._pending.remove(split)
             self._pending.appendleft(split)
         if self._interval_ms is not None:
-            self._thread = threading.Thread(target=self._monitor, args=(context.notify_available,),
+            self._thread = threading.Thread(target=self._monitor, args=(context.notify_available, self._interval_ms),
                                             name="FileSource discovery", daemon=True)
             self._thread.start()
 
@@ -335,8 +335,8 @@ class _FileSourceReader(SourceReader):
                     splits.append(split)
         return splits
 
-    def _monitor(self, notify_available: Any) -> None:
-        while not self._stop.wait(self._interval_ms / 1000):
+    def _monitor(self, notify_available: Any, interval_ms: int) -> None:
+        while not self._stop.wait(interval_ms / 1000):
             try:
                 found = self._discover()
             except FileNotFoundError:
@@ -352,37 +352,41 @@ class _FileSourceReader(SourceReader):
                     self._pending.extend(found)
                 notify_available()
 
-    def poll(self, max_records: int) -> SourceBatch | object:
+    def poll(self, max_records: int) -> PollResult:
         if self._discovery_failure is not None:
             raise self._discovery_failure
         while True:
-            if self._current_reader is None and not self._open_next_split():
+            reader = self._current_reader or self._open_next_split()
+            if reader is None:
                 return END_OF_INPUT if self._interval_ms is None else NOTHING_AVAILABLE
-            reader = self._current_reader
             batch = reader.read_batch(max_records)
             if batch is not None:
                 if reader.bad_records:
                     batch.side_outputs = {self._bad_record_output: reader.bad_records}
                     reader.bad_records = []
                 return batch
-            self._finish_current_split()
+            self._finish_split(reader)
 
-    def _open_next_split(self) -> bool:
+    def _open_next_split(self) -> FileRecordReader | None:
+        """The reader of the next pending split, now current; None when none is pending."""
         with self._lock:
             if not self._pending:
-                return False
+                return None
             split = self._pending.popleft()
         position = self._restored_partial.pop(split, None)
         self._current = split
-        self._current_reader = self._format.create_reader(split_path(self._paths, split), split[2], position)
+        reader = self._current_reader = self._format.create_reader(split_path(self._paths, split), split[2], position)
         if self._bad_record_output is not None:
-            self._current_reader.bad_records = []
-        return True
+            reader.bad_records = []
+        return reader
 
-    def _finish_current_split(self) -> None:
-        self._current_reader.close()
-        self._finished.add(self._current)
-        self._backlog.discard(self._current)
+    def _finish_split(self, reader: FileRecordReader) -> None:
+        """Close the current split's ``reader``: the split is finished."""
+        reader.close()
+        split = self._current
+        assert split is not None  # set with its reader
+        self._finished.add(split)
+        self._backlog.discard(split)
         self._current = None
         self._current_reader = None
 
@@ -394,7 +398,7 @@ class _FileSourceReader(SourceReader):
 
     def snapshot_position(self) -> dict[str, Any]:
         current = None
-        if self._current_reader is not None:
+        if self._current_reader is not None and self._current is not None:  # both set, or neither
             current = [list(self._current), self._current_reader.position()]
         position = {"finished": sorted([list(split) for split in self._finished], key=repr), "current": current}
         if self._restored_partial:
@@ -632,15 +636,17 @@ class _PartFileWriter(SinkWriter):
         while self._part_name(self._counter) in existing:
             self._counter += 1
 
-    def _open_part(self) -> None:
+    def _open_part(self) -> BinaryIO:
+        """Open the next part file; its stream."""
         name = self._part_name(self._counter)
         self._counter += 1
         self._final_path = os.path.join(self._base_path, name)
         self._in_progress_path = os.path.join(self._base_path, f".{name}.inprogress.{uuid.uuid4().hex}")
-        self._stream = self._fs.open_output(self._in_progress_path)
+        stream = self._stream = self._fs.open_output(self._in_progress_path)
         if self._writer_factory is not None:
-            self._bulk_writer = self._writer_factory.create(self._stream)
+            self._bulk_writer = self._writer_factory.create(stream)
         self._opened_at_ms = self._last_write_ms = _now_ms()
+        return stream
 
     def _close_part(self) -> None:
         """Finish the current part; it becomes pending, to be renamed at the next flush."""
@@ -679,16 +685,18 @@ class _PartFileWriter(SinkWriter):
         if self._writer_factory is not None:
             if self._stream is None:
                 self._open_part()
+            bulk_writer = self._bulk_writer
+            assert bulk_writer is not None  # a bulk format's part has one
             with self._naming_the_part():
-                self._bulk_writer.add_elements(values)
+                bulk_writer.add_elements(values)
         else:
+            assert self._encoder is not None  # a row format's sink has one (FileSink checks)
             encode = self._encoder.encode
             part_size = self._policy.part_size
             for value in values:
-                if self._stream is None:
-                    self._open_part()
-                self._stream.write(encode(value))
-                if part_size is not None and self._stream.tell() >= part_size:
+                stream = self._open_part() if self._stream is None else self._stream
+                stream.write(encode(value))
+                if part_size is not None and stream.tell() >= part_size:
                     self._close_part()
         self._last_write_ms = _now_ms()
 
@@ -770,8 +778,8 @@ class _PartFileWriter(SinkWriter):
                 raise CheckpointError(f"FileSink: the part file '{in_progress}' a checkpoint says is pending is "
                                       f"gone, and its final name '{final}' does not exist either: output is lost")
         counters = _restored_counters(states)
-        for path, subtask, counter, in_progress in self._parts_of(counters):
-            if not in_progress and counter >= counters[subtask]:
+        for path, subtask, counter, part_in_progress in self._parts_of(counters):
+            if not part_in_progress and counter >= counters[subtask]:
                 raise CheckpointError(
                     f"FileSink: part file '{path}' was committed after the checkpoint being restored (which "
                     f"ends subtask {subtask}'s parts before number {counters[subtask]}): restoring it would "
@@ -782,8 +790,8 @@ class _PartFileWriter(SinkWriter):
         for in_progress, final in self._listed_parts(states):
             self._commit_part(in_progress, final)
         counters = _restored_counters(states)
-        for path, _, _, in_progress in self._parts_of(counters):
-            if in_progress:
+        for path, _, _, part_in_progress in self._parts_of(counters):
+            if part_in_progress:
                 self._fs.remove(path)  # written after the checkpoint
         self._fs.fsync_dir(self._base_path)
         own = counters.get(self._subtask_index)

@@ -20,11 +20,11 @@ from slipstream.attributes import Boundedness
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
     SHARE_FINISHED,
+    PollResult,
     Source,
     SourceBatch,
     SourceReader,
     SourceReaderContext,
-    _Signal,
 )
 from slipstream.errors import InvalidProgramError
 
@@ -89,7 +89,7 @@ class HybridSource(Source):
                    [int(k) for p in positions if isinstance(p, dict) for k, _ in p.get("later", ())])
         per_source: dict[int, list[Any]] = {}
         for k in range(first, last + 1):
-            old = []
+            old: list[Any] = []
             for position, phase in zip(positions, phases):
                 if phase > k:
                     old.append(SHARE_FINISHED)
@@ -136,20 +136,27 @@ class HybridSourceReader(SourceReader):
         self._open_current()
 
     def _open_current(self) -> None:
-        self._reader = self._sources[self._index].create_reader(self._subtask_index, self._parallelism)
+        assert self._context is not None  # given to open, which opens the first source
+        reader = self._reader = self._sources[self._index].create_reader(self._subtask_index, self._parallelism)
         position = self._restored_position
         if position is None:
             position = self._later.pop(self._index, None)
         self._restored_position = None
         if position is not None:
             # Before open, as the source operator does: a file reader lists only unfinished splits.
-            self._reader.restore_position(position)
-        self._reader.open(self._context)
+            reader.restore_position(position)
+        reader.open(self._context)
 
-    def poll(self, max_records: int) -> SourceBatch | _Signal:
-        result = self._reader.poll(max_records)
+    def _current(self) -> SourceReader:
+        """The open source's reader (there is one from open on)."""
+        assert self._reader is not None
+        return self._reader
+
+    def poll(self, max_records: int) -> PollResult:
+        reader = self._current()
+        result = reader.poll(max_records)
         if result is END_OF_INPUT and self._index < len(self._sources) - 1:
-            self._reader.close()
+            reader.close()
             self._index += 1
             self._open_current()
             return SourceBatch([])
@@ -158,7 +165,7 @@ class HybridSourceReader(SourceReader):
     def is_backlog(self) -> bool | None:
         if self._index < len(self._sources) - 1:
             return True
-        return self._reader.is_backlog()
+        return self._current().is_backlog()
 
     def current_source_index(self) -> int:
         """Which source is being read (0-based): the phase, for snapshots and progress."""

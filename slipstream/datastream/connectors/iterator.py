@@ -18,6 +18,7 @@ from slipstream.attributes import Boundedness
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
     NOTHING_AVAILABLE,
+    PollResult,
     Source,
     SourceBatch,
     SourceReader,
@@ -58,6 +59,8 @@ class IteratorSource(Source):
 
     def __init__(self, iterable_or_factory: Iterable | Callable[[], Iterable], bounded: bool = True) -> None:
         """Describe the source; fails at once unless given an iterable or a callable."""
+        self._factory: Callable[[], Iterable] | None
+        self._iterable: Iterable | None
         if isinstance(iterable_or_factory, Iterable):
             self._factory = None
             self._iterable = iterable_or_factory
@@ -90,6 +93,7 @@ class IteratorSource(Source):
         if self._factory is not None:
             iterable = self._factory()
         else:
+            assert self._iterable is not None  # one of the two is given
             iterable = self._iterable
             if skip and iter(iterable) is iterable:
                 raise SourceRestoreError(
@@ -115,9 +119,10 @@ class _InlineIteratorReader(SourceReader):
     def open(self, context: SourceReaderContext) -> None:
         self._iterator = self._start_iteration(self._emitted)
 
-    def poll(self, max_records: int) -> SourceBatch | object:
+    def poll(self, max_records: int) -> PollResult:
         if self._ended:
             return END_OF_INPUT
+        assert self._iterator is not None  # made in open
         values = list(itertools.islice(self._iterator, max_records))
         if len(values) < max_records:
             self._ended = True
@@ -180,10 +185,11 @@ class _ThreadedIteratorReader(SourceReader):
             notify_available()
         return True
 
-    def poll(self, max_records: int) -> SourceBatch | object:
+    def poll(self, max_records: int) -> PollResult:
         if self._ended:
             return self._end_of_input()
-        pending, values = self._queue, []
+        pending = self._queue
+        values: list[Any] = []
         while pending and len(values) < max_records:
             item = pending.popleft()
             if item is _DONE:
@@ -198,7 +204,7 @@ class _ThreadedIteratorReader(SourceReader):
             return self._end_of_input()
         return NOTHING_AVAILABLE
 
-    def _end_of_input(self) -> object:
+    def _end_of_input(self) -> PollResult:
         """END_OF_INPUT once the iterator ended by itself; raises what it raised if it failed."""
         if self._failure is not None:
             raise JobExecutionError(
@@ -262,7 +268,7 @@ class _CollectionReader(SourceReader):
         self._end = end
         self._cursor = RangeCursor(begin, end)
 
-    def poll(self, max_records: int) -> SourceBatch | object:
+    def poll(self, max_records: int) -> PollResult:
         piece = self._cursor.take(max_records)
         if piece is None:
             return END_OF_INPUT

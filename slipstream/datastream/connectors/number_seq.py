@@ -12,6 +12,7 @@ from slipstream.attributes import Boundedness
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
     SHARE_FINISHED,
+    PollResult,
     Source,
     SourceBatch,
     SourceReader,
@@ -164,7 +165,7 @@ class _NumberSequenceReader(SourceReader):
         self._high = high
         self._cursor = RangeCursor(first, stop)
 
-    def poll(self, max_records: int) -> SourceBatch | object:
+    def poll(self, max_records: int) -> PollResult:
         piece = self._cursor.take(max_records)
         if piece is None:
             return END_OF_INPUT

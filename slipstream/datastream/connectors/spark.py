@@ -222,6 +222,7 @@ class _PartitionReader(SourceReader):
 
     def poll(self, max_records: int) -> ArrowSourceBatch | _Signal:
         partitions = self._source.partitions()
+        assert partitions is not None  # this reader is made only for classic pyspark (create_reader)
         start, self._end = slice_bounds(partitions.count, self._subtask, self._parallelism)
         if self._partition is None:
             self._partition, self._offset = start, 0

@@ -35,16 +35,17 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from slipstream.datastream.state import (
-    AggregatingState,
-    ListState,
-    MapState,
-    ReducingState,
-    State,
+    InternalAggregatingState,
+    InternalKvState,
+    InternalListState,
+    InternalMapState,
+    InternalReducingState,
+    InternalValueState,
+    S,
     StateDescriptor,
-    ValueState,
 )
 from slipstream.datastream.typeinfo import Row
 from slipstream.errors import SlipstreamError
@@ -115,7 +116,7 @@ class HeapKeyedStateBackend:
         self._tables: dict[str, dict[Any, Any]] = {}
         self._states: dict[tuple[str, bool], _HeapState] = {}
         self._ttl: dict[str, TtlPolicy] = {}  # the states with time-to-live
-        self._ttl_handles: dict[tuple[str, bool], State] = {}  # their handles, over the plain ones in _states
+        self._ttl_handles: dict[tuple[str, bool], InternalKvState] = {}  # their handles, over the plain ones in _states
         self._key_listeners: list[Callable[[], None]] = []  # incremental TTL cleanups run for every record
         self._kinds: dict[str, str] = {}
         self._deltas: dict[str, dict[Any, Any]] | None = None  # frozen, or merging: the changes per table
@@ -143,7 +144,7 @@ class HeapKeyedStateBackend:
     def get_current_key(self) -> Any:
         return self.current_key
 
-    def get_state(self, descriptor: StateDescriptor, namespaced: bool = False) -> State:
+    def get_state(self, descriptor: StateDescriptor[S], namespaced: bool = False) -> S:
         """The state named by ``descriptor``; the same object for the same name."""
         name = descriptor.name
         known = self._kinds.setdefault(name, descriptor.kind)
@@ -153,7 +154,8 @@ class HeapKeyedStateBackend:
         handle = self._states.get((name, namespaced))
         if handle is None:
             handle = self._new_handle(descriptor, namespaced)
-        return self._ttl_handles.get((name, namespaced), handle) if self._ttl_handles else handle
+        # the handle's class is the descriptor's kind (_STATE_CLASSES), or its TTL handle's
+        return cast(S, self._ttl_handles.get((name, namespaced), handle) if self._ttl_handles else handle)
 
     def _new_handle(self, descriptor: StateDescriptor, namespaced: bool) -> _HeapState:
         """The plain handle of a state, registered; a state with time-to-live gets its TTL handle
@@ -470,7 +472,7 @@ class _HeapState:
         self._remove(self._entry_key())
 
 
-class HeapValueState(_HeapState, ValueState):
+class HeapValueState(_HeapState, InternalValueState):
     def value(self) -> Any:
         return self._read(self._entry_key())
 
@@ -505,7 +507,7 @@ class HeapKeyValueState(HeapValueState):
             self._table[key] = value
 
 
-class HeapListState(_HeapState, ListState):
+class HeapListState(_HeapState, InternalListState):
     def get(self) -> list:
         values = self._read(self._entry_key())
         return [] if values is None else values
@@ -536,7 +538,7 @@ class HeapListState(_HeapState, ListState):
             self.clear()
 
 
-class HeapMapState(_HeapState, MapState):
+class HeapMapState(_HeapState, InternalMapState):
     def _map(self) -> dict:
         mapping = self._read(self._entry_key())
         return {} if mapping is None else mapping
@@ -584,7 +586,7 @@ class HeapMapState(_HeapState, MapState):
         return not self._map()
 
 
-class HeapReducingState(_HeapState, ReducingState):
+class HeapReducingState(_HeapState, InternalReducingState):
     def get(self) -> Any:
         return self._read(self._entry_key())
 
@@ -594,7 +596,7 @@ class HeapReducingState(_HeapState, ReducingState):
         self._write(entry, value if current is None else self._descriptor.reduce_function.reduce(current, value))
 
 
-class HeapAggregatingState(_HeapState, AggregatingState):
+class HeapAggregatingState(_HeapState, InternalAggregatingState):
     def get(self) -> Any:
         acc = self._read(self._entry_key())
         return None if acc is None else self._descriptor.agg_function.get_result(acc)

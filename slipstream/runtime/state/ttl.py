@@ -25,13 +25,14 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from slipstream.datastream.state import (
-    AggregatingState,
-    ListState,
-    MapState,
-    ReducingState,
+    InternalAggregatingState,
+    InternalKvState,
+    InternalListState,
+    InternalMapState,
+    InternalReducingState,
+    InternalValueState,
     StateDescriptor,
     StateTtlConfig,
-    ValueState,
 )
 from slipstream.errors import SlipstreamError
 
@@ -103,7 +104,7 @@ class IncrementalCleanup:
                 self._raw._write(entry, live)
 
 
-class _TtlState:
+class _TtlState(InternalKvState):
     """What every TTL handle shares: the wrapped heap handle, the policy, the cleanup on access."""
 
     _shape: type = TtlValue
@@ -167,7 +168,7 @@ class _TtlState:
         return TtlValue(value, self._policy.now())
 
 
-class TtlValueState(_TtlState, ValueState):
+class TtlValueState(_TtlState, InternalValueState):
     def value(self) -> Any:
         item = self._checked_entry(self._entry())
         return None if item is None else item.value
@@ -179,7 +180,7 @@ class TtlValueState(_TtlState, ValueState):
             self._raw._write(self._entry(), self._stamped(value))
 
 
-class TtlListState(_TtlState, ListState):
+class TtlListState(_TtlState, InternalListState):
     _shape = list
 
     def get(self) -> list:
@@ -220,7 +221,7 @@ class TtlListState(_TtlState, ListState):
             self.clear()
 
 
-class TtlMapState(_TtlState, MapState):
+class TtlMapState(_TtlState, InternalMapState):
     """Each map entry expires on its own; the state's entry goes when its last map entry does."""
 
     _shape = dict
@@ -294,7 +295,7 @@ class TtlMapState(_TtlState, MapState):
         return not self.items()
 
 
-class TtlReducingState(_TtlState, ReducingState):
+class TtlReducingState(_TtlState, InternalReducingState):
     def get(self) -> Any:
         item = self._checked_entry(self._entry())
         return None if item is None else item.value
@@ -306,7 +307,7 @@ class TtlReducingState(_TtlState, ReducingState):
         self._raw._write(entry, self._stamped(reduced))
 
 
-class TtlAggregatingState(_TtlState, AggregatingState):
+class TtlAggregatingState(_TtlState, InternalAggregatingState):
     def get(self) -> Any:
         item = self._checked_entry(self._entry())
         return None if item is None else self._raw._descriptor.agg_function.get_result(item.value)
