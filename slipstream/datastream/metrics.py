@@ -145,7 +145,7 @@ class Distribution(Metric):
         self._report = report
         self._key = key
         self._count = 0
-        self._sum = 0
+        self._sum: int | float = 0
         self._min: Any = None
         self._max: Any = None
         report.setdefault(key, {"count": 0, "sum": 0, "min": None, "max": None, "mean": None})

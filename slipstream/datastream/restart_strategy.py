@@ -19,7 +19,7 @@ Examples:
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
 from slipstream.errors import InvalidProgramError
 
@@ -108,10 +108,10 @@ def _delay_millis(delay: Any) -> int:
 class RestartStrategies:
     """Factory of restart strategy configurations."""
 
-    RestartStrategyConfiguration = RestartStrategyConfiguration
-    NoRestartStrategyConfiguration = NoRestartStrategyConfiguration
-    FixedDelayRestartStrategyConfiguration = FixedDelayRestartStrategyConfiguration
-    FallbackRestartStrategyConfiguration = FallbackRestartStrategyConfiguration
+    RestartStrategyConfiguration: TypeAlias = RestartStrategyConfiguration
+    NoRestartStrategyConfiguration: TypeAlias = NoRestartStrategyConfiguration
+    FixedDelayRestartStrategyConfiguration: TypeAlias = FixedDelayRestartStrategyConfiguration
+    FallbackRestartStrategyConfiguration: TypeAlias = FallbackRestartStrategyConfiguration
 
     @staticmethod
     def no_restart() -> NoRestartStrategyConfiguration:

@@ -69,8 +69,8 @@ class MemoryStateBackend(StateBackend):
     def __init__(self, checkpoint_path: str | None = None, savepoint_path: str | None = None,
                  max_state_size: int | None = None, using_asynchronous_snapshots: bool | None = None) -> None:
         self._checkpoint_path = None if checkpoint_path is None else normalize(checkpoint_path, "checkpoint_path")
-        self._options = {"savepoint_path": savepoint_path, "max_state_size": max_state_size,
-                         "using_asynchronous_snapshots": using_asynchronous_snapshots}
+        self._options: dict[str, Any] = {"savepoint_path": savepoint_path, "max_state_size": max_state_size,
+                                         "using_asynchronous_snapshots": using_asynchronous_snapshots}
 
     def checkpoint_directory(self) -> str | None:
         return self._checkpoint_path

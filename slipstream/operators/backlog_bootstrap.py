@@ -80,7 +80,7 @@ class BootstrapBacklog:
                 else "more than one row for a key"
             raise SlipstreamError(f"operator '{operator.ctx.name}': process_backlog returned {problem}; it returns "
                                   "one row per key of the frame it was given")
-        backend = operator.ctx.keyed_backend
+        backend = operator.keyed_backend()
         for name in state.columns:
             if name == key:
                 continue

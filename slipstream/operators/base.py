@@ -83,7 +83,7 @@ class DeclaredTypeOutput(Output):
             convert = self._converter(declared)
             if convert is None:
                 return batch
-            converted = []
+            converted: list[Any] = []
             append = converted.append
             for record in values:
                 append(convert(record))
@@ -402,6 +402,14 @@ class StreamOperator(ABC):
         """This operator subtask as error messages name it."""
         return (f"operator '{self.ctx.name}' (uid '{self.ctx.uid}'), "
                 f"subtask {self.ctx.subtask_index + 1}/{self.ctx.parallelism}")
+
+    def keyed_backend(self) -> KeyedStateBackend:
+        """The subtask's keyed state, which a keyed operator has from setup on."""
+        backend = self.ctx.keyed_backend
+        if backend is None:
+            raise SlipstreamError(f"operator '{self.ctx.name}' needs keyed state, which only a keyed stream "
+                                  "(after key_by) has")
+        return backend
 
     def user_error(self, record: Any, cause: BaseException, what: str = "record") -> UserFunctionError:
         return UserFunctionError(self.ctx.name, self.ctx.subtask_index, self.ctx.parallelism,

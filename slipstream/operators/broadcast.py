@@ -22,11 +22,11 @@ path: it runs record by record.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from slipstream.datastream.functions import BroadcastProcessFunction, Function, KeyedBroadcastProcessFunction
 from slipstream.datastream.state import StateDescriptor
-from slipstream.datastream.transformations import BroadcastProcessTransformation
+from slipstream.datastream.transformations import BroadcastProcessTransformation, Transformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.base import OperatorContext
 from slipstream.operators.broadcast_state import (
@@ -45,6 +45,8 @@ BROADCAST_INPUT = BroadcastProcessTransformation.priority_input
 
 class _BroadcastContextBase(ProcessContext):
     """The clocks of both sides' contexts (PyFlink's ``BaseBroadcastProcessFunction.BaseContext``)."""
+
+    _operator: BroadcastProcessOperator
 
     def current_processing_time(self) -> int:
         return self._operator.ctx.processing_time_service.get_current_processing_time()
@@ -106,6 +108,7 @@ KeyedBroadcastProcessFunction.Context.register(BroadcastContext)
 
 
 class BroadcastProcessOperator(OnTimerOperator):
+    transformation: BroadcastProcessTransformation
     transformation_type = BroadcastProcessTransformation
     emits_declared_type = True
     num_inputs = 2
@@ -117,9 +120,10 @@ class BroadcastProcessOperator(OnTimerOperator):
         self._broadcast_unfinished = transformation.broadcast_bounded  # backlog until it ends
 
     @classmethod
-    def plan_notes(cls, transformation: BroadcastProcessTransformation) -> list[str]:
-        names = [descriptor.name for descriptor in transformation.descriptors]
-        waits = "from the start, as its sources are bounded" if transformation.broadcast_bounded else \
+    def plan_notes(cls, transformation: Transformation) -> list[str]:
+        broadcast = cast(BroadcastProcessTransformation, transformation)  # the registry pairs the two
+        names = [descriptor.name for descriptor in broadcast.descriptors]
+        waits = "from the start, as its sources are bounded" if broadcast.broadcast_bounded else \
             "while it is backlog"
         return [f"broadcast state {names}; input {BROADCAST_INPUT} is broadcast and read first, input 0 waits "
                 f"for it {waits}"]
@@ -135,7 +139,7 @@ class BroadcastProcessOperator(OnTimerOperator):
                                 "broadcast backlog)", ctx.spill_dir)
         if self.key_selector is not None:
             self.timers: InternalTimerService | None = InternalTimerService(
-                ctx.keyed_backend, ctx.processing_time_service, self._on_event_time, self._on_processing_time)
+                self.keyed_backend(), ctx.processing_time_service, self._on_event_time, self._on_processing_time)
             self.context: ProcessContext = ReadOnlyBroadcastContext(self, KeyedTimerService(self.timers))
         else:
             self.timers = None
@@ -158,7 +162,7 @@ class BroadcastProcessOperator(OnTimerOperator):
         """A broadcast element's turn: keyed state read directly raises instead of being the state
         of the key the last data record left current."""
         if self.key_selector is not None:
-            self.ctx.keyed_backend.unset_current_key(no_key_message(self.ctx.name, "keyed state read directly"))
+            self.keyed_backend().unset_current_key(no_key_message(self.ctx.name, "keyed state read directly"))
 
     def _holding(self) -> bool:
         """Whether the data side waits: the broadcast input is backlog (or bounded and not ended)."""

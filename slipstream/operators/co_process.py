@@ -24,7 +24,7 @@ from slipstream.operators.process import (
 from slipstream.operators.timers import InternalTimerService, KeyedTimerService
 
 
-def _as_process(kind: str, method: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+def _as_process(kind: str, method: Callable[..., Any]) -> Callable[[Any, Any], Any]:
     """Adapt a map/flat_map method to the process-function shape ``(value, ctx) -> iterable``."""
     if kind == "map":
         return lambda value, ctx: (method(value),)
@@ -34,6 +34,7 @@ def _as_process(kind: str, method: Callable[[Any], Any]) -> Callable[[Any, Any],
 
 
 class CoProcessOperator(OnTimerOperator):
+    transformation: CoProcessTransformation
     transformation_type = CoProcessTransformation
     emits_declared_type = True
     num_inputs = 2
@@ -56,7 +57,7 @@ class CoProcessOperator(OnTimerOperator):
         super().setup(ctx)
         if self.transformation.kind == "keyed_process":
             self.timers: InternalTimerService | None = InternalTimerService(
-                ctx.keyed_backend, ctx.processing_time_service, self._on_event_time, self._on_processing_time)
+                self.keyed_backend(), ctx.processing_time_service, self._on_event_time, self._on_processing_time)
             self.context = ProcessContext(self, KeyedTimerService(self.timers))
         else:
             self.timers = None

@@ -59,7 +59,10 @@ class RecordBatch:
         return self.arrow is not None
 
     def __len__(self) -> int:
-        return len(self._values) if self._values is not None else self.arrow.num_rows
+        if self._values is not None:
+            return len(self._values)
+        assert self.arrow is not None  # a batch has values or Arrow columns
+        return self.arrow.num_rows
 
     def split(self, max_records: int) -> list[RecordBatch]:
         """This batch as consecutive batches of at most ``max_records`` records (itself when it
@@ -73,7 +76,7 @@ class RecordBatch:
             end = min(start + max_records, count)
             piece_ts = None if timestamps is None else timestamps[start:end]
             pieces.append(RecordBatch(arrow=arrow.slice(start, end - start), timestamps=piece_ts)
-                          if arrow is not None else RecordBatch(self._values[start:end], piece_ts))
+                          if arrow is not None else RecordBatch(self.values[start:end], piece_ts))
         return pieces
 
     def estimated_bytes(self) -> int:

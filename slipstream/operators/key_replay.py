@@ -115,7 +115,7 @@ class KeyReplay:
         """The buffer's key runs with the key current, ending each with its due timers fired;
         then the keys that have due timers but no backlog records."""
         operator = self.operator
-        set_key = operator.ctx.keyed_backend.set_current_key
+        set_key = operator.keyed_backend().set_current_key
         downstream, operator.output = operator.output, self.outputs
         try:
             for key, intervals, stamps, values in self.buffer.key_runs():

@@ -8,12 +8,12 @@ backlog work.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from slipstream.datastream.functions import Function
 from slipstream.datastream.transformations import FilterTransformation, FlatMapTransformation, MapTransformation
 from slipstream.errors import SlipstreamError
-from slipstream.operators.base import StreamOperator
+from slipstream.operators.base import KeyedStateBackend, StreamOperator
 from slipstream.operators.elements import RecordBatch
 
 
@@ -47,7 +47,7 @@ class MapOperator(_RecordFunctionOperator):
                 for value in batch.values:
                     append(method(value))
             else:
-                key_selector, backend = self.key_selector, self.ctx.keyed_backend
+                key_selector, backend = self.key_selector, self.keyed_backend()
                 for value in batch.values:
                     backend.set_current_key(key_selector(value))
                     append(method(value))
@@ -69,7 +69,8 @@ class FlatMapOperator(_RecordFunctionOperator):
         extend = out.extend
         timestamps_in = batch.timestamps
         timestamps_out: list | None = None if timestamps_in is None else []
-        key_selector, backend = self.key_selector, self.ctx.keyed_backend
+        stamps_in = cast(list, timestamps_in)  # read only when timestamps_out is a list
+        key_selector, backend = self.key_selector, cast(KeyedStateBackend, self.ctx.keyed_backend)  # set when keyed
         value = None
         try:
             for index, value in enumerate(batch.values):
@@ -81,7 +82,7 @@ class FlatMapOperator(_RecordFunctionOperator):
                     continue
                 extend(results)
                 if timestamps_out is not None:
-                    timestamps_out.extend([timestamps_in[index]] * (len(out) - before))
+                    timestamps_out.extend([stamps_in[index]] * (len(out) - before))
         except SlipstreamError:
             raise
         except Exception as exc:
@@ -96,7 +97,7 @@ class FilterOperator(_RecordFunctionOperator):
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         method = self.method
-        key_selector, backend = self.key_selector, self.ctx.keyed_backend
+        key_selector, backend = self.key_selector, cast(KeyedStateBackend, self.ctx.keyed_backend)  # set when keyed
         keep: list[bool] = []
         append = keep.append
         value = None

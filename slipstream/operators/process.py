@@ -15,7 +15,7 @@ once per record either way, so sorting only adds its own cost.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
 from slipstream.datastream.functions import (
@@ -30,7 +30,7 @@ from slipstream.datastream.transformations import KeyedProcessTransformation, Pr
 from slipstream.errors import SlipstreamError
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
 from slipstream.operators.backlog_bootstrap import BootstrapBacklog
-from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.operators.base import OperatorContext, StreamOperator, split_outputs
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.key_replay import KeyReplay
 from slipstream.operators.sort_buffer import SortBuffer
@@ -49,7 +49,7 @@ class UnkeyedTimerService(TimerService):
     def current_watermark(self) -> int:
         return self._operator.current_watermark
 
-    def _refuse(self, *_: Any) -> None:
+    def _refuse(self, timestamp: int) -> None:
         raise SlipstreamError(f"operator '{self._operator.ctx.name}': timers can only be used on a "
                               "keyed stream (key_by before process)")
 
@@ -85,11 +85,7 @@ class ProcessContext(KeyedProcessFunction.OnTimerContext):
     def output(self, output_tag: OutputTag, value: Any) -> None:
         if not isinstance(output_tag, OutputTag):
             raise TypeError(f"ctx.output expects an OutputTag, got {output_tag!r}")
-        batch = self.side.get(output_tag)
-        if batch is None:
-            batch = self.side[output_tag] = RecordBatch([], [])
-        batch.values.append(value)
-        batch.timestamps.append(self.current_timestamp)
+        split_outputs([(output_tag, value)], self.current_timestamp, [], [], self.side)
 
     def is_backlog(self) -> bool:
         return self._operator.is_backlog()
@@ -122,7 +118,9 @@ def run_process_function(operator: StreamOperator, method: Callable[[Any, Any], 
     append = values_out.append
     timestamps_in = batch.timestamps
     timestamps_out: list | None = None if timestamps_in is None else []
-    set_key = operator.ctx.keyed_backend.set_current_key if key_selector is not None else None
+    backend = operator.ctx.keyed_backend
+    set_key = backend.set_current_key if key_selector is not None and backend is not None else None
+    key_of = cast(Callable[[Any], Any], key_selector)  # called only when set_key is
     tag_type = OutputTag
     value = results = None
     timestamp = ctx.current_timestamp = None
@@ -131,7 +129,7 @@ def run_process_function(operator: StreamOperator, method: Callable[[Any, Any], 
             if timestamps_in is not None:
                 timestamp = ctx.current_timestamp = timestamps_in[index]
             if set_key is not None:
-                set_key(key_selector(value))
+                set_key(key_of(value))
             results = method(value, ctx)
             if results is None:
                 continue
@@ -271,7 +269,7 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
 
     def setup(self, ctx: OperatorContext) -> None:
         super().setup(ctx)
-        self.timers = InternalTimerService(ctx.keyed_backend, ctx.processing_time_service,
+        self.timers = InternalTimerService(self.keyed_backend(), ctx.processing_time_service,
                                            self._on_event_time, self._on_processing_time)
         self.context = ProcessContext(self, KeyedTimerService(self.timers))
         self.key_selector = self.transformation.key_selectors[0]

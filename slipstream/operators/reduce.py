@@ -28,13 +28,13 @@ the same records, timestamps, watermarks and installed accumulators as the paths
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.fields import get_field, replace_field
 from slipstream.datastream.functions import Function, ReduceFunction
 from slipstream.datastream.state import ValueStateDescriptor
-from slipstream.datastream.transformations import ReduceTransformation
+from slipstream.datastream.transformations import ReduceTransformation, Transformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.batch_engine import Aggregation
 from slipstream.operators.columnar_backlog import (
@@ -51,6 +51,7 @@ REDUCE_STATE = ValueStateDescriptor("_reduce_accumulator")
 
 
 class KeyedReduceOperator(ColumnarBacklog):
+    transformation: ReduceTransformation
     transformation_type = ReduceTransformation
     emits_declared_type = True
     replays_by_key = True
@@ -64,8 +65,8 @@ class KeyedReduceOperator(ColumnarBacklog):
         return [self.function]
 
     @classmethod
-    def backlog_streaming_reason(cls, transformation: ReduceTransformation) -> str | None:
-        if transformation.aggregation is not None:
+    def backlog_streaming_reason(cls, transformation: Transformation) -> str | None:
+        if cast(ReduceTransformation, transformation).aggregation is not None:  # the registry pairs the two
             return None
         return ("a rolling reduce with a Python function is called and emits once per record either way, "
                 "so sorting only adds its own cost (benchmarks/backlog.py)")
@@ -76,8 +77,8 @@ class KeyedReduceOperator(ColumnarBacklog):
             return
         reduce = self.function.reduce
         key_selector = self.key_selector
-        set_key = self.ctx.keyed_backend.set_current_key
-        get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
+        set_key = self.keyed_backend().set_current_key
+        get, put = self.keyed_backend().value_accessors(REDUCE_STATE)
         out: list = []
         append = out.append
         value: Any = None
@@ -122,7 +123,7 @@ class KeyedReduceOperator(ColumnarBacklog):
         )
         frame = pl.concat(frames, rechunk=False)
         key, field, kind = columns.key_name(), columns.field, columns.kind
-        get, _ = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
+        get, _ = self.keyed_backend().value_accessors(REDUCE_STATE)
         if not vectorisable_field(frame[field], kind) or \
                 any(get(key_value) is not None for key_value in frame[key].unique().to_list()):
             return False
@@ -141,7 +142,7 @@ class KeyedReduceOperator(ColumnarBacklog):
 
     def _install_rows(self, frame: Any, key: str) -> None:
         """Each key's rolling value (a row of ``frame``) becomes its accumulator."""
-        _, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
+        _, put = self.keyed_backend().value_accessors(REDUCE_STATE)
         for key_value, accumulator in zip(frame[key].to_list(), rows_from_arrow(records_of(frame))):
             put(key_value, accumulator)
 
@@ -186,7 +187,7 @@ class KeyedReduceOperator(ColumnarBacklog):
         """STREAMING mode: fold each key's records in arrival order with the accumulator in a
         local variable, emitting every rolling value in the interval its record arrived in."""
         replay = self.key_replay(buffer)  # no timers: outputs go straight to their interval's list
-        get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
+        get, put = self.keyed_backend().value_accessors(REDUCE_STATE)
         out_values, out_stamps = replay.outputs.values, replay.outputs.stamps
         for key, intervals, stamps, values in replay.runs():
             current = get(key)
@@ -217,10 +218,10 @@ class KeyedReduceOperator(ColumnarBacklog):
 
     def _install(self, key: Any, partial: Any) -> Any:
         """Fold ``partial`` (the reduce of the key's backlog) into the key's accumulator."""
-        get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
+        get, put = self.keyed_backend().value_accessors(REDUCE_STATE)
         current = get(key)
         if current is not None:
-            self.ctx.keyed_backend.set_current_key(key)
+            self.keyed_backend().set_current_key(key)
             try:
                 partial = self.function.reduce(current, partial)
             except SlipstreamError:
@@ -236,8 +237,8 @@ class KeyedReduceOperator(ColumnarBacklog):
     def _reduce_per_key(self, buffer: SortBuffer) -> Iterator[tuple[Any, int | None]]:
         """The Python path: fold each key's records in order with the reduce function, yielding
         the key's final value."""
-        get, put = self.ctx.keyed_backend.value_accessors(REDUCE_STATE)
-        set_key = self.ctx.keyed_backend.set_current_key
+        get, put = self.keyed_backend().value_accessors(REDUCE_STATE)
+        set_key = self.keyed_backend().set_current_key
         for key, stamps, values in buffer.groups():
             set_key(key)
             current = get(key)

@@ -9,11 +9,11 @@ committed until the job's final checkpoint.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
-from slipstream.datastream.transformations import SinkTransformation
+from slipstream.datastream.transformations import SinkTransformation, Transformation
 from slipstream.errors import CheckpointError, SlipstreamError
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch
@@ -72,11 +72,11 @@ class SinkOperator(StreamOperator):
         return self.user_error(exc.record, exc.cause, what="write of")
 
     @classmethod
-    def attributes_for(cls, transformation: SinkTransformation) -> OperatorAttributes:
+    def attributes_for(cls, transformation: Transformation) -> OperatorAttributes:
         """A transactional sink's output appears when a checkpoint completes (or, without
         checkpoints, at end of input): FLIP-327's ``is_output_on_checkpoint``."""
-        return OperatorAttributesBuilder().set_is_output_on_checkpoint(
-            transformation.sink.is_transactional()).build()
+        sink = cast(SinkTransformation, transformation).sink  # the registry pairs the two
+        return OperatorAttributesBuilder().set_is_output_on_checkpoint(sink.is_transactional()).build()
 
     def on_watermark(self, watermark) -> None:
         """Sinks are the end of the line: watermarks stop here."""

@@ -106,6 +106,7 @@ class RecordWriter:
 
     def _emit_hash(self, batch: RecordBatch) -> None:
         selector = self.edge.key_selector
+        assert selector is not None  # a hash edge has one
         parallelism, max_parallelism = self._downstream_parallelism, self._max_parallelism
         try:
             targets = [stable_hash(selector(value)) % max_parallelism * parallelism // max_parallelism
@@ -129,6 +130,7 @@ class RecordWriter:
 
     def _emit_custom(self, batch: RecordBatch) -> None:
         selector, partitioner = self.edge.key_selector, self.edge.partitioner
+        assert selector is not None and partitioner is not None  # a custom edge has both
         count = len(self.channels)
         targets = []
         for value in batch.values:

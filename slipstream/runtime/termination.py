@@ -638,7 +638,7 @@ class IterationHeadControl(HeadControl):
         super().__init__(name, subtask_index, scope, regular, feedback, coordinator, broadcast, busy, terminate)
         self.role = role
         self.bounded = bounded
-        self._on_epoch = on_epoch
+        self._on_epoch: Callable[[int], None] = on_epoch
         self._counted = 0  # records counted since the last report
         self.inputs_ended = not self._regular.channels
 

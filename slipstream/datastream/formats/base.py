@@ -142,7 +142,7 @@ class LineRecordReader(FileRecordReader):
         bad = self.bad_records
         if bad is not None:
             return self._read_batch_routing_errors(max_records, bad)
-        values = []
+        values: list[Any] = []
         while len(values) < max_records:
             record = self.read_record()
             if record is None:
@@ -155,7 +155,7 @@ class LineRecordReader(FileRecordReader):
     def _read_batch_routing_errors(self, max_records: int, bad: list[BadRecord]) -> SourceBatch | None:
         """As :meth:`read_batch`, but a record that does not parse goes to ``bad`` (with its whole
         text) and reading goes on; a batch of only bad records is an empty batch, not the end."""
-        values = []
+        values: list[Any] = []
         found_bad = 0
         while len(values) + found_bad < max_records:
             try:

@@ -345,7 +345,7 @@ def decode_state_file(kind: str, data: bytes | memoryview) -> KeyedEntries:
     table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
     if table.column_names != _COLUMNS:
         raise CheckpointError(f"a keyed state file has columns {table.column_names}, expected {_COLUMNS}")
-    entries: KeyedEntries = {}
+    entries: dict[int, list[tuple[Any, Any]]] = {}
     groups, keys, values = (_from_arrow(table.column(name), table.schema.field(name)) for name in _COLUMNS)
     for group, key, value in zip(groups, keys, values):
         entries.setdefault(group, []).append((key, value))
