@@ -189,7 +189,7 @@ class RemoteFileSystem(FileSystem):
     local = False
     atomic_rename = False
 
-    def __init__(self, protocol: str, implementation: type) -> None:
+    def __init__(self, protocol: str, implementation: type[Any]) -> None:
         self.protocol = protocol
         self._implementation = implementation
         self._instance: Any = None
@@ -313,7 +313,7 @@ def filesystem_of(path: str, what: str = "path") -> FileSystem:
     return _REMOTE[protocol]
 
 
-def _fsspec_implementation(protocol: str, path: str, what: str) -> type:
+def _fsspec_implementation(protocol: str, path: str, what: str) -> type[Any]:
     try:
         import fsspec
     except ImportError:

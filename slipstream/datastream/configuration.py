@@ -16,7 +16,7 @@ Examples:
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, overload
 
 __all__ = ["Configuration"]
 
@@ -39,6 +39,12 @@ class Configuration:
         self._values: dict[str, Any] = {} if other is None else dict(other._values)
 
     # -- typed getters and setters ----------------------------------------------------------------
+    @overload
+    def get_string(self, key: str, default_value: str) -> str: ...
+
+    @overload
+    def get_string(self, key: str, default_value: None) -> str | None: ...
+
     def get_string(self, key: str, default_value: str | None) -> str | None:
         """The value of ``key`` as a string, or ``default_value`` when it is not set."""
         if key not in self._values:

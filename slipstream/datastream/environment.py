@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from slipstream.datastream import python_dependencies
 from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR, CheckpointConfig, CheckpointingMode
@@ -31,6 +31,8 @@ from slipstream.filesystem import normalize
 
 if TYPE_CHECKING:
     from slipstream.runtime.job_client import JobClient
+
+TransformationT = TypeVar("TransformationT", bound=Transformation)
 
 
 ALREADY_RUN = ("was already handed to an earlier execute() or execute_and_collect(), which takes the "
@@ -560,12 +562,12 @@ class StreamExecutionEnvironment:
         return graph
 
     # -- graph building (used by the stream handles) ---------------------------------------------
-    def _add_transformation(self, cls: type[Transformation], name: str, inputs: list[Transformation],
+    def _add_transformation(self, cls: type[TransformationT], name: str, inputs: list[Transformation],
                             output_type: Any = None, key_selectors: list | None = None,
-                            **fields: Any) -> Transformation:
+                            **fields: Any) -> TransformationT:
         self._check_not_executed(name, inputs)
         scope = inputs[0].scope if inputs else None
-        extra = {"scope": scope} if scope is not None else {}
+        extra: dict[str, Any] = {"scope": scope} if scope is not None else {}
         transformation = cls(id=next(self._ids), name=name, inputs=list(inputs), output_type=output_type,
                              key_selectors=list(key_selectors or []), **extra, **fields)
         self._transformations.append(transformation)

@@ -35,7 +35,7 @@ def replace_field(record: Any, field: int | str, value: Any) -> Any:
     if _is_scalar(record):
         return value
     if isinstance(record, (dict, list, Row)):
-        changed = copy.copy(record)
+        changed: Any = copy.copy(record)
         changed[field] = value
         return changed
     if isinstance(record, tuple) and isinstance(field, int):

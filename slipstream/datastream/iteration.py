@@ -485,7 +485,7 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
             feedback_first_when_full=feedback_reading is FeedbackReading.FEEDBACK_FIRST_WHEN_FULL)
         transformation.scope = scope
         transformation.parallelism = stream.get_parallelism()
-        return transformation  # type: ignore[return-value]
+        return transformation
 
     variable_heads = [head(stream, "variable", i) for i, stream in enumerate(variables)]
     data_heads = [head(stream, "data", i, replay) for i, (stream, replay) in enumerate(data)]
@@ -540,7 +540,7 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
                                        [criteria.get_transformation()], head=criteria_head)
         tail.parallelism = criteria_head.parallelism
         criteria_head.feedback = tail
-    outputs = []
+    outputs: list[DataStream] = []
     for index, stream in enumerate(result.output_streams):
         exit_ = env._add_transformation(LoopExitTransformation, f"Iteration Output {scope} {index}",
                                         [stream.get_transformation()], output_type=stream.get_type())

@@ -101,7 +101,7 @@ def _open_loop(stream: DataStream, what: str) -> tuple[LoopHeadTransformation, S
     head.scope = scope
     if not upstream.is_virtual and upstream.parallelism is not None:
         head.parallelism = upstream.parallelism
-    return head, scope  # type: ignore[return-value]
+    return head, scope
 
 
 def _close_loop(env: Any, head: LoopHeadTransformation, scope: StreamScope, result: Any, fn: Any,

@@ -27,6 +27,10 @@ class Channel:
     def is_full(self) -> bool:
         return len(self.queue) >= self.capacity
 
+    def is_at_budget(self) -> bool:
+        """Whether its in-memory buffer is at its budget: never, for a channel that does not spill."""
+        return False
+
     def push(self, element: Any) -> None:
         self.queue.append(element)
 

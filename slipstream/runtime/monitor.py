@@ -101,12 +101,13 @@ def start_monitor(driver: JobDriver) -> JobMonitor | None:
         return None
     monitor = JobMonitor(driver, options.progress_listeners, options.progress_interval)
     try:
-        if options.metrics_port is not None:
+        metrics_port, ui_port = options.metrics_port, options.ui_port
+        if metrics_port is not None:
             from slipstream.runtime.prometheus import serve_metrics
-            monitor.serve("metrics", lambda m: serve_metrics(m, options.metrics_port))
-        if options.ui_port is not None:
+            monitor.serve("metrics", lambda m: serve_metrics(m, metrics_port))
+        if ui_port is not None:
             from slipstream.runtime.web_ui import serve_web_ui
-            monitor.serve("web view", lambda m: serve_web_ui(m, options.ui_port))
+            monitor.serve("web view", lambda m: serve_web_ui(m, ui_port))
     except OSError as error:
         for server in monitor.servers.values():
             server.close()

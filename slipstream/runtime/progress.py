@@ -77,17 +77,17 @@ class BacklogProgress:
     def start(self) -> None:
         if self.enabled and self._thread is None:
             self._started = time.perf_counter()
-            self._live = Live(get_renderable=self._render, console=Console(file=self._stream),
-                              auto_refresh=False, transient=True, redirect_stdout=False, redirect_stderr=False)
-            self._live.start(refresh=True)
-            self._thread = threading.Thread(target=self._redraw, name="backlog progress", daemon=True)
+            live = self._live = Live(get_renderable=self._render, console=Console(file=self._stream),
+                                     auto_refresh=False, transient=True, redirect_stdout=False, redirect_stderr=False)
+            live.start(refresh=True)
+            self._thread = threading.Thread(target=self._redraw, args=(live,), name="backlog progress", daemon=True)
             self._thread.start()
 
-    def _redraw(self) -> None:
+    def _redraw(self, live: Live) -> None:
         """Redraw every interval until the backlog is over or the job ends; then take the table away."""
         while not self._stopping.wait(self._interval) and self._in_backlog():
-            self._live.refresh()
-        self._live.stop()
+            live.refresh()
+        live.stop()
 
     def stop(self) -> None:
         if self._thread is not None:

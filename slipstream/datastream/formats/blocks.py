@@ -72,7 +72,7 @@ class BlockLineReader(LineRecordReader):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._items: list = []
-        self._item_ends: list[tuple[int, int]] | np.ndarray = []
+        self._item_ends: list[int] | np.ndarray = []
         self._item_lines: list[int] | np.ndarray = []
         self._has_failures = False
         self._cursor = 0

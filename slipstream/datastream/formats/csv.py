@@ -526,7 +526,7 @@ class _CsvLineWriter:
 
     def line(self, value: Any) -> str:
         fields = self._fields(value)
-        columns = list(self._schema.columns) or [None] * len(fields)
+        columns: list[CsvColumn | None] = [*self._schema.columns] or [None] * len(fields)
         return self._line([self._text(v, c) for v, c in zip(fields, columns)])
 
 

@@ -274,8 +274,8 @@ class _JsonLinesBlockReader(_JsonLinesBlockMixin, _JsonLinesReader):
     scanner, as ``json.loads`` does it (same values); a block with a line that does not scan
     goes line by line, for the error."""
 
-    _scan = json.JSONDecoder().scan_once
-    _white = json.decoder.WHITESPACE.match
+    _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner: in CPython, not typeshed
+    _white = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 
     def parse_block(self, block: bytes, data: np.ndarray, at_record_end: np.ndarray,
                     records: Segments) -> list | None:
@@ -300,6 +300,7 @@ class _JsonLinesBlockReader(_JsonLinesBlockMixin, _JsonLinesReader):
 
 
 class _JsonRowsBlockReader(_JsonLinesBlockMixin, _JsonLinesReader):
+    _schema: JsonRowDeserializationSchema  # made only with one (JsonLinesReaderFormat.create_reader)
     """JSON lines read into rows by pyarrow's JSON reader, for schemas of numbers, strings and
     booleans (see ``_ARROW_TYPES``; other schemas use the line reader). A block goes line by line
     when Arrow refuses it (a value that does not fit, a duplicate key, a lone surrogate), when a

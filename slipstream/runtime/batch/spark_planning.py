@@ -265,10 +265,11 @@ def plan_spark_queries(graph: StreamGraph, env: StreamExecutionEnvironment,
             continue
         frames = [_spark_input(edge.source) for edge in edges]
         selectors = transformation.key_selectors
-        if any(frame is None for frame in frames) or \
-                not all(isinstance(selector, FieldKey) and isinstance(selector.field, str) for selector in selectors):
+        fields = [selector.field for selector in selectors
+                  if isinstance(selector, FieldKey) and isinstance(selector.field, str)]
+        if any(frame is None for frame in frames) or len(fields) != len(selectors):
             continue
-        source = SparkCoGroupSource(frames[0], frames[1], (selectors[0].field, selectors[1].field),
+        source = SparkCoGroupSource(frames[0], frames[1], (fields[0], fields[1]),
                                     transformation.function, transformation.name, dict(options.engine_options))
         node.transformation = SourceTransformation(
             id=transformation.id, name=transformation.name, inputs=[], parallelism=node.parallelism,

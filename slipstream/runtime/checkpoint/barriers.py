@@ -103,6 +103,7 @@ class BarrierHandler:
         from slipstream.runtime.checkpoint.snapshot import snapshot_task
 
         checkpoint_id = self.pending_id
+        assert checkpoint_id is not None  # completing the pending checkpoint
         task = self.task
         if not task.finished:
             for operator in task.operators:

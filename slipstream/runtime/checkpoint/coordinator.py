@@ -312,6 +312,7 @@ class CheckpointCoordinator:
                 self._abort(pending)
         self.trigger(self.clock.now_ms(), final=True)
         pending = self.pending
+        assert pending is not None  # the final trigger always starts one
         self._writer(pending).run()
         self._complete(pending, raise_errors=True)
 
@@ -357,6 +358,7 @@ class CheckpointCoordinator:
     def _complete(self, pending: PendingCheckpoint, raise_errors: bool = False) -> None:
         """The writer is done: complete the checkpoint, or fail it with the writer's error."""
         writer = pending.writer
+        assert writer is not None  # it ran
         self._release()
         error = writer.error
         if error is not None:

@@ -73,12 +73,19 @@ def _scopes(scope: StreamScope, tasks: list[StreamTask]) -> list[StreamScope]:
     return scopes
 
 
+def _head_uid(task: StreamTask) -> str:
+    """The uid of ``task``'s head operator (the planner gives every stateful operator one)."""
+    uid = task.head.ctx.uid
+    assert uid is not None
+    return uid
+
+
 def _region_uid(tasks: list[StreamTask]) -> str:
-    return "iteration:" + min(task.head.ctx.uid for task in tasks if isinstance(task, IterationHeadTask))
+    return "iteration:" + min(_head_uid(task) for task in tasks if isinstance(task, IterationHeadTask))
 
 
 def _layout(tasks: list[StreamTask]) -> list[tuple[str, int, int]]:
-    return [(task.head.ctx.uid, task.subtask_index, task.head.ctx.parallelism) for task in tasks]
+    return [(_head_uid(task), task.subtask_index, task.head.ctx.parallelism) for task in tasks]
 
 
 def _leaving(task: StreamTask, scope: StreamScope) -> list[RecordWriter]:
@@ -199,7 +206,7 @@ def restore_iteration_regions(tasks: list[StreamTask], manifest: Manifest, files
     for scope, members in iteration_regions(tasks):
         uid = _region_uid(members)
         entry = manifest.operators.get(uid)
-        if entry is None or entry.kind != REGION_KIND:
+        if entry is None or entry.kind != REGION_KIND or entry.subtasks[0].operator is None:
             raise CorruptCheckpointError(f"the checkpoint has no state for iteration '{members[0].name}'",
                                          checkpoint=checkpoint, expected=f"an entry '{uid}'",
                                          actual=f"uids {sorted(manifest.operators)}")

@@ -101,7 +101,9 @@ def _dumps(value: Any, operator: Any, what: str) -> bytes:
 def encode_keyed(snap: OperatorSnapshot) -> tuple[KeyedFiles, dict[str, memoryview]]:
     """The shared files of ``snap``'s keyed state, and the contents of those written now (in the
     checkpoint writer): every entry, or only those changed since the previous completed checkpoint."""
-    view, base = snap.keyed, snap.keyed.base
+    view = snap.keyed
+    assert view is not None  # only a snapshot with keyed state has keyed files
+    base = view.base
     incremental = base is not None and len(base.deltas) < MAX_DELTAS \
         and base.delta_entries + view.changed <= DELTA_SHARE * base.base_entries
     states = {name: view.changes(name) for name in view.names if view.dirty.get(name)} if incremental else \
