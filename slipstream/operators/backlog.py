@@ -140,7 +140,7 @@ class BacklogSortingOperator(StreamOperator):
     def setup(self, ctx: OperatorContext) -> None:
         super().setup(ctx)
         self._buffering = False
-        self._backlog_buffers = []
+        self._backlog_buffers: list[SortBuffer] = []
         self._ended_inputs: set[int] = set()
         self._held: list[int] = []
         self._applied = 0
@@ -168,7 +168,11 @@ class BacklogSortingOperator(StreamOperator):
 
     def backlog_key_selector(self, input_index: int) -> Callable[[Any], Any]:
         """The key of a record of input ``input_index``, as the buffers group by it."""
-        return self.transformation.key_selectors[input_index]
+        selector = self.transformation.key_selectors[input_index]
+        if selector is None:
+            raise SlipstreamError(f"operator '{self.ctx.name}': input {input_index + 1} is not keyed, so its "
+                                  "backlog cannot be sorted by key")
+        return selector
 
     def backlog_order(self) -> BufferOrder:
         """The order the switch reads the backlog in: by key and timestamp in BATCH mode, by

@@ -47,7 +47,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.co_group import VectorizedCoGroupFunction
@@ -56,6 +56,7 @@ from slipstream.datastream.fields import FieldKey
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import (
     CoGroupTransformation,
+    Transformation,
     WindowTransformation,
 )
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, TupleTypeInfo
@@ -98,6 +99,14 @@ def gc_paused() -> Any:
             gc.enable()
 
 
+def _input_keys(transformation: CoGroupTransformation) -> list[Callable[[Any], Any]]:
+    """The key selectors of both inputs (a co_group joins keyed inputs)."""
+    selectors = [selector for selector in transformation.key_selectors if selector is not None]
+    if len(selectors) != 2:
+        raise SlipstreamError(f"co_group '{transformation.name}' needs both inputs keyed (where/equal_to)")
+    return selectors
+
+
 def _tagged_key(selectors: list[Callable[[Any], Any]]) -> Callable[[tuple[int, Any]], Any]:
     first, second = selectors
 
@@ -125,14 +134,14 @@ class CoGroupOperator(WindowOperator):
         view = WindowTransformation(
             id=transformation.id, name=transformation.name, inputs=transformation.inputs,
             parallelism=transformation.parallelism, uid=transformation.uid,
-            key_selectors=[_tagged_key(transformation.key_selectors)], scope=transformation.scope,
+            key_selectors=[_tagged_key(_input_keys(transformation))], scope=transformation.scope,
             assigner=transformation.assigner, trigger=transformation.trigger,
             evictor=transformation.evictor, allowed_lateness=transformation.allowed_lateness,
             function_kind="apply", function=transformation.function)
         super().__init__(view)
         self.transformation = transformation
         self.vectorized = bool(transformation.vectorized)
-        self._input_selectors = list(transformation.key_selectors)
+        self._input_selectors = _input_keys(transformation)
         self._input_types = list(transformation.input_types) + [None] * (2 - len(transformation.input_types))
         self._end_of_stream = is_end_of_stream_window(self.assigner, self.trigger)
         self._pending: list[tuple[Window, Any, list, list]] = []  # vectorised evaluations of this step
@@ -141,10 +150,11 @@ class CoGroupOperator(WindowOperator):
         self._streamed = False  # whether any record went through the streaming path
 
     @classmethod
-    def attributes_for(cls, transformation: CoGroupTransformation) -> OperatorAttributes:
+    def attributes_for(cls, transformation: Transformation) -> OperatorAttributes:
         """Sorts its backlog; with EndOfStreamWindows it also emits only at end of input."""
-        assigner = transformation.assigner
-        trigger = transformation.trigger or (assigner.get_default_trigger() if assigner else None)
+        co_group = cast(CoGroupTransformation, transformation)  # the registry pairs the two
+        assigner = co_group.assigner
+        trigger = co_group.trigger or (assigner.get_default_trigger() if assigner else None)
         return (OperatorAttributesBuilder().set_has_internal_sorter(True)
                 .set_is_output_on_eof(is_end_of_stream_window(assigner, trigger)).build())
 
@@ -410,7 +420,8 @@ class CoGroupOperator(WindowOperator):
                 sides.append(None)
                 runs.append(None)
                 continue
-            keys = canonical_keys(table.column(buffer.key_name), buffer.kind)
+            key_name, kind = buffer.partitioning()
+            keys = canonical_keys(table.column(key_name), kind)
             by_time = buffer.has_timestamps and self.ctx.batch_mode
             if not by_time and keys.is_sorted():
                 ordered = without_stamps(table)  # arrived in key order (as backlogs often do)
@@ -515,8 +526,11 @@ def records_to_frame(records: list, type_info: Any, empty_like: Any) -> Any:
     if not records:
         return empty_like if empty_like is not None else pl.DataFrame()
     sample = records[0]
-    if isinstance(sample, dict) or (isinstance(sample, Row) and sample._fields is not None):
-        names = list(sample) if isinstance(sample, dict) else list(sample._fields)
+    fields = sample._fields if isinstance(sample, Row) else None
+    if isinstance(sample, dict):
+        names = list(sample)
+    elif fields is not None:
+        names = list(fields)
     elif isinstance(sample, (tuple, list, Row)):
         names = [f"f{i}" for i in range(len(sample))]
     else:

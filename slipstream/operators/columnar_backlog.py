@@ -81,7 +81,7 @@ class ColumnarBacklog(BacklogSortingOperator):
             if batch.arrow is not None and columns.add(batch.arrow, batch.timestamps, self.backlog_interval()):
                 return
             self._columns = None  # rows (or Arrow it cannot hold) from now on
-            columns.move_to_rows(self._backlog_buffers[0], self.transformation.key_selectors[0], self.next_arrival)
+            columns.move_to_rows(self._backlog_buffers[0], self.backlog_key_selector(0), self.next_arrival)
         super().buffer_backlog(batch, input_index)
 
     def run_backlog(self, buffers: list[SortBuffer]) -> None:
@@ -90,7 +90,7 @@ class ColumnarBacklog(BacklogSortingOperator):
             try:
                 frames = list(columns.frames())
                 if frames and not self.run_columns(columns, frames):
-                    columns.move_to_rows(buffers[0], self.transformation.key_selectors[0], self.next_arrival, frames)
+                    columns.move_to_rows(buffers[0], self.backlog_key_selector(0), self.next_arrival, frames)
             finally:
                 columns.close()
         super().run_backlog(buffers)

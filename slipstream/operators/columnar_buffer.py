@@ -235,7 +235,7 @@ class ColumnarBuffer:
                 self._sinks.append(sink)
                 self._writers.append(pa.ipc.new_stream(sink, table.schema))
         try:
-            for writer, part in zip(self._writers, split_by_partition(table, self.key_name, self.kind,
+            for writer, part in zip(self._writers, split_by_partition(table, *self.partitioning(),
                                                                        SPILL_PARTITIONS)):
                 if part.num_rows:
                     writer.write_table(part)
@@ -253,6 +253,11 @@ class ColumnarBuffer:
             raise SlipstreamError("a spilled columnar buffer is read partition by partition")
         return self._memory_table()
 
+    def partitioning(self) -> tuple[str, str]:
+        """The key column and its kind, which the first batch set (only a buffer holding rows splits)."""
+        assert self.key_name is not None and self.kind is not None
+        return self.key_name, self.kind
+
     def _take_table(self) -> pa.Table:
         table = self.table()
         self._batches, self._bytes = [], 0
@@ -268,7 +273,7 @@ class ColumnarBuffer:
         if count != SPILL_PARTITIONS:
             raise ValueError(f"a columnar buffer has 1 or {SPILL_PARTITIONS} partitions, not {count}")
         memory = self._memory_table()
-        parts = split_by_partition(memory, self.key_name, self.kind, count) if memory.num_rows else None
+        parts = split_by_partition(memory, *self.partitioning(), count) if memory.num_rows else None
         self._close_files()
         for number in range(count):
             pieces = []

@@ -85,7 +85,7 @@ class RecordBatch:
         holds), times the number of records."""
         if self.arrow is not None:
             return self.arrow.nbytes
-        values = self._values
+        values = self.values
         count = len(values)
         if not count:
             return 0

@@ -26,7 +26,7 @@ from slipstream.datastream.functions import (
     TimerService,
 )
 from slipstream.datastream.output_tag import OutputTag
-from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation
+from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation, Transformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
 from slipstream.operators.backlog_bootstrap import BootstrapBacklog
@@ -247,15 +247,15 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
     replays_by_key = True
 
     @classmethod
-    def backlog_differences(cls, transformation: KeyedProcessTransformation) -> list[str]:
-        if uses_processing_time(transformation.function):
+    def backlog_differences(cls, transformation: Transformation) -> list[str]:
+        if uses_processing_time(cast(KeyedProcessTransformation, transformation).function):  # the registry's pair
             return ["its function uses processing time (timers or the clock): during the backlog that is the "
                     "clock at the switch, so results that depend on it differ from streaming the backlog"]
         return []
 
     @classmethod
-    def backlog_streaming_reason(cls, transformation: KeyedProcessTransformation) -> str | None:
-        if isinstance(transformation.function, KeyedStateBootstrapFunction):
+    def backlog_streaming_reason(cls, transformation: Transformation) -> str | None:
+        if isinstance(cast(KeyedProcessTransformation, transformation).function, KeyedStateBootstrapFunction):
             return None  # its backlog is one frame (process_backlog), never record by record
         return ("a KeyedProcessFunction is called once per record either way, so sorting only adds its "
                 "own cost (benchmarks/backlog.py)")

@@ -59,7 +59,10 @@ class KeyedReduceOperator(ColumnarBacklog):
     def __init__(self, transformation: ReduceTransformation) -> None:
         super().__init__(transformation)
         self.function: ReduceFunction = transformation.function
-        self.key_selector = transformation.key_selectors[0]
+        key_selector = transformation.key_selectors[0]
+        if key_selector is None:
+            raise SlipstreamError(f"reduce '{transformation.name}' needs a keyed stream (key_by before reduce)")
+        self.key_selector = key_selector
 
     def user_functions(self) -> list[Function]:
         return [self.function]
@@ -123,6 +126,7 @@ class KeyedReduceOperator(ColumnarBacklog):
         )
         frame = pl.concat(frames, rechunk=False)
         key, field, kind = columns.key_name(), columns.field, columns.kind
+        assert field is not None  # named by the first batch the columns took
         get, _ = self.keyed_backend().value_accessors(REDUCE_STATE)
         if not vectorisable_field(frame[field], kind) or \
                 any(get(key_value) is not None for key_value in frame[key].unique().to_list()):

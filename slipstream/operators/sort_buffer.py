@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from operator import itemgetter
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -302,7 +302,7 @@ class SortBuffer:
         if not self.has_timestamps:
             return pa.nulls(count, pa.int64())
         if self._stamps_without_nulls:
-            return _arrow_int64s(_int64s(self._stamps))
+            return _arrow_int64s(_int64s(cast(list[int], self._stamps)))  # no None among them
         return pa.array(self._stamps, pa.int64())
 
     def _sorted_memory_order(self) -> list[int]:

@@ -35,7 +35,7 @@ open ones keep their contents, their trigger's count and the key's count of reco
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import polars as pl
@@ -119,7 +119,7 @@ def evaluate_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, o
     # The order timers were registered in: a window's first record's place in the replay (interval,
     # then key, in STREAMING; key, then time, in BATCH). Windows that fire together are ordered by
     # end, then that; their fire index grows with their end, and two of them never share key and end.
-    keys = int(windows["key"].max() or 0) + 1
+    keys = int(cast(int, windows["key"].max()) or 0) + 1  # the key ids are integers
     windows = windows.with_columns((pl.col("first_interval") * keys + pl.col("key")).alias("registered"))
     registered = ["key", "first_ts", "first_seq"] if batch_mode else ["registered", "first_seq"]
     fired = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) < len(marks)), ["last", registered[0]])
@@ -210,7 +210,8 @@ def _time_windows(operator: WindowOperator) -> bool:
 
 def _count_windows(operator: WindowOperator) -> bool:
     """Tumbling or sliding count windows with their own trigger (purging, at the window's size)."""
-    trigger, assigner = operator.trigger, operator.assigner
+    trigger: Any = operator.trigger  # its nested trigger and the count are read once the types match
+    assigner: Any = operator.assigner
     return (type(assigner) in (CountTumblingWindowAssigner, CountSlidingWindowAssigner)
             and type(trigger) is PurgingTrigger and type(trigger.nested_trigger) is CountTrigger
             and trigger.nested_trigger.count == assigner.size)
@@ -246,7 +247,7 @@ def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _
     """Emit the windows that fire where the replay would, count the late records, install the open
     windows' contents, trigger state and timers. False (nothing done) for a record without a
     timestamp (time windows), or windows, timers or counts the operator already holds."""
-    assigner = operator.assigner
+    assigner: Any = operator.assigner  # a count or time assigner (_count_windows, _time_windows): its sizes
     kind = builtin_aggregation(operator)[0]  # type: ignore[index]
     batch_mode = operator.ctx.batch_mode
     slide = getattr(assigner, "slide", assigner.size)
@@ -299,9 +300,10 @@ def _install(operator: WindowOperator, still_open: pl.DataFrame, results: _RowRe
     """Open windows become window contents: with their timer (time windows), or with their trigger's
     count (count windows), in the order the replay would have registered them."""
     count_windows = _count_windows(operator)
-    seen = operator.backend.get_state(operator.trigger.nested_trigger.state_desc, namespaced=True) \
-        if count_windows else None
-    size = operator.assigner.size
+    trigger: Any = operator.trigger  # a PurgingTrigger over a CountTrigger when count_windows
+    assigner: Any = operator.assigner  # a count or time assigner: its size
+    seen = operator.backend.get_state(trigger.nested_trigger.state_desc, namespaced=True) if count_windows else None
+    size = assigner.size
     keys, values = results.keys_and_values(still_open, None)
     for key, start, value, count in zip(keys, still_open["start"].to_list(), values,
                                         still_open["count"].to_list() if count_windows else keys):

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.fields import get_field
@@ -191,7 +191,7 @@ class _MergeCollector(MergingWindowAssigner.MergeCallback):
 class WindowOperator(ColumnarBacklog):
     """Keyed windows: assign, trigger, evaluate, clean up (all-windows use one constant key)."""
 
-    transformation_type = WindowTransformation
+    transformation_type: ClassVar[type[Transformation] | None] = WindowTransformation  # CoGroupOperator's differs
     emits_declared_type = True
     _windows_by_key = False
     timers: InternalTimerService  # made in open (None before: only initialize_state sees that)

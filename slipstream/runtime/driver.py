@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +67,7 @@ class JobDriver:
         self.savepoint_request: SavepointRequest | None = None  # set by a JobClient, read between turns
         self.monitor: JobMonitor | None = None  # while watched: samples the job's progress on its own thread
 
-    def turns(self) -> Iterator[None]:
+    def turns(self) -> Generator[None, None, None]:
         """Run the job, yielding after every scheduler turn, until it ends (then :attr:`result`
         holds its result) or fails past its restarts (raised). Closing the iterator cancels the job.
 
@@ -86,7 +86,7 @@ class JobDriver:
         finally:
             monitor.stop(status, error)
 
-    def _runs(self) -> Iterator[None]:
+    def _runs(self) -> Generator[None, None, None]:
         """The job's runs: one, or one per attempt while failed runs restart."""
         recovery = self.recovery
         try:
@@ -138,15 +138,14 @@ class JobDriver:
         return self.result
 
 
-def _drive(run: JobRun, coordinator: CheckpointCoordinator | None, driver: JobDriver) -> Iterator[None]:
+def _drive(run: JobRun, coordinator: CheckpointCoordinator | None, driver: JobDriver) -> Generator[None, None, bool]:
     """Give ``run``'s tasks their turns until all finished (returns False) or a requested
     savepoint is complete (returns True); the coordinator (if any) checkpoints between turns."""
     scheduler, clock = run.scheduler, run.clock
-    on_turn = coordinator.on_turn if coordinator is not None else None
     while True:
-        if on_turn is not None:
+        if coordinator is not None:
             now = clock.now_ms()
-            on_turn(now)
+            coordinator.on_turn(now)
             request = driver.savepoint_request
             if request is not None and _savepoint_taken(request, coordinator, now):
                 return True

@@ -17,7 +17,7 @@ from slipstream.datastream.transformations import (
     LoopHeadTransformation,
     SourceTransformation,
 )
-from slipstream.operators.base import OperatorContext, StreamOperator
+from slipstream.operators.base import OperatorContext, Output, StreamOperator
 from slipstream.operators.iteration import create_operator
 from slipstream.runtime import gc_policy
 from slipstream.runtime.batch import make_batch_engine
@@ -102,7 +102,8 @@ class JobRun:
         node_metrics = [self._metrics_for(node.name, node.uid) for node in vertex.nodes]
         for position, (node, operator) in enumerate(zip(vertex.nodes, operators)):
             if position + 1 < len(operators):
-                output = ChainingOutput(operators[position + 1], node_metrics[position], node_metrics[position + 1])
+                output: Output = ChainingOutput(operators[position + 1], node_metrics[position],
+                                                node_metrics[position + 1])
             else:
                 main = [writers_by_edge[e] for e in node.out_edges if e.side_tag is None]
                 side: dict[Any, list[RecordWriter]] = {}

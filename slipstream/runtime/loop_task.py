@@ -17,8 +17,9 @@ from __future__ import annotations
 import pickle
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
+from slipstream.datastream.transformations import IterationHeadTransformation
 from slipstream.errors import CheckpointError, SlipstreamError
 from slipstream.operators.elements import RecordBatch, TerminationAttempt
 from slipstream.runtime.checkpoint.barriers import BarrierHandler, CheckpointBarrier
@@ -143,7 +144,7 @@ def attach_termination(tasks: list[StreamTask]) -> TerminationCoordinator:
     iterations: dict[Any, bool] = {}  # iteration scope -> whether it has a termination-criteria stream
     for task in tasks:
         if isinstance(task, IterationHeadTask):
-            transformation = task.head.transformation
+            transformation = cast(IterationHeadTransformation, task.head.transformation)
             iterations[transformation.scope] = iterations.get(transformation.scope, False) or \
                 transformation.role == "criteria"
     for scope, has_criteria in iterations.items():
@@ -161,7 +162,7 @@ def attach_termination(tasks: list[StreamTask]) -> TerminationCoordinator:
         if in_iteration:
             task.iteration = EpochHook(task)
         if isinstance(task, IterationHeadTask):
-            transformation = task.head.transformation
+            transformation = cast(IterationHeadTransformation, task.head.transformation)
             task.control = task.termination = IterationHeadControl(
                 task.name, task.subtask_index, scope, task.regular_inputs, task.feedback_inputs,
                 coordinator, broadcast, busy, task.terminate_scope, transformation.role,
@@ -177,8 +178,11 @@ def attach_termination(tasks: list[StreamTask]) -> TerminationCoordinator:
                 def on_aligned(baton: TerminationAttempt, hook: EpochHook = task.iteration) -> None:
                     if baton.scope in iterations:
                         hook.on_epoch(baton.attempt_id)
-            task.termination = TaskTermination(scope, task.inputs, broadcast, busy,
-                                               lambda task=task: task.finished, on_aligned, iterations)
+
+            def finished(task: StreamTask = task) -> bool:
+                return task.finished
+
+            task.termination = TaskTermination(scope, task.inputs, broadcast, busy, finished, on_aligned, iterations)
     return coordinator
 
 
@@ -250,6 +254,7 @@ class FeedbackLogBarrierHandler(BarrierHandler):
         from slipstream.runtime.checkpoint.snapshot import snapshot_task
 
         checkpoint_id = self.pending_id
+        assert checkpoint_id is not None  # completing the pending checkpoint
         task = self.task
         live = not task.finished and not task.scope_terminated
         if live:
@@ -273,6 +278,7 @@ class FeedbackLogBarrierHandler(BarrierHandler):
             if not channel.ended and id(channel) not in self._returned:
                 return
         checkpoint_id, snapshots = self.logging_id, self._snapshots
+        assert checkpoint_id is not None  # the feedback of this checkpoint is being logged
         head = snapshots[0]
         try:
             state = pickle.dumps({"feedback_log": self._log}, protocol=pickle.HIGHEST_PROTOCOL)

@@ -38,12 +38,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from slipstream.datastream.state import (
+    AggregatingStateDescriptor,
     InternalAggregatingState,
     InternalKvState,
     InternalListState,
     InternalMapState,
     InternalReducingState,
     InternalValueState,
+    ReducingStateDescriptor,
     S,
     StateDescriptor,
 )
@@ -171,11 +173,12 @@ class HeapKeyedStateBackend:
         handle._delta = None if self._deltas is None else self._deltas.get(name)
         handle._dirty = _UNTRACKED if self._dirty is None else self._dirty.setdefault(name, set())
         self._states[(name, namespaced)] = handle
-        if cls is _HeapState:
+        if cls is _HeapState and ttl is not None:  # the one implies the other
             policy = self._ttl.setdefault(name, TtlPolicy(ttl, self._now))
             wrapper, cleanup = ttl_state(descriptor, handle, policy, lambda: self.keys(name))
             self._ttl_handles[(name, namespaced)] = wrapper
-            if cleanup is not None and policy.incremental.run_cleanup_for_every_record():
+            incremental = policy.incremental
+            if cleanup is not None and incremental is not None and incremental.run_cleanup_for_every_record():
                 self._key_listeners.append(cleanup.run)
         return handle
 
@@ -245,6 +248,7 @@ class HeapKeyedStateBackend:
             if view.completed is not None:
                 self._base = view.completed
             else:
+                assert self._dirty is not None  # tracked since the first freeze, which made the view
                 for name, keys in view.dirty.items():
                     self._dirty.setdefault(name, set()).update(keys)
         self._frozen = False
@@ -366,6 +370,7 @@ class _FrozenState:
         """The entries of a chunk without what has expired (new containers: the table stays as it
         is); in a layer of changes an expired entry stays, as removed (None)."""
         ttl, now = self._ttl, self._now
+        assert ttl is not None  # called only for a state with time-to-live
         live = [None if value is None else unexpired(value, now, ttl) for value in values]
         if self._removed_as_none:
             return keys, live
@@ -587,6 +592,7 @@ class HeapMapState(_HeapState, InternalMapState):
 
 
 class HeapReducingState(_HeapState, InternalReducingState):
+    _descriptor: ReducingStateDescriptor
     def get(self) -> Any:
         return self._read(self._entry_key())
 
@@ -597,6 +603,7 @@ class HeapReducingState(_HeapState, InternalReducingState):
 
 
 class HeapAggregatingState(_HeapState, InternalAggregatingState):
+    _descriptor: AggregatingStateDescriptor
     def get(self) -> Any:
         acc = self._read(self._entry_key())
         return None if acc is None else self._descriptor.agg_function.get_result(acc)
