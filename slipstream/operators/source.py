@@ -21,6 +21,7 @@ from slipstream.datastream.connectors.base import (
     SourceReaderContext,
 )
 from slipstream.datastream.connectors.errors import SourceRestoreError
+from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import SourceTransformation
 from slipstream.errors import SlipstreamError
 from slipstream.operators.base import StreamOperator
@@ -118,6 +119,9 @@ class SourceOperator(StreamOperator):
         if side:  # e.g. bad records: emitted in this poll, so before the next barrier, as the main ones
             for tag, values in side.items():
                 self.output.collect_side(tag, RecordBatch(values))
+        watermark = getattr(result, "watermark", None)
+        if watermark is not None:  # the reader's own event time, after this poll's records
+            self.output.emit_watermark(Watermark(watermark))
         return InputStatus.MORE_AVAILABLE
 
     def snapshot_state(self) -> Any:

@@ -1,4 +1,5 @@
-"""Clocks for processing time: the wall clock, and a manual one tests move by hand."""
+"""Clocks for processing time: the wall clock here; the manual one tests move by hand is
+``slipstream.testing.ManualClock``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ class Clock(Protocol):
     def is_manual(self) -> bool:
         """A manual clock never moves by itself, so the scheduler must not wait for it."""
 
+    def on_idle(self) -> bool:
+        """Called by the scheduler when no task can run at the current time: a manual clock may
+        move now (a test source's advance of processing time); whether it did."""
+
 
 class SystemClock:
     def now_ms(self) -> int:
@@ -21,21 +26,5 @@ class SystemClock:
     def is_manual(self) -> bool:
         return False
 
-
-class ManualClock:
-    """Processing time that moves only when told (``advance``/``set``): deterministic tests."""
-
-    def __init__(self, start_ms: int = 0) -> None:
-        self._now = start_ms
-
-    def now_ms(self) -> int:
-        return self._now
-
-    def advance(self, millis: int) -> None:
-        self._now += int(millis)
-
-    def set(self, now_ms: int) -> None:
-        self._now = int(now_ms)
-
-    def is_manual(self) -> bool:
-        return True
+    def on_idle(self) -> bool:
+        return False

@@ -62,6 +62,8 @@ class Scheduler:
             self._wait(now)
 
     def _wait(self, now: int) -> None:
+        if self.clock.on_idle():  # a manual clock moved: timers may be due, a source may go on
+            return
         sources_waiting = any(isinstance(task, SourceTask) for task in self._active)
         deadlines = [] if self.clock.is_manual() else \
             [d for d in (task.next_deadline() for task in self._active) if d is not None]

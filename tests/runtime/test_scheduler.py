@@ -14,7 +14,8 @@ from slipstream.errors import DeadlockError
 from slipstream.operators.base import OperatorContext, StreamOperator
 from slipstream.operators.elements import RecordBatch
 from slipstream.runtime.channels import Channel
-from slipstream.runtime.clock import ManualClock, SystemClock
+from slipstream.runtime.clock import SystemClock
+from slipstream.testing import ManualClock
 from slipstream.runtime.job_graph import StreamEdge, StreamNode
 from slipstream.runtime.record_writer import RecordWriter
 from slipstream.runtime.scheduler import Scheduler

@@ -4,7 +4,7 @@ from slipstream.datastream.transformations import MapTransformation
 from slipstream.operators.base import OperatorContext, StreamOperator
 from slipstream.operators.elements import RecordBatch
 from slipstream.runtime.channels import Channel
-from slipstream.runtime.clock import ManualClock
+from slipstream.testing import ManualClock
 from slipstream.runtime.task import InputChannel, StreamTask, TaskProcessingTimeService
 
 

@@ -28,12 +28,15 @@ class SourceBatch:
     :class:`~slipstream.datastream.connectors.errors.BadRecord` s routed by
     ``with_bad_record_output``), by ``OutputTag``; they are emitted with the main records,
     before any checkpoint barrier that follows this poll, so they are part of the same
-    exactly-once commit.
+    exactly-once commit. ``watermark``, when set, is emitted after the records: a reader that
+    knows its event time (a test stream) says so in band; give such a source no watermark
+    strategy, as a strategy's generator replaces upstream watermarks.
     """
 
     values: list
     timestamps: list | None = None
     side_outputs: dict | None = None
+    watermark: int | None = None
 
 
 class _Signal:

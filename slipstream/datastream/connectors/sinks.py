@@ -76,6 +76,11 @@ class CollectSink(Sink):
     def create_writer(self) -> SinkWriter:
         return _CollectWriter(self)
 
+    def entries(self, values: list, timestamps: list | None, subtask: int) -> list:
+        """What subtask ``subtask`` hands out for a written batch: the values themselves (a test
+        kit's sink keeps their timestamps and subtasks too)."""
+        return values
+
     def commit(self, subtask: int, checkpoint_id: int, records: list) -> None:
         """Checkpoint ``checkpoint_id`` completed: subtask ``subtask``'s records up to it join the queue."""
         self.buffer.extend(records)
@@ -108,7 +113,8 @@ class _CollectWriter(SinkWriter):
         self._subtask = subtask_index
 
     def write(self, values: list, timestamps: list | None) -> None:
-        (self._sink.buffer if self._open is None else self._open).extend(values)
+        entries = self._sink.entries(values, timestamps, self._subtask)
+        (self._sink.buffer if self._open is None else self._open).extend(entries)
 
     def supports_two_phase_commit(self) -> bool:
         return True
