@@ -12,16 +12,12 @@ import pytest
 from slipstream.attributes import RecordAttributes
 from slipstream.datastream.functions import KeyedBroadcastProcessFunction
 from slipstream.datastream.state import MapStateDescriptor, ValueStateDescriptor
-from slipstream.datastream.time import MAX_WATERMARK, Watermark
+from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import BroadcastProcessTransformation
 from slipstream.errors import SlipstreamError, UserFunctionError
-from slipstream.operators.base import OperatorContext
-from slipstream.operators.broadcast import BroadcastProcessOperator
-from slipstream.operators.elements import RecordBatch
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
-from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+from slipstream.testing import OperatorHarness, Record
 
-from test_window_operator import CollectingOutput, ManualClock  # noqa: E402  (tests/operators on sys.path)
 
 FACTORS = MapStateDescriptor("factors", None, None)
 COUNT = ValueStateDescriptor("count")
@@ -54,48 +50,26 @@ class CountTimesFactor(KeyedBroadcastProcessFunction):
         yield ("timer", ctx.get_current_key(), timestamp, self.count.value())
 
 
-class Harness:
-    def __init__(self, *, bounded: bool, subtask: int = 0, parallelism: int = 1,
-                 function: Any = None, memory_budget: int = 100_000, spill_dir: str | None = None) -> None:
-        transformation = BroadcastProcessTransformation(
-            id=1, name="Broadcast", key_selectors=[lambda value: value, None],
-            function=function or CountTimesFactor(), descriptors=[FACTORS], broadcast_bounded=bounded)
-        self.operator = BroadcastProcessOperator(transformation)
-        self.output = CollectingOutput()
-        self.operator.setup(OperatorContext(
-            name="Broadcast", uid="broadcast", subtask_index=subtask, parallelism=parallelism,
-            max_parallelism=MAX_PARALLELISM, output=self.output, processing_time_service=ManualClock(),
-            keyed_backend=HeapKeyedStateBackend(MAX_PARALLELISM), channel_memory_budget=memory_budget,
-            spill_dir=spill_dir))
+def broadcast_harness(*, bounded: bool, subtask: int = 0, parallelism: int = 1, function: Any = None,
+                      memory_budget: int = 100_000, spill_dir: str | None = None, **options: Any) -> OperatorHarness:
+    """A harness of the keyed broadcast operator: data on input 0, broadcast on input 1."""
+    transformation = BroadcastProcessTransformation(
+        id=1, name="Broadcast", uid="broadcast", key_selectors=[lambda value: value, None],
+        function=function or CountTimesFactor(), descriptors=[FACTORS], broadcast_bounded=bounded)
+    return OperatorHarness(transformation, subtask_index=subtask, parallelism=parallelism,
+                           max_parallelism=MAX_PARALLELISM, channel_memory_budget=memory_budget,
+                           spill_dir=spill_dir, **options)
 
-    def open(self) -> Harness:
-        self.operator.open()
-        return self
 
-    def data(self, *records: tuple[Any, int | None]) -> Harness:
-        self.operator.process_batch(RecordBatch([r for r, _ in records], [t for _, t in records]), 0)
-        return self
-
-    def broadcast(self, *values: Any) -> Harness:
-        self.operator.process_batch(RecordBatch(list(values)), 1)
-        return self
-
-    def watermark(self, input_index: int, timestamp: int) -> Harness:
-        self.operator.process_watermark(Watermark(timestamp), input_index)
-        return self
-
-    def end_broadcast(self) -> Harness:
-        self.operator.process_watermark(MAX_WATERMARK, 1)
-        self.operator.end_input(1)
-        return self
-
-    def emitted(self) -> list[Any]:
-        return [event for event in self.output.events if not isinstance(event, RecordAttributes)]
+def emitted(harness: OperatorHarness) -> list[Any]:
+    """The values and watermarks the operator emitted, in order."""
+    return [event.value if isinstance(event, Record) else event for event in harness.get_output()
+            if not isinstance(event, RecordAttributes)]
 
 
 def test_the_broadcast_side_reaches_every_keys_state_with_apply_to_keyed_state():
-    harness = Harness(bounded=False).open().data(("a", None), ("b", None), ("a", None))
-    harness.broadcast(("a", 7), ("scale", 10)).data(("a", None), ("b", None), ("c", None))
+    harness = broadcast_harness(bounded=False).process_elements([("a", None), ("b", None), ("a", None)])
+    harness.process_values([("a", 7), ("scale", 10)], 1).process_elements([("a", None), ("b", None), ("c", None)])
     assert [value for value, _ in harness.output.records] == [
         ("a", 1, None), ("b", 1, None), ("a", 2, None), ("broadcast", ("a", 7)), ("broadcast", ("scale", 10)),
         ("a", 21, 7), ("b", 11, None), ("c", 1, None)]
@@ -110,10 +84,10 @@ class UsesTheKeyOnTheBroadcastSide(CountTimesFactor):
 
 @pytest.mark.parametrize("call", ["get_current_key", "timer_service"])
 def test_the_broadcast_side_has_no_key_and_no_timers(call):
-    harness = Harness(bounded=False, function=UsesTheKeyOnTheBroadcastSide()).open()
+    harness = broadcast_harness(bounded=False, function=UsesTheKeyOnTheBroadcastSide())
     with pytest.raises(SlipstreamError, match=rf"'Broadcast': {call}\(\) in process_broadcast_element: a broadcast "
                                               "element has no key; use ctx.apply_to_keyed_state"):
-        harness.broadcast(call)
+        harness.process_values([call], 1)
 
 
 class ReadsKeyedStateOnTheBroadcastSide(CountTimesFactor):
@@ -128,38 +102,38 @@ class ReadsKeyedStateOnTheBroadcastSide(CountTimesFactor):
 @pytest.mark.parametrize("when", ["first", "after apply"])
 def test_keyed_state_read_directly_on_the_broadcast_side_has_no_key(when):
     """Not the state of the key the last data record left current (Flink: no key set)."""
-    harness = Harness(bounded=False, function=ReadsKeyedStateOnTheBroadcastSide()).open().data(("a", None))
+    harness = broadcast_harness(bounded=False, function=ReadsKeyedStateOnTheBroadcastSide()).process_element("a")
     with pytest.raises(UserFunctionError, match=r"'Broadcast'.*keyed state read directly in process_broadcast_"
                                                 r"element: a broadcast element has no key; use ctx.apply_to_keyed"):
-        harness.broadcast(when)
-    harness.data(("a", None))  # the next data record has its key again
+        harness.process_values([when], 1)
+    harness.process_element("a")  # the next data record has its key again
     assert harness.output.records[-1][0] == ("a", 2, None)
 
 
 def test_a_bounded_broadcast_input_holds_the_data_side_and_event_time_until_it_ends():
-    harness = Harness(bounded=True).open()
-    harness.data(("a", 1), ("b", 2)).watermark(0, 50).watermark(1, 40).data(("a", 60))
-    assert harness.emitted() == []  # nothing processed, no timer fired, no watermark passed
-    harness.broadcast(("a", 3), ("b", 4))
+    harness = broadcast_harness(bounded=True)
+    harness.process_elements([("a", 1), ("b", 2)]).process_watermark(50, 0).process_watermark(40, 1)
+    harness.process_element("a", 60)
+    assert emitted(harness) == []  # nothing processed, no timer fired, no watermark passed
+    harness.process_values([("a", 3), ("b", 4)], 1)
     assert [value for value, _ in harness.output.records] == [("broadcast", ("a", 3)), ("broadcast", ("b", 4))]
-    harness.end_broadcast()
-    records = [event for event in harness.emitted()[2:]]
+    harness.end_input(1)
+    records = [event for event in emitted(harness)[2:]]
     assert records == [("a", 1, 3), ("b", 1, 4), ("a", 2, 3),
                        ("timer", "a", 11, 2), ("timer", "b", 12, 1), Watermark(50)]
-    harness.data(("b", 70))
+    harness.process_element("b", 70)
     assert harness.output.records[-1] == (("b", 2, 4), 70)
 
 
 def test_held_records_past_the_memory_budget_spill_and_come_back_in_order(tmp_path):
-    harness = Harness(bounded=True, memory_budget=4, spill_dir=str(tmp_path)).open()
+    harness = broadcast_harness(bounded=True, memory_budget=4, spill_dir=str(tmp_path))
     records = [(f"k{i % 3}", i) for i in range(20)]
     for record in records:
-        harness.data(record)
-    assert harness.operator.held.spilled_bytes > 0 and harness.emitted() == []
+        harness.process_elements([record])
+    assert harness.operator.held.spilled_bytes > 0 and emitted(harness) == []
     assert harness.operator.ctx.metrics["backlog_records"] == len(records)
-    restored = Harness(bounded=True, memory_budget=4, spill_dir=str(tmp_path))
-    restored.operator.initialize_state(harness.operator.snapshot_state())
-    restored.open().broadcast(("k1", 5)).end_broadcast()
+    restored = broadcast_harness(bounded=True, memory_budget=4, spill_dir=str(tmp_path), restore=harness.snapshot())
+    restored.process_values([("k1", 5)], 1).end_input(1)
     counts: Counter = Counter()
     expected = []
     for key, _ in records:
@@ -173,11 +147,11 @@ def test_held_records_past_the_memory_budget_spill_and_come_back_in_order(tmp_pa
 
 
 def test_a_broadcast_input_that_becomes_backlog_holds_the_data_side_while_it_is():
-    harness = Harness(bounded=False).open().data(("a", None))
-    harness.operator.process_record_attributes(RecordAttributes(True), 1)
-    harness.data(("a", None)).broadcast(("a", 5))
+    harness = broadcast_harness(bounded=False).process_element("a")
+    harness.set_backlog(True, 1)
+    harness.process_element("a").process_values([("a", 5)], 1)
     assert [value for value, _ in harness.output.records] == [("a", 1, None), ("broadcast", ("a", 5))]
-    harness.operator.process_record_attributes(RecordAttributes(False), 1)
+    harness.set_backlog(False, 1)
     assert harness.output.records[-1][0] == ("a", 2, 5)
 
 
@@ -191,17 +165,14 @@ def test_rescaled_every_instance_gets_a_copy_of_the_broadcast_state_and_its_keys
     keys = [f"k{i}" for i in range(30)]
     snapshots = []
     for subtask in range(old):
-        harness = Harness(bounded=True, subtask=subtask, parallelism=old).open()
-        harness.broadcast(("k1", 10), ("k2", 20), ("k1", 11))
-        harness.data(*[(key, i) for i, key in enumerate(keys) if owner(key, old) == subtask])
-        snapshots.append(harness.operator.snapshot_state())
+        harness = broadcast_harness(bounded=True, subtask=subtask, parallelism=old)
+        harness.process_values([("k1", 10), ("k2", 20), ("k1", 11)], 1)
+        harness.process_elements([(key, i) for i, key in enumerate(keys) if owner(key, old) == subtask])
+        snapshots.append(harness.snapshot())
     outputs: Counter = Counter()
     for subtask in range(new):
-        harness = Harness(bounded=True, subtask=subtask, parallelism=new)
-        groups = key_group_range(MAX_PARALLELISM, new, subtask)
-        harness.operator.initialize_rescaled_state(
-            snapshots, lambda key, _groups=groups: assign_to_key_group(key, MAX_PARALLELISM) in _groups)
-        harness.open().end_broadcast()
+        harness = broadcast_harness(bounded=True, subtask=subtask, parallelism=new, restore=snapshots)
+        harness.end_input(1)
         assert harness.operator.broadcast_state.snapshot() == {"factors": {"k1": 11, "k2": 20}}
         data = [value for value, _ in harness.output.records if value[0] != "timer"]
         assert all(owner(value[0], new) == subtask for value in data)
