@@ -21,46 +21,11 @@ from slipstream.datastream.time import MAX_WATERMARK, Watermark
 from slipstream.datastream.transformations import Transformation
 from slipstream.datastream.window import EndOfStreamWindows, TumblingEventTimeWindows
 from slipstream.errors import UserFunctionError
-from slipstream.operators.base import OperatorContext, Output, StreamOperator
-from slipstream.operators.elements import RecordBatch
 from slipstream.runtime.batch.polars_engine import PolarsBatchEngine
-from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+from slipstream.testing import OperatorHarness
 
 BACKLOG = RecordAttributes(True)
 LIVE = RecordAttributes(False)
-
-
-class Collected(Output):
-    def __init__(self) -> None:
-        self.events: list[Any] = []  # ("record", value, ts), Watermark, RecordAttributes in order
-
-    @property
-    def records(self) -> list[tuple[Any, int | None]]:
-        return [(e[1], e[2]) for e in self.events if isinstance(e, tuple)]
-
-    def collect_batch(self, batch: RecordBatch) -> None:
-        stamps = batch.timestamps or [None] * len(batch)
-        self.events.extend(("record", v, t) for v, t in zip(batch.values, stamps))
-
-    def collect_side(self, tag: Any, batch: RecordBatch) -> None:
-        pass
-
-    def emit_watermark(self, watermark: Watermark) -> None:
-        self.events.append(watermark)
-
-    def emit_record_attributes(self, attributes: RecordAttributes) -> None:
-        self.events.append(attributes)
-
-    def emit_watermark_status(self, status: Any) -> None:
-        self.events.append(status)
-
-
-class NoClock:
-    def get_current_processing_time(self) -> int:
-        return 0
-
-    def register_timer(self, timestamp: int, callback: Callable[[int], None]) -> None:
-        pass
 
 
 def transformation_of(build: Callable[[StreamExecutionEnvironment], Any]) -> Transformation:
@@ -70,47 +35,13 @@ def transformation_of(build: Callable[[StreamExecutionEnvironment], Any]) -> Tra
     return env._transformations[-1]
 
 
-class Driver:
-    """One operator subtask with a collecting output; ``sorting`` gives it a polars engine.
-
-    It runs as in BATCH mode (rolling operators emit final values at the switch) unless
-    ``batch_mode`` is False, as in a STREAMING job whose sources report backlog.
-    """
-
-    def __init__(self, transformation: Transformation, *, sorting: bool = True, budget: int = 1_000_000,
-                 spill_dir: str | None = None, batch_mode: bool = True) -> None:
-        self.operator = StreamOperator.for_transformation(transformation)
-        self.out = Collected()
-        self.ctx = OperatorContext(name="op", uid=None, subtask_index=0, parallelism=1, max_parallelism=128,
-                                   output=self.out, processing_time_service=NoClock(),
-                                   keyed_backend=HeapKeyedStateBackend(128),
-                                   batch_engine=PolarsBatchEngine() if sorting else None,
-                                   batch_mode=batch_mode, sort_memory_budget=budget, spill_dir=spill_dir)
-        self.operator.setup(self.ctx)
-        self.operator.open()
-
-    def attributes(self, attributes: RecordAttributes) -> Driver:
-        self.operator.process_record_attributes(attributes)
-        return self
-
-    def push(self, records: list[tuple[Any, int | None]], batch: int = 4) -> Driver:
-        for start in range(0, len(records), batch):
-            chunk = records[start:start + batch]
-            self.operator.process_batch(RecordBatch([v for v, _ in chunk], [t for _, t in chunk]))
-        return self
-
-    def watermark(self, timestamp: int) -> Driver:
-        self.operator.process_watermark(Watermark(timestamp))
-        return self
-
-    def end(self) -> Driver:
-        """As the runtime ends a bounded input: final watermark, backlog over, end of input."""
-        self.operator.process_watermark(MAX_WATERMARK)
-        self.operator.process_record_attributes(LIVE)
-        self.operator.end_input()
-        self.operator.finish()
-        self.operator.close()
-        return self
+def sorting_harness(transformation: Transformation, *, sorting: bool = True, budget: int = 1_000_000,
+                    spill_dir: str | None = None, batch_mode: bool = True) -> OperatorHarness:
+    """One operator subtask; ``sorting`` gives it a polars engine. It runs as in BATCH mode (rolling
+    operators emit final values at the switch) unless ``batch_mode`` is False, as in a STREAMING job
+    whose sources report backlog."""
+    return OperatorHarness(transformation, batch_engine=PolarsBatchEngine() if sorting else None,
+                           batch_mode=batch_mode, sort_memory_budget=budget, spill_dir=spill_dir)
 
 
 def last_per_key(records: list[tuple[Any, int | None]], key: Callable[[Any], Any]) -> dict[Any, Any]:
@@ -120,9 +51,9 @@ def last_per_key(records: list[tuple[Any, int | None]], key: Callable[[Any], Any
     return final
 
 
-def streamed(transformation: Transformation, records: list[tuple[Any, int | None]]) -> Driver:
+def streamed(transformation: Transformation, records: list[tuple[Any, int | None]]) -> OperatorHarness:
     """The oracle: the same operator without a batch engine, record by record."""
-    return Driver(transformation, sorting=False).push(records).end()
+    return sorting_harness(transformation, sorting=False).process_elements(records, batch_size=4).end_input()
 
 
 def in_time_order(records: list[tuple[Any, int | None]], key: Callable[[Any], Any]) -> list:
@@ -162,12 +93,12 @@ def test_reduce_emits_nothing_during_backlog_then_each_keys_final_value(kind: st
             "mixed": lambda r: r.choice([1, 2.5, -3, 4.0])}[value]
     records = tuples(120, seed=len(kind) + budget, value=draw)
     transformation = reduce_job(kind)
-    driver = Driver(transformation, budget=budget, spill_dir=str(tmp_path)).attributes(BACKLOG)
-    driver.push(records).watermark(60)
-    assert driver.out.events == [BACKLOG]  # no record, no watermark while backlog
-    driver.end()
-    finals = driver.out.records
-    oracle = last_per_key(streamed(transformation, records).out.records, lambda r: r[0])
+    driver = sorting_harness(transformation, budget=budget, spill_dir=str(tmp_path)).set_backlog(True)
+    driver.process_elements(records, batch_size=4).process_watermark(60)
+    assert driver.output.events == [BACKLOG]  # no record, no watermark while backlog
+    driver.end_input()
+    finals = driver.output.records
+    oracle = last_per_key(streamed(transformation, records).output.records, lambda r: r[0])
     assert {v[0]: v for v, _ in finals} == oracle
     assert len(finals) == len(oracle)  # one value per key (Flink BATCH semantics)
     assert [v[0] for v, _ in finals] == list(dict.fromkeys(r[0] for r, _ in records))  # first-seen key order
@@ -175,7 +106,7 @@ def test_reduce_emits_nothing_during_backlog_then_each_keys_final_value(kind: st
     assert all(ts == last_ts[v[0]] for v, ts in finals)  # the timestamp of the key's latest record
     # the records, then the held watermark (only the latest: 60 was overtaken by the final one),
     # then the end of backlog goes downstream
-    assert driver.out.events[-2:] == [MAX_WATERMARK, LIVE] and Watermark(60) not in driver.out.events
+    assert driver.output.events[-2:] == [MAX_WATERMARK, LIVE] and Watermark(60) not in driver.output.events
     if budget == 1:
         assert driver.ctx.metrics["spilled_bytes"] > 0
 
@@ -184,11 +115,12 @@ def test_reduce_streams_on_from_the_installed_state() -> None:
     records = tuples(50, seed=3, value=lambda r: r.randint(0, 9))
     live = [(("a", 100, -1), 1000), (("z", 5, -2), 1001), (("a", 1, -3), 1002)]
     transformation = reduce_job("sum")
-    driver = Driver(transformation).attributes(BACKLOG).push(records).attributes(LIVE)
-    at_switch = len(driver.out.records)
-    driver.push(live)
-    after = driver.out.records[at_switch:]
-    oracle = streamed(transformation, records + live).out.records
+    driver = sorting_harness(transformation).set_backlog(True)
+    driver.process_elements(records, batch_size=4).set_backlog(False)
+    at_switch = len(driver.output.records)
+    driver.process_elements(live, batch_size=4)
+    after = driver.output.records[at_switch:]
+    oracle = streamed(transformation, records + live).output.records
     assert after == oracle[-3:]  # rolling updates again, continuing from the backlog's sums
     assert driver.operator.is_checkpoint_blocked() is None
 
@@ -198,12 +130,12 @@ def test_reduce_sorts_each_keys_records_by_timestamp() -> None:
     records = [(("k", "late"), 5), (("k", "early"), 1), (("j", "x"), 3), (("k", "tie-1"), 5), (("k", "mid"), 2)]
     transformation = transformation_of(
         lambda env: env.from_collection([]).key_by(lambda r: r[0]).reduce(lambda a, b: (a[0], a[1] + "," + b[1])))
-    driver = Driver(transformation).attributes(BACKLOG).push(records).end()
-    assert driver.out.records == [(("k", "early,mid,late,tie-1"), 5), (("j", "x"), 3)]
+    driver = sorting_harness(transformation).set_backlog(True).process_elements(records, batch_size=4).end_input()
+    assert driver.output.records == [(("k", "early,mid,late,tie-1"), 5), (("j", "x"), 3)]
     # ... which is what streaming ends with when the records arrive in time order
     ordered = in_time_order(records, lambda r: r[0])
-    assert {v[0]: v for v, _ in driver.out.records} == \
-        last_per_key(streamed(transformation, ordered).out.records, lambda r: r[0])
+    assert {v[0]: v for v, _ in driver.output.records} == \
+        last_per_key(streamed(transformation, ordered).output.records, lambda r: r[0])
 
 
 @pytest.mark.parametrize("kind", ["sum", "min", "max_by"])
@@ -212,33 +144,34 @@ def test_dict_and_scalar_records_take_the_vectorised_path(kind: str) -> None:
     dicts = [({"k": rng.choice("xyz"), "v": rng.randint(-9, 9), "i": i}, i) for i in range(60)]
     build = {"sum": lambda ks: ks.sum("v"), "min": lambda ks: ks.min("v"), "max_by": lambda ks: ks.max_by("v")}
     transformation = transformation_of(lambda env: build[kind](env.from_collection([]).key_by(lambda r: r["k"])))
-    driver = Driver(transformation).attributes(BACKLOG).push(dicts).end()
-    assert {v["k"]: v for v, _ in driver.out.records} == \
-        last_per_key(streamed(transformation, dicts).out.records, lambda r: r["k"])
+    driver = sorting_harness(transformation).set_backlog(True).process_elements(dicts, batch_size=4).end_input()
+    assert {v["k"]: v for v, _ in driver.output.records} == \
+        last_per_key(streamed(transformation, dicts).output.records, lambda r: r["k"])
     assert all(original == {"k": original["k"], "v": original["v"], "i": original["i"]} for original, _ in dicts)
     scalars = [(rng.randint(0, 100), i) for i in range(60)]
     transformation = transformation_of(lambda env: getattr(env.from_collection([]).key_by(lambda x: x % 4),
                                                            kind)(0))
-    driver = Driver(transformation).attributes(BACKLOG).push(scalars).end()
+    driver = sorting_harness(transformation).set_backlog(True).process_elements(scalars, batch_size=4).end_input()
     groups: dict[int, list[int]] = defaultdict(list)
     for x, _ in scalars:
         groups[x % 4].append(x)
     combine = {"sum": sum, "min": min, "max_by": max}[kind]
-    assert [v for v, _ in driver.out.records] == [combine(groups[k]) for k in dict.fromkeys(x % 4 for x, _ in scalars)]
+    keys = dict.fromkeys(x % 4 for x, _ in scalars)
+    assert [v for v, _ in driver.output.records] == [combine(groups[k]) for k in keys]
 
 
 def test_reduce_without_a_batch_engine_processes_backlog_record_by_record() -> None:
     records = tuples(20, seed=1, value=lambda r: r.randint(0, 9))
-    driver = Driver(reduce_job("sum"), sorting=False).attributes(BACKLOG).push(records)
-    assert len(driver.out.records) == 20
+    driver = sorting_harness(reduce_job("sum"), sorting=False).set_backlog(True).process_elements(records, batch_size=4)
+    assert len(driver.output.records) == 20
     assert driver.operator.is_checkpoint_blocked() is None
 
 
 def test_checkpoints_are_blocked_while_buffering_and_metrics_are_reported() -> None:
-    driver = Driver(reduce_job("sum"), budget=5).attributes(BACKLOG)
-    driver.push(tuples(30, seed=2, value=lambda r: r.randint(0, 9)))
+    driver = sorting_harness(reduce_job("sum"), budget=5).set_backlog(True)
+    driver.process_elements(tuples(30, seed=2, value=lambda r: r.randint(0, 9)), batch_size=4)
     assert "sorting backlog" in driver.operator.is_checkpoint_blocked()
-    driver.end()
+    driver.end_input()
     metrics = driver.ctx.metrics
     assert metrics["backlog_records"] == 30 and metrics["spilled_bytes"] > 0
     assert metrics["backlog_seconds"] >= metrics["switch_time"] > 0
@@ -247,18 +180,19 @@ def test_checkpoints_are_blocked_while_buffering_and_metrics_are_reported() -> N
 
 def test_a_failing_key_selector_during_backlog_names_the_operator_and_record() -> None:
     transformation = transformation_of(lambda env: env.from_collection([]).key_by(lambda r: r["missing"]).sum(1))
-    driver = Driver(transformation).attributes(BACKLOG)
+    driver = sorting_harness(transformation).set_backlog(True)
     with pytest.raises(UserFunctionError, match="op") as caught:
-        driver.push([(("a", 1), 0)])
+        driver.process_elements([(("a", 1), 0)])
     assert "('a', 1)" in str(caught.value)
 
 
 def test_a_reduce_function_returning_none_fails_at_the_switch() -> None:
     transformation = transformation_of(lambda env: env.from_collection([]).key_by(lambda r: r[0])
                                        .reduce(lambda a, b: None))
-    driver = Driver(transformation).attributes(BACKLOG).push([(("a", 1), 0), (("a", 2), 1)])
+    driver = sorting_harness(transformation).set_backlog(True)
+    driver.process_elements([(("a", 1), 0), (("a", 2), 1)], batch_size=4)
     with pytest.raises(UserFunctionError, match="returned None"):
-        driver.attributes(LIVE)
+        driver.set_backlog(False)
 
 
 # -- keyed process functions ----------------------------------------------------------------------------
@@ -284,21 +218,22 @@ def process_job() -> Transformation:
 
 def test_keyed_process_replays_key_by_key_in_time_order_then_fires_held_timers() -> None:
     records = [(("b", 1), 7), (("a", 2), 3), (("b", 3), 2), (("a", 4), 30), (("a", 5), 3)]
-    driver = Driver(process_job()).attributes(BACKLOG).push(records).watermark(15)
-    assert driver.out.events == [BACKLOG]
-    driver.attributes(LIVE)
-    events = list(driver.out.events)
-    replay = [e[1] for e in events if isinstance(e, tuple) and e[1][0] == "element"]
+    driver = sorting_harness(process_job()).set_backlog(True)
+    driver.process_elements(records, batch_size=4).process_watermark(15)
+    assert driver.output.events == [BACKLOG]
+    driver.set_backlog(False)
+    events = list(driver.output.events)
+    replay = [e.value for e in events if isinstance(e, tuple) and e.value[0] == "element"]
     assert [(key, value[1], ts, count) for _, key, value, ts, count, _ in replay] == [
         ("b", 3, 2, 1), ("b", 1, 7, 2), ("a", 2, 3, 1), ("a", 5, 3, 2), ("a", 4, 30, 3)]
     assert all(backlog for *_, backlog in replay)  # replayed records are backlog to the function
     # timers due by the held watermark (15) fire after the replay, seeing the final counts
-    timers = [e[1] for e in events if isinstance(e, tuple) and e[1][0] == "timer"]
+    timers = [e.value for e in events if isinstance(e, tuple) and e.value[0] == "timer"]
     assert timers == [("timer", "b", 12, 2), ("timer", "a", 13, 3)]
     assert events[-2:] == [Watermark(15), LIVE]
     # streaming continues from the replayed state, timers included
-    driver.push([(("a", 6), 40)]).watermark(100)
-    later = [e[1] for e in driver.out.events[len(events):] if isinstance(e, tuple)]
+    driver.process_elements([(("a", 6), 40)]).process_watermark(100)
+    later = [e.value for e in driver.output.events[len(events):] if isinstance(e, tuple)]
     assert later[0][:5] == ("element", "a", ("a", 6), 40, 4)
     assert ("timer", "b", 17, 2) in later and ("timer", "a", 40, 4) in later and ("timer", "a", 50, 4) in later
 
@@ -307,11 +242,12 @@ def test_keyed_process_replays_key_by_key_in_time_order_then_fires_held_timers()
 def test_keyed_process_final_state_matches_streaming(budget: int, tmp_path: Any) -> None:
     rng = random.Random(budget)
     records = [((rng.choice("pqrs"), i), i) for i in range(80)]  # time order == arrival order
-    driver = Driver(process_job(), budget=budget, spill_dir=str(tmp_path)).attributes(BACKLOG).push(records).end()
+    driver = sorting_harness(process_job(), budget=budget, spill_dir=str(tmp_path)).set_backlog(True)
+    driver.process_elements(records, batch_size=4).end_input()
     oracle = streamed(process_job(), records)
 
-    def outputs(d: Driver) -> list:
-        return sorted(v[:5] for v, _ in d.out.records)
+    def outputs(d: OperatorHarness) -> list:
+        return sorted(v[:5] for v, _ in d.output.records)
 
     assert outputs(driver) == outputs(oracle)
 
@@ -336,20 +272,21 @@ def test_windows_fire_at_the_switch_with_streamings_results(name: str, budget: i
     assert transformation.get_has_internal_sorter()
     rng = random.Random(budget)
     records = [((rng.choice("uvw"), rng.randint(0, 9)), i // 2) for i in range(70)]
-    driver = Driver(transformation, budget=budget, spill_dir=str(tmp_path)).attributes(BACKLOG)
-    driver.push(records).watermark(20)
-    assert driver.out.events == [BACKLOG]
-    driver.end()
+    driver = sorting_harness(transformation, budget=budget, spill_dir=str(tmp_path)).set_backlog(True)
+    driver.process_elements(records, batch_size=4).process_watermark(20)
+    assert driver.output.events == [BACKLOG]
+    driver.end_input()
     oracle = streamed(transformation, records)
-    assert sorted(map(repr, driver.out.records)) == sorted(map(repr, oracle.out.records))
+    assert sorted(map(repr, driver.output.records)) == sorted(map(repr, oracle.output.records))
 
 
 def test_window_backlog_records_are_never_late_in_batch_mode() -> None:
     # streaming drops a record behind the watermark; BATCH mode applies only the final watermark
     transformation = window_jobs()["tumbling"]
     records = [(("u", 1), 25), (("u", 2), 3)]
-    driver = Driver(transformation).attributes(BACKLOG).watermark(20).push(records).end()
-    assert sorted(driver.out.records) == [(("u", 1), 29), (("u", 2), 9)]
+    driver = sorting_harness(transformation).set_backlog(True)
+    driver.process_watermark(20).process_elements(records, batch_size=4).end_input()
+    assert sorted(driver.output.records) == [(("u", 1), 29), (("u", 2), 9)]
 
 
 def test_every_sorting_operator_declares_an_internal_sorter() -> None:
@@ -375,15 +312,15 @@ def intervals(events: list[Any]) -> list[tuple[list[str], Any]]:
     return found + [(sorted(records), None)]
 
 
-def drive(transformation: Transformation, steps: list[Any], sorting: bool) -> Driver:
+def drive(transformation: Transformation, steps: list[Any], sorting: bool) -> OperatorHarness:
     """Backlog from the start: batches of records and watermarks as ``steps`` say, then the end."""
-    driver = Driver(transformation, sorting=sorting, batch_mode=False).attributes(BACKLOG)
+    driver = sorting_harness(transformation, sorting=sorting, batch_mode=False).set_backlog(True)
     for step in steps:
         if isinstance(step, int):
-            driver.watermark(step)
+            driver.process_watermark(step)
         else:
-            driver.push(step, batch=len(step))
-    return driver.end()
+            driver.process_elements(step)
+    return driver.end_input()
 
 
 def out_of_order_steps(seed: int) -> list[Any]:
@@ -410,11 +347,11 @@ def test_streaming_switch_fires_and_forwards_watermark_by_watermark_as_streaming
     streamed_run = drive(transformation, steps, sorting=False)
     # the same outputs between the same watermarks: an operator downstream sees each output at the
     # watermark it saw it at when the backlog streamed
-    assert intervals(sorted_run.out.events) == intervals(streamed_run.out.events)
+    assert intervals(sorted_run.output.events) == intervals(streamed_run.output.events)
     assert sorted_run.ctx.metrics.get("num_late_records_dropped", 0) == \
         streamed_run.ctx.metrics.get("num_late_records_dropped", 0)
     if job == "tumbling":
         assert sorted_run.ctx.metrics["num_late_records_dropped"] > 0
     else:  # timers fired between the records, not only at the end
-        kinds = [e[1][0] for e in sorted_run.out.events if isinstance(e, tuple)]
+        kinds = [e.value[0] for e in sorted_run.output.events if isinstance(e, tuple)]
         assert "element" in kinds[kinds.index("timer"):]
