@@ -34,64 +34,20 @@ from slipstream.datastream.window import (
     TumblingEventTimeWindows,
 )
 from slipstream.errors import UserFunctionError
-from slipstream.operators.base import OperatorContext, Output
 from slipstream.operators.co_group import CoGroupOperator, frame_rows, records_to_frame
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.window import WindowOperator
 from slipstream.runtime.batch.polars_engine import PolarsBatchEngine
-from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
-
-
-class Recorder(Output):
-    """Everything the operator emits, in order: ("record", value, ts), watermarks, attributes."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def collect_batch(self, batch: RecordBatch) -> None:
-        stamps = batch.timestamps or [None] * len(batch)
-        self.events.extend(("record", v, t) for v, t in zip(batch.values, stamps))
-
-    def collect_side(self, tag: OutputTag, batch: RecordBatch) -> None:
-        self.events.extend(("side", tag.tag_id, v) for v in batch.values)
-
-    def emit_watermark(self, watermark: Watermark) -> None:
-        self.events.append(watermark)
-
-    def emit_record_attributes(self, attributes: Any) -> None:
-        self.events.append(attributes)
-
-    def emit_watermark_status(self, status: Any) -> None:
-        self.events.append(status)
-
-    @property
-    def records(self) -> list[Any]:
-        return [e[1] for e in self.events if isinstance(e, tuple) and e[0] == "record"]
-
-    @property
-    def stamped(self) -> list[tuple[Any, Any]]:
-        return [(e[1], e[2]) for e in self.events if isinstance(e, tuple) and e[0] == "record"]
-
-
-class NoTimers:
-    def get_current_processing_time(self) -> int:
-        return 0
-
-    def register_timer(self, timestamp: int, callback: Any) -> None:
-        pass
+from slipstream.testing import HarnessOutput, OperatorHarness
 
 
 def first_field(record: Any) -> Any:
     return record[0]
 
 
-def setup(operator: Any, batch_engine: Any = None) -> Recorder:
-    output = Recorder()
-    operator.setup(OperatorContext(name="CoGroup", uid="cg", subtask_index=0, parallelism=1,
-                                   max_parallelism=128, output=output, processing_time_service=NoTimers(),
-                                   keyed_backend=HeapKeyedStateBackend(128), batch_engine=batch_engine))
-    operator.open()
-    return output
+def setup(operator: Any, batch_engine: Any = None, **options: Any) -> HarnessOutput:
+    """Set ``operator`` up and open it in a harness; what it emits, in order."""
+    return OperatorHarness(operator, batch_engine=batch_engine, **options).output
 
 
 def co_group_operator(function: Any, assigner: Any = None, *, trigger: Any = None,
@@ -145,15 +101,15 @@ def test_end_of_stream_co_group_emits_only_after_the_final_watermark_of_both_inp
     operator.process_watermark(Watermark(1_000), 0)
     operator.process_watermark(Watermark(1_000), 1)
     operator.process_watermark(MAX_WATERMARK, 0)
-    assert out.records == []
+    assert out.values == []
     operator.process_watermark(MAX_WATERMARK, 1)
-    assert set(out.records) == oracle(first, second)
-    assert all(ts == MAX_TIMESTAMP for _, ts in out.stamped)
+    assert set(out.values) == oracle(first, second)
+    assert all(ts == MAX_TIMESTAMP for _, ts in out.records)
     # results come before the final watermark they were fired by
     assert out.events[-1] == MAX_WATERMARK
     operator.end_input(0)
     operator.end_input(1)
-    assert len(out.records) == 3
+    assert len(out.values) == 3
 
 
 def test_keys_on_one_side_get_an_empty_other_side_and_join_emits_nothing_for_them() -> None:
@@ -179,7 +135,7 @@ def test_keys_on_one_side_get_an_empty_other_side_and_join_emits_nothing_for_the
     push(join, 0, [("only-first", 1), ("both", 1)])
     push(join, 1, [("only-second", 2), ("both", 2), ("both", 3)])
     end(join)
-    assert sorted(out.records) == [(1, 2), (1, 3)]
+    assert sorted(out.values) == [(1, 2), (1, 3)]
 
 
 def test_join_is_the_nested_loop_per_key() -> None:
@@ -194,7 +150,7 @@ def test_join_is_the_nested_loop_per_key() -> None:
     push(operator, 0, first[20:])
     end(operator)
     expected = sorted((a[0], a[1], b[1]) for a in first for b in second if a[0] == b[0])
-    assert sorted(out.records) == expected
+    assert sorted(out.values) == expected
 
 
 @pytest.mark.parametrize("all_window", [False, True])
@@ -205,21 +161,17 @@ def test_window_operator_with_end_of_stream_windows_fires_at_the_final_watermark
         id=1, name="Window", key_selectors=[selector], assigner=assigner,
         trigger=assigner.get_default_trigger(), function_kind="reduce",
         function=as_function(lambda a, b: (a[0], a[1] + b[1]), ReduceFunction, "reduce", 2, "t")))
-    output = Recorder()
-    operator.setup(OperatorContext(name="Window", uid=None, subtask_index=0, parallelism=1, max_parallelism=128,
-                                   output=output, processing_time_service=NoTimers(),
-                                   keyed_backend=HeapKeyedStateBackend(128)))
-    operator.open()
+    output = setup(operator)
     operator.process_batch(RecordBatch([("a", 1), ("b", 2), ("a", 3)], [5, 6, 7]))
     operator.process_watermark(Watermark(10_000))
     operator.process_watermark(Watermark(MAX_TIMESTAMP - 1))
-    assert output.records == []
+    assert output.values == []
     operator.process_watermark(MAX_WATERMARK)
     expected = [("a", 6)] if all_window else [("a", 4), ("b", 2)]
-    assert sorted(output.records) == expected
-    assert {ts for _, ts in output.stamped} == {MAX_TIMESTAMP}
+    assert sorted(output.values) == expected
+    assert {ts for _, ts in output.records} == {MAX_TIMESTAMP}
     operator.end_input(0)
-    assert len(output.records) == len(expected)
+    assert len(output.values) == len(expected)
     assert WindowOperator.attributes_for(operator.transformation).is_output_on_eof()
 
 
@@ -230,11 +182,11 @@ def test_tumbling_event_time_co_group_fires_per_window_at_the_watermark() -> Non
     push(operator, 0, [("a", 1), ("a", 2), ("b", 3)], [1, 12, 5])
     push(operator, 1, [("a", 10), ("b", 20)], [3, 15])
     operator.process_watermark(Watermark(9), 0)
-    assert out.records == []
+    assert out.values == []
     operator.process_watermark(Watermark(9), 1)
-    assert sorted(out.stamped) == [(("a", 1, 1, 11), 9), (("b", 1, 0, 3), 9)]
+    assert sorted(out.records) == [(("a", 1, 1, 11), 9), (("b", 1, 0, 3), 9)]
     end(operator)
-    assert sorted(out.stamped) == sorted([(("a", 1, 1, 11), 9), (("b", 1, 0, 3), 9),
+    assert sorted(out.records) == sorted([(("a", 1, 1, 11), 9), (("b", 1, 0, 3), 9),
                                           (("a", 1, 0, 2), 19), (("b", 0, 1, 20), 19)])
 
 
@@ -242,9 +194,9 @@ def test_a_custom_trigger_sees_the_elements_of_both_inputs() -> None:
     operator = co_group_operator(COUNT, GlobalWindows.create(), trigger=CountTrigger.of(3))
     out = setup(operator)
     push(operator, 0, [("k", 1), ("k", 2)])
-    assert out.records == []
+    assert out.values == []
     push(operator, 1, [("k", 3)])
-    assert out.records == [("k", 2, 1, 6)]
+    assert out.values == [("k", 2, 1, 6)]
 
 
 def test_co_group_may_yield_side_outputs() -> None:
@@ -259,8 +211,8 @@ def test_co_group_may_yield_side_outputs() -> None:
     push(operator, 0, [("a", 1)])
     push(operator, 1, [("a", 2)])
     end(operator)
-    assert out.records == ["main"]
-    assert ("side", "sizes", 2) in out.events
+    assert out.values == ["main"]
+    assert [record.value for record in out.side_output("sizes")] == [2]
 
 
 # -- vectorised form ----------------------------------------------------------------------------------
@@ -294,8 +246,8 @@ def test_vectorised_co_group_equals_the_per_key_form(seed: int) -> None:
             push(operator, 0, first[i:i + 7])
             push(operator, 1, second[i:i + 7])
         end(operator)
-        results.append(sorted(out.records))
-        assert {ts for _, ts in out.stamped} == {MAX_TIMESTAMP}
+        results.append(sorted(out.values))
+        assert {ts for _, ts in out.records} == {MAX_TIMESTAMP}
     assert results[0] == results[1] == sorted(oracle(first, second))
 
 
@@ -312,7 +264,7 @@ def test_a_vectorised_function_gets_all_keys_of_a_window_in_one_call() -> None:
     push(operator, 1, [(k, 2) for k in "cdefg"])
     end(operator)
     assert sizes == [(5, 5)]
-    assert sorted(out.records) == [(k, 1) for k in "abcde"]
+    assert sorted(out.values) == [(k, 1) for k in "abcde"]
 
 
 def test_frames_follow_the_records_shape_and_rows_come_back_in_it() -> None:
@@ -380,7 +332,7 @@ def test_attributes_declare_the_sorter_and_output_on_eof_only_for_end_of_stream_
 
 # -- backlog: the batch path ------------------------------------------------------------------------
 def run_with_backlog(operator: CoGroupOperator, first: list, second: list,
-                     timestamps: tuple[list | None, list | None] = (None, None), sorting: bool = True) -> Recorder:
+                     timestamps: tuple[list | None, list | None] = (None, None), sorting: bool = True) -> HarnessOutput:
     """Both inputs backlog from the start, then each ends: final watermark, backlog off, end
     (``sorting`` False: the same without a batch engine, so the backlog streams)."""
     out = setup(operator, PolarsBatchEngine() if sorting else None)
@@ -395,7 +347,7 @@ def run_with_backlog(operator: CoGroupOperator, first: list, second: list,
         assert out.events == [RecordAttributes(True)], "nothing but the backlog flag leaves during backlog"
     for index in (0, 1):
         operator.process_watermark(MAX_WATERMARK, index)
-        assert not (sorting and out.records)
+        assert not (sorting and out.values)
         operator.process_record_attributes(RecordAttributes(False), index)
         operator.end_input(index)
     return out
@@ -409,7 +361,7 @@ def test_backlog_is_buffered_then_run_as_batch_work_with_the_same_result(vectori
     function = FrameCount() if vectorized else COUNT
     operator = co_group_operator(function, vectorized=vectorized, input_types=[TUPLE_TYPE, TUPLE_TYPE])
     out = run_with_backlog(operator, first, second)
-    assert sorted(out.records) == sorted(oracle(first, second))
+    assert sorted(out.values) == sorted(oracle(first, second))
     assert operator.ctx.metrics["backlog_records"] == 150
     # the results, then the held final watermark, then the switch to non-backlog
     kinds = [type(e).__name__ if not isinstance(e, tuple) else "record" for e in out.events]
@@ -428,8 +380,8 @@ def test_backlog_with_time_windows_replays_sorted_and_equals_streaming() -> None
     batch = co_group_operator(COUNT, TumblingEventTimeWindows.of(25))
     out = run_with_backlog(batch, first, second, (ts1, ts2))
     # the same watermarks between the same records: the same windows, the same late records dropped
-    assert sorted(out.stamped) == sorted(expected.stamped)
-    assert len(out.stamped) > 4
+    assert sorted(out.records) == sorted(expected.records)
+    assert len(out.records) > 4
     assert batch.ctx.metrics["num_late_records_dropped"] == streaming.ctx.metrics["num_late_records_dropped"] > 0
 
 
@@ -446,14 +398,14 @@ def test_after_the_backlog_live_records_join_the_installed_state() -> None:
     operator.process_watermark(Watermark(50), 0)
     operator.process_watermark(Watermark(50), 1)
     operator.process_record_attributes(RecordAttributes(False), 0)
-    assert out.records == []
+    assert out.values == []
     operator.process_record_attributes(RecordAttributes(False), 1)
-    assert out.records == [] and Watermark(50) in out.events
+    assert out.values == [] and Watermark(50) in out.events
     live = [("a", 3), ("c", 4)]
     push(operator, 0, live)
     push(operator, 1, [("c", 40)])
     end(operator)
-    assert set(out.records) == oracle(history + live, [("a", 10), ("c", 40)])
+    assert set(out.values) == oracle(history + live, [("a", 10), ("c", 40)])
 
 
 def test_without_a_batch_engine_backlog_runs_record_by_record() -> None:
@@ -464,7 +416,7 @@ def test_without_a_batch_engine_backlog_runs_record_by_record() -> None:
     assert operator.ctx.metrics.get("backlog_records", 0) == 0 and not operator.is_buffering_backlog
     operator.process_record_attributes(RecordAttributes(False), 0)
     end(operator)
-    assert out.records == [("a", 1, 0, 1)]
+    assert out.values == [("a", 1, 0, 1)]
 
 
 def test_a_backlog_larger_than_the_memory_budget_spills_and_gives_the_same_result(tmp_path: Any) -> None:
@@ -473,23 +425,18 @@ def test_a_backlog_larger_than_the_memory_budget_spills_and_gives_the_same_resul
     second = [(rng.randrange(40), rng.randrange(10)) for _ in range(200)]
     for vectorized in (False, True):
         operator = co_group_operator(FrameCount() if vectorized else COUNT, vectorized=vectorized)
-        out = Recorder()
-        operator.setup(OperatorContext(name="CoGroup", uid="cg", subtask_index=0, parallelism=1,
-                                       max_parallelism=128, output=out, processing_time_service=NoTimers(),
-                                       keyed_backend=HeapKeyedStateBackend(128), batch_engine=PolarsBatchEngine(),
-                                       sort_memory_budget=16, spill_dir=str(tmp_path)))
-        operator.open()
+        out = setup(operator, PolarsBatchEngine(), sort_memory_budget=16, spill_dir=str(tmp_path))
         for index in (0, 1):
             operator.process_record_attributes(RecordAttributes(True), index)
         for i in range(0, 300, 10):
             push(operator, 0, first[i:i + 10])
             push(operator, 1, second[i:i + 10])
-        assert operator.ctx.metrics["spilled_bytes"] > 0 and not out.records
+        assert operator.ctx.metrics["spilled_bytes"] > 0 and not out.values
         for index in (0, 1):
             operator.process_watermark(MAX_WATERMARK, index)
             operator.process_record_attributes(RecordAttributes(False), index)
             operator.end_input(index)
-        assert sorted(out.records) == sorted(oracle(first, second))
+        assert sorted(out.values) == sorted(oracle(first, second))
         assert operator.ctx.metrics["backlog_records"] == 500
     assert not list(tmp_path.iterdir()), "the spill directories are removed after the switch"
 
