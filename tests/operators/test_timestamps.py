@@ -1,8 +1,8 @@
-"""TimestampsAndWatermarksOperator driven directly, with a recording output and a manual clock."""
+"""TimestampsAndWatermarksOperator driven directly, in the test kit's harness."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,80 +13,22 @@ from slipstream.datastream.transformations import TimestampsAndWatermarksTransfo
 from slipstream.datastream.watermark_strategy import (WatermarkGenerator, WatermarkOutput,
                                                       WatermarkStrategy)
 from slipstream.errors import InvalidProgramError, UserFunctionError
-from slipstream.operators.base import OperatorContext, Output, StreamOperator
+from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
 from slipstream.operators.timestamps import TimestampsAndWatermarksOperator
+from slipstream.testing import HarnessOutput, OperatorHarness, Record
 
 
-class RecordingOutput(Output):
-    """Keeps everything emitted, in order.
-
-    As ("records", [(value, ts), ...]), ("watermark", ts) and ("status", idle).
-    """
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
-
-    def collect_batch(self, batch: RecordBatch) -> None:
-        self.events.append(("records", list(zip(batch.values, batch.timestamps))))
-
-    def collect_side(self, tag: Any, batch: RecordBatch) -> None:
-        raise AssertionError("no side outputs expected")
-
-    def emit_watermark(self, watermark: Watermark) -> None:
-        self.events.append(("watermark", watermark.timestamp))
-
-    def emit_record_attributes(self, attributes: Any) -> None:
-        self.events.append(("attributes", attributes))
-
-    def emit_watermark_status(self, status: WatermarkStatus) -> None:
-        self.events.append(("status", status.idle))
-
-    def watermarks(self) -> list[int]:
-        return [ts for kind, ts in self.events if kind == "watermark"]
-
-    def records(self) -> list[tuple[Any, int]]:
-        return [r for kind, batch in self.events if kind == "records" for r in batch]
+IDLE, ACTIVE = WatermarkStatus(idle=True), WatermarkStatus(idle=False)
 
 
-class ManualTimeService:
-    """Processing time that moves only when the test says so; fires due timers in time order."""
-
-    def __init__(self) -> None:
-        self.now = 0
-        self.timers: list[tuple[int, Callable[[int], None]]] = []
-
-    def get_current_processing_time(self) -> int:
-        return self.now
-
-    def register_timer(self, timestamp: int, callback: Callable[[int], None]) -> None:
-        self.timers.append((timestamp, callback))
-
-    def advance_to(self, now: int) -> None:
-        self.now = now
-        while True:
-            due = [t for t in self.timers if t[0] <= now]
-            if not due:
-                return
-            first = min(due, key=lambda t: t[0])
-            self.timers.remove(first)
-            first[1](first[0])
-
-
-def make_operator(strategy: WatermarkStrategy, output: RecordingOutput | None = None,
-                  time_service: ManualTimeService | None = None
-                  ) -> tuple[TimestampsAndWatermarksOperator, RecordingOutput, ManualTimeService]:
-    output = output or RecordingOutput()
-    time_service = time_service or ManualTimeService()
-    transformation = TimestampsAndWatermarksTransformation(id=7, name="Timestamps/Watermarks",
+def make_operator(strategy: WatermarkStrategy) -> tuple[TimestampsAndWatermarksOperator, HarnessOutput, OperatorHarness]:
+    """The operator of ``strategy`` in a harness: the operator, what it emits, the harness (its clock)."""
+    transformation = TimestampsAndWatermarksTransformation(id=7, name="Timestamps/Watermarks", uid="ts-uid",
                                                            watermark_strategy=strategy)
-    op = StreamOperator.for_transformation(transformation)
-    assert isinstance(op, TimestampsAndWatermarksOperator)
-    op.setup(OperatorContext(name="Timestamps/Watermarks", uid="ts-uid", subtask_index=0,
-                             parallelism=1, max_parallelism=128, output=output,
-                             processing_time_service=time_service))
-    op.open()
-    return op, output, time_service
+    harness = OperatorHarness(transformation)
+    assert isinstance(harness.operator, TimestampsAndWatermarksOperator)
+    return harness.operator, harness.output, harness
 
 
 def by_second_field(strategy: WatermarkStrategy) -> WatermarkStrategy:
@@ -102,10 +44,10 @@ def test_out_of_order_events_give_the_hand_computed_watermarks() -> None:
     op.process_batch(RecordBatch([("f", 30)]))
     # max 10 -> 10-5-1 = 4; max 20 -> 14; max still 20 -> nothing; max 30 -> 24
     assert out.events == [
-        ("records", [(("a", 10), 10), (("b", 5), 5)]), ("watermark", 4),
-        ("records", [(("c", 20), 20), (("d", 15), 15)]), ("watermark", 14),
-        ("records", [(("e", 12), 12)]),
-        ("records", [(("f", 30), 30)]), ("watermark", 24),
+        Record(("a", 10), 10), Record(("b", 5), 5), Watermark(4),
+        Record(("c", 20), 20), Record(("d", 15), 15), Watermark(14),
+        Record(("e", 12), 12),
+        Record(("f", 30), 30), Watermark(24),
     ]
 
 
@@ -113,7 +55,7 @@ def test_monotonous_timestamps_trail_the_newest_by_one() -> None:
     op, out, _ = make_operator(by_second_field(WatermarkStrategy.for_monotonous_timestamps()))
     op.process_batch(RecordBatch([("a", 1), ("b", 7)]))
     op.process_batch(RecordBatch([("c", 9)]))
-    assert out.watermarks() == [6, 8]
+    assert out.watermarks == [6, 8]
 
 
 def test_assigner_receives_the_existing_timestamp_or_min_timestamp() -> None:
@@ -127,14 +69,14 @@ def test_assigner_receives_the_existing_timestamp_or_min_timestamp() -> None:
     op.process_batch(RecordBatch([1, 2]))                 # no timestamps at all
     op.process_batch(RecordBatch([3, 4], [100, None]))    # one has a timestamp, one not
     assert seen == [MIN_TIMESTAMP, MIN_TIMESTAMP, 100, MIN_TIMESTAMP]
-    assert out.records() == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    assert out.records == [(1, 1), (2, 2), (3, 3), (4, 4)]
 
 
 def test_without_an_assigner_records_keep_their_timestamps() -> None:
     op, out, _ = make_operator(WatermarkStrategy.for_monotonous_timestamps())
     op.process_batch(RecordBatch(["x", "y"], [50, 60]))
-    assert out.records() == [("x", 50), ("y", 60)]
-    assert out.watermarks() == [59]
+    assert out.records == [("x", 50), ("y", 60)]
+    assert out.watermarks == [59]
 
 
 def test_upstream_watermarks_and_statuses_are_ignored_but_max_is_forwarded() -> None:
@@ -142,19 +84,19 @@ def test_upstream_watermarks_and_statuses_are_ignored_but_max_is_forwarded() -> 
     op.process_batch(RecordBatch([("a", 10)]))
     op.process_watermark(Watermark(1_000))
     op.process_watermark_status(True)
-    assert out.events == [("records", [(("a", 10), 10)]), ("watermark", 9)]
+    assert out.events == [Record(("a", 10), 10), Watermark(9)]
     op.process_watermark(Watermark(MAX_TIMESTAMP))
     op.process_watermark(Watermark(MAX_TIMESTAMP))
     op.end_input()
     op.finish()
-    assert out.watermarks() == [9, MAX_TIMESTAMP]
+    assert out.watermarks == [9, MAX_TIMESTAMP]
 
 
 def test_no_watermarks_strategy_emits_only_the_final_watermark() -> None:
     op, out, _ = make_operator(by_second_field(WatermarkStrategy.no_watermarks()))
     op.process_batch(RecordBatch([("a", 10), ("b", 20)]))
     op.process_watermark(Watermark(MAX_TIMESTAMP))
-    assert out.watermarks() == [MAX_TIMESTAMP]
+    assert out.watermarks == [MAX_TIMESTAMP]
 
 
 def test_a_failing_assigner_names_the_operator_and_the_record() -> None:
@@ -189,8 +131,8 @@ def test_integer_like_timestamps_are_accepted() -> None:
     op, out, _ = make_operator(WatermarkStrategy.no_watermarks()
                                .with_timestamp_assigner(lambda v, ts: MillisLike()))
     op.process_batch(RecordBatch(["r"]))
-    assert out.records() == [("r", 42)]
-    assert type(out.records()[0][1]) is int
+    assert out.records == [("r", 42)]
+    assert type(out.records[0][1]) is int
 
 
 class PunctuatedGenerator(WatermarkGenerator):
@@ -208,9 +150,9 @@ def test_a_watermark_emitted_from_on_event_follows_its_record() -> None:
     op, out, _ = make_operator(by_second_field(WatermarkStrategy.for_generator(PunctuatedGenerator)))
     op.process_batch(RecordBatch([("a", 1), ("b!", 2), ("c", 3), ("d!", 4), ("e", 5)]))
     assert out.events == [
-        ("records", [(("a", 1), 1), (("b!", 2), 2)]), ("watermark", 2),
-        ("records", [(("c", 3), 3), (("d!", 4), 4)]), ("watermark", 4),
-        ("records", [(("e", 5), 5)]),
+        Record(("a", 1), 1), Record(("b!", 2), 2), Watermark(2),
+        Record(("c", 3), 3), Record(("d!", 4), 4), Watermark(4),
+        Record(("e", 5), 5),
     ]
 
 
@@ -246,36 +188,36 @@ def test_idleness_marks_the_output_idle_and_records_revive_it() -> None:
                                .with_idleness(Duration.of_millis(100)))
     op, out, clock = make_operator(strategy)
     op.process_batch(RecordBatch([("a", 10)]))          # at processing time 0
-    clock.advance_to(60)
+    clock.set_processing_time(60)
     op.process_batch(RecordBatch([("b", 20)]))          # activity at 60: idle no earlier than 160
-    clock.advance_to(159)
-    assert ("status", True) not in out.events
-    clock.advance_to(160)
-    assert out.events[-1] == ("status", True)
-    clock.advance_to(1_000)                             # stays idle; no repeated statuses
-    assert out.events.count(("status", True)) == 1
+    clock.set_processing_time(159)
+    assert IDLE not in out.events
+    clock.set_processing_time(160)
+    assert out.events[-1] == IDLE
+    clock.set_processing_time(1_000)                             # stays idle; no repeated statuses
+    assert out.events.count(IDLE) == 1
     op.process_batch(RecordBatch([("c", 30)]))          # at 1000: active again, before the records
-    assert out.events[-3:] == [("status", False), ("records", [(("c", 30), 30)]), ("watermark", 27)]
-    clock.advance_to(1_100)
-    assert out.events[-1] == ("status", True)
-    assert out.watermarks() == [7, 17, 27]
+    assert out.events[-3:] == [ACTIVE, Record(("c", 30), 30), Watermark(27)]
+    clock.set_processing_time(1_100)
+    assert out.events[-1] == IDLE
+    assert out.watermarks == [7, 17, 27]
 
 
 def test_an_input_with_no_records_at_all_becomes_idle() -> None:
     _, out, clock = make_operator(WatermarkStrategy.for_monotonous_timestamps()
                                   .with_idleness(Duration.of_seconds(1)))
-    clock.advance_to(999)
+    clock.set_processing_time(999)
     assert out.events == []
-    clock.advance_to(1_000)
-    assert out.events == [("status", True)]
+    clock.set_processing_time(1_000)
+    assert out.events == [IDLE]
 
 
 def test_no_idle_status_after_the_final_watermark() -> None:
     op, out, clock = make_operator(WatermarkStrategy.for_monotonous_timestamps()
                                    .with_idleness(Duration.of_millis(10)))
     op.process_watermark(Watermark(MAX_TIMESTAMP))
-    clock.advance_to(1_000)
-    assert out.events == [("watermark", MAX_TIMESTAMP)]
+    clock.set_processing_time(1_000)
+    assert out.events == [Watermark(MAX_TIMESTAMP)]
 
 
 @settings(max_examples=200, deadline=None)
@@ -293,12 +235,12 @@ def test_watermarks_rise_and_never_pass_max_minus_bound_minus_one(
             start += size
     max_so_far = MIN_TIMESTAMP
     for batch in batches:
-        before = len(out.watermarks())
+        before = len(out.watermarks)
         op.process_batch(RecordBatch(list(batch)))
         max_so_far = max(max_so_far, *batch)
-        for wm in out.watermarks()[before:]:
+        for wm in out.watermarks[before:]:
             assert wm <= max_so_far - bound - 1
-    watermarks = out.watermarks()
+    watermarks = out.watermarks
     assert all(a < b for a, b in zip(watermarks, watermarks[1:]))
     assert watermarks[-1] == max(timestamps) - bound - 1
-    assert out.records() == [(t, t) for t in timestamps]
+    assert out.records == [(t, t) for t in timestamps]
