@@ -46,6 +46,10 @@ class TaskProcessingTimeService:
     def next_deadline(self) -> int | None:
         return self._heap[0][0] if self._heap else None
 
+    def deadlines(self) -> list[int]:
+        """The times of the callbacks waiting, in order (one per registration)."""
+        return sorted(timestamp for timestamp, _, _ in self._heap)
+
     def fire_due(self, now: int) -> bool:
         """Run the callbacks due at ``now``; whether any ran."""
         fired = False

@@ -7,7 +7,7 @@ inside the iteration body that raises once at a value only reached after some ep
 its failure count lives in a class attribute, since user functions are deep-copied per
 subtask and their attributes are what a restore puts back.
 
-Processing time is a :class:`TickClock` that moves one millisecond each time it is read,
+Processing time is a ``ManualClock(tick_ms=1)`` that moves one millisecond each time it is read,
 so a "short interval" checkpoint is taken every few dozen scheduler turns — while the
 epochs run, after the sources ended — and a run is repeatable for a scheduler seed.
 """
@@ -57,6 +57,7 @@ from slipstream.operators.spill_file import SpillFile
 from slipstream.runtime.channels import SpillingChannel
 from slipstream.runtime.checkpoint.iteration_region import REGION_KIND, IterationRegion
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
+from slipstream.testing import ManualClock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checkpoint"))
@@ -70,20 +71,6 @@ LINES = OutputTag("lines")
 
 
 # -- the runtime around the jobs ----------------------------------------------------------------------------
-class TickClock:
-    """Processing time that moves 1 ms every time it is read: intervals in scheduler turns, repeatable."""
-
-    def __init__(self) -> None:
-        self.now = 0
-
-    def now_ms(self) -> int:
-        self.now += 1
-        return self.now
-
-    def is_manual(self) -> bool:
-        return True
-
-
 class FailOnce(MapFunction):
     """An identity map that raises the first time it sees a value ``matches`` accepts — once per test:
     the counts are on the class, as the function's own attributes are deep-copied per subtask."""
@@ -113,7 +100,7 @@ def make_env(tmp_path: Path, parallelism: int, seed: int = 0, *, interval: int |
     """An environment checkpointing every ``interval`` ticks and every ``records`` source records into
     ``tmp_path/chk``, keeping every checkpoint (so the one a restart restored from can be read)."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    env.configure(scheduler_seed=seed, batch_size=16, channel_capacity=2, quantum=2, clock=TickClock())
+    env.configure(scheduler_seed=seed, batch_size=16, channel_capacity=2, quantum=2, clock=ManualClock(tick_ms=1))
     config = env.get_checkpoint_config()
     if interval is not None:
         config.set_checkpoint_interval(interval)

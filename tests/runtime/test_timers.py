@@ -7,39 +7,21 @@ from hypothesis import strategies as st
 
 from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService
 from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
-
-
-class FakeProcessingTimeService:
-    """Remembers wakeups; the test fires them by hand, as a task would when they fall due."""
-
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-        self.wakeups: list[tuple[int, Callable[[int], None]]] = []
-
-    def get_current_processing_time(self) -> int:
-        return self.now
-
-    def register_timer(self, timestamp: int, callback: Callable[[int], None]) -> None:
-        self.wakeups.append((timestamp, callback))
-
-    def advance_to(self, now: int) -> None:
-        """Fire the due wakeups in time order, as ``TaskProcessingTimeService.fire_due`` does."""
-        self.now = now
-        while True:
-            due = sorted((w for w in self.wakeups if w[0] <= now), key=lambda w: w[0])
-            if not due:
-                return
-            self.wakeups.remove(due[0])
-            due[0][1](due[0][0])
+from slipstream.runtime.task import TaskProcessingTimeService
+from slipstream.testing import ManualClock
 
 
 class Harness:
+    """An InternalTimerService on a heap backend and the task's processing-time service, on the
+    kit's manual clock; records what fires."""
+
     def __init__(self) -> None:
         self.backend = HeapKeyedStateBackend(128)
-        self.clock = FakeProcessingTimeService()
+        self.clock = ManualClock()
+        self.wakeups = TaskProcessingTimeService(self.clock)
         self.fired: list[tuple[str, int, Any, Any]] = []
         self.on_event: Callable[[InternalTimer], None] = lambda timer: None
-        self.service = InternalTimerService(self.backend, self.clock, self._event, self._processing)
+        self.service = InternalTimerService(self.backend, self.wakeups, self._event, self._processing)
 
     def _event(self, timer: InternalTimer) -> None:
         assert self.backend.get_current_key() == timer.key, "the timer's key is current when it fires"
@@ -49,6 +31,11 @@ class Harness:
     def _processing(self, timer: InternalTimer) -> None:
         assert self.backend.get_current_key() == timer.key
         self.fired.append(("processing", timer.timestamp, timer.key, timer.namespace))
+
+    def advance_to(self, now: int) -> None:
+        """Processing time reaches ``now``: the due wakeups fire in time order, as in a task's turn."""
+        self.clock.set(now)
+        self.wakeups.fire_due(now)
 
     def event(self, key: Any, timestamp: int, namespace: Any = None) -> None:
         self.backend.set_current_key(key)
@@ -174,11 +161,11 @@ def test_processing_timers_wake_the_task_once_per_timestamp_and_fire_with_their_
     h.processing("b", 100)
     h.processing("a", 100)  # duplicate
     h.processing("c", 50)
-    assert sorted(t for t, _ in h.clock.wakeups) == [50, 100]
+    assert h.wakeups.deadlines() == [50, 100]
     assert h.service.num_processing_time_timers() == 3
-    h.clock.advance_to(60)
+    h.advance_to(60)
     assert h.fired == [("processing", 50, "c", None)]
-    h.clock.advance_to(100)
+    h.advance_to(100)
     assert h.fired[1:] == [("processing", 100, "a", None), ("processing", 100, "b", None)]
     assert h.service.num_processing_time_timers() == 0
 
@@ -189,17 +176,17 @@ def test_deleted_processing_timer_does_not_fire() -> None:
     h.processing("b", 100)
     h.backend.set_current_key("a")
     h.service.delete_processing_time_timer(None, 100)
-    h.clock.advance_to(200)
+    h.advance_to(200)
     assert h.fired == [("processing", 100, "b", None)]
 
 
 def test_processing_timer_registered_again_after_it_fired_wakes_the_task_again() -> None:
     h = Harness()
     h.processing("a", 100)
-    h.clock.advance_to(100)
+    h.advance_to(100)
     h.processing("a", 100)
-    assert [t for t, _ in h.clock.wakeups] == [100]
-    h.clock.advance_to(100)
+    assert h.wakeups.deadlines() == [100]
+    h.advance_to(100)
     assert [f[1] for f in h.fired] == [100, 100]
 
 
@@ -209,7 +196,7 @@ def test_event_and_processing_timers_are_separate() -> None:
     h.processing("a", 10)
     h.service.advance_watermark(10)
     assert h.fired == [("event", 10, "a", None)]
-    h.clock.advance_to(10)
+    h.advance_to(10)
     assert h.fired[1:] == [("processing", 10, "a", None)]
 
 
@@ -226,11 +213,11 @@ def test_snapshot_and_restore_keep_timers_and_their_order() -> None:
     restored.service.restore(snapshot)
     assert restored.service.num_event_time_timers() == 3
     assert restored.service.num_processing_time_timers() == 2
-    assert sorted(t for t, _ in restored.clock.wakeups) == [200, 300]
+    assert restored.wakeups.deadlines() == [200, 300]
     restored.service.advance_watermark(100)
     assert [f[1:] for f in restored.fired] == [(5, "c", ("window", 0, 10)), (20, "b", None), (20, "a", None)]
     restored.fired.clear()
-    restored.clock.advance_to(1000)
+    restored.advance_to(1000)
     assert [f[1:3] for f in restored.fired] == [(200, "y"), (300, "x")]
     # the original is untouched by what the restored copy fired
     assert h.service.num_event_time_timers() == 3
@@ -239,7 +226,7 @@ def test_snapshot_and_restore_keep_timers_and_their_order() -> None:
 def test_keyed_timer_service_is_the_users_view_for_the_current_key() -> None:
     h = Harness()
     user = KeyedTimerService(h.service)
-    h.clock.now = 1234
+    h.clock.set(1234)
     assert user.current_processing_time() == 1234
     h.backend.set_current_key("k")
     user.register_event_time_timer(7.0)  # coerced to int
