@@ -5,7 +5,9 @@ semantics: ``sum`` keeps the other fields of the key's first record, ``min``/``m
 keep the other fields of the key's first record with the extreme value, ``min_by``/
 ``max_by`` return the whole record holding the extreme (the first such record on ties).
 Order-sensitive checks read the input through one source subtask, so each key's records
-arrive in input order; the keyed operator itself runs at the parametrised parallelism.
+arrive in input order; the keyed operator itself runs at the parametrised parallelism. Tests that
+ask for the ``env`` fixture run in STREAMING mode, where every record emits its key's rolling
+result, and in BATCH mode, where each key emits only its final one (as Flink's BATCH mode does).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slipstream.datastream import ReduceFunction, StreamExecutionEnvironment
+from slipstream.datastream import ReduceFunction, RuntimeExecutionMode, StreamExecutionEnvironment
 
 PARALLELISMS = [1, 2, 4]
 SEEDS = [0, 3, 11]
@@ -28,9 +30,21 @@ TUPLES = [("a", 5, "x1"), ("b", 2, "y1"), ("a", 3, "x2"), ("c", 9, "z1"), ("a", 
 
 
 def make_env(parallelism: int, seed: int) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=2, channel_capacity=2)
-    return env
+    return small_batches(StreamExecutionEnvironment.get_execution_environment()
+                         .set_parallelism(parallelism).configure(scheduler_seed=seed))
+
+
+def small_batches(env: StreamExecutionEnvironment) -> StreamExecutionEnvironment:
+    """Batches of two records through channels of two batches: many interleavings."""
+    return env.configure(batch_size=2, channel_capacity=2)
+
+
+def in_mode(env: StreamExecutionEnvironment, updates_per_key: dict[Any, list]) -> dict[Any, list]:
+    """What a rolling aggregate emits per key in ``env``'s mode: every update while streaming,
+    only the last in BATCH mode."""
+    if env.get_runtime_mode() is RuntimeExecutionMode.BATCH:
+        return {key: updates[-1:] for key, updates in updates_per_key.items()}
+    return updates_per_key
 
 
 def source(env: StreamExecutionEnvironment, data: list, single: bool = True) -> Any:
@@ -80,14 +94,12 @@ def run_aggregate(stream: Any, kind: str, field: Any) -> list:
 
 # -- tuples ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["sum", "min", "max", "min_by", "max_by"])
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_tuple_aggregates_follow_flink_semantics(kind: str, parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
-    updates = run_aggregate(source(env, TUPLES).key_by(lambda r: r[0]), kind, 1)
-    expected = running(TUPLES, lambda r: r[0], tuple_step(kind, 1))
+@pytest.mark.seeds(*SEEDS)
+def test_tuple_aggregates_follow_flink_semantics(kind: str, env: StreamExecutionEnvironment) -> None:
+    updates = run_aggregate(source(small_batches(env), TUPLES).key_by(lambda r: r[0]), kind, 1)
+    expected = in_mode(env, running(TUPLES, lambda r: r[0], tuple_step(kind, 1)))
     assert per_key(updates, lambda r: r[0]) == expected
-    assert len(updates) == len(TUPLES)
+    assert len(updates) == sum(map(len, expected.values()))
 
 
 def test_semantics_on_a_hand_checked_example() -> None:
@@ -105,11 +117,9 @@ def test_semantics_on_a_hand_checked_example() -> None:
     assert last("max_by") == ("k", 4, "fourth")
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_sum_is_order_independent_with_a_parallel_source(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
-    updates = run_aggregate(source(env, TUPLES, single=False).key_by(lambda r: r[0]), "sum", 1)
+@pytest.mark.seeds(*SEEDS)
+def test_sum_is_order_independent_with_a_parallel_source(env: StreamExecutionEnvironment) -> None:
+    updates = run_aggregate(source(small_batches(env), TUPLES, single=False).key_by(lambda r: r[0]), "sum", 1)
     totals: dict[str, int] = defaultdict(int)
     counts: dict[str, int] = defaultdict(int)
     for k, v, _ in TUPLES:
@@ -117,7 +127,8 @@ def test_sum_is_order_independent_with_a_parallel_source(parallelism: int, seed:
         counts[k] += 1
     grouped = per_key(updates, lambda r: r[0])
     assert {k: max(u[1] for u in us) for k, us in grouped.items()} == dict(totals)
-    assert {k: len(us) for k, us in grouped.items()} == dict(counts)
+    assert {k: len(us) for k, us in grouped.items()} == \
+        {k: len(us) for k, us in in_mode(env, {k: [None] * n for k, n in counts.items()}).items()}
     # the sum only grows (values are positive) and every update of a key is distinct
     for us in grouped.values():
         sums = [u[1] for u in us]
@@ -129,14 +140,11 @@ DICTS = [{"user": u, "amount": a, "note": n} for u, a, n in TUPLES]
 
 
 @pytest.mark.parametrize("kind", ["sum", "min", "max", "min_by", "max_by"])
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", [0, 5])
-def test_dict_aggregates_by_field_name(kind: str, parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
-    updates = run_aggregate(source(env, DICTS).key_by("user"), kind, "amount")
+def test_dict_aggregates_by_field_name(kind: str, env: StreamExecutionEnvironment) -> None:
+    updates = run_aggregate(source(small_batches(env), DICTS).key_by("user"), kind, "amount")
     step = tuple_step(kind, 1)
     as_tuple = lambda d: (d["user"], d["amount"], d["note"])  # noqa: E731
-    expected = running([as_tuple(d) for d in DICTS], lambda r: r[0], step)
+    expected = in_mode(env, running([as_tuple(d) for d in DICTS], lambda r: r[0], step))
     got = {k: [as_tuple(d) for d in us] for k, us in per_key(updates, lambda d: d["user"]).items()}
     assert got == expected
     assert all(set(d) == {"user", "amount", "note"} for d in updates)
@@ -171,13 +179,10 @@ def sign(x: int) -> bool:
 
 
 @pytest.mark.parametrize("kind", ["sum", "min", "max", "min_by", "max_by"])
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", [0, 2])
-def test_scalar_aggregates(kind: str, parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
-    updates = run_aggregate(source(env, SCALARS).key_by(sign), kind, 0)
+def test_scalar_aggregates(kind: str, env: StreamExecutionEnvironment) -> None:
+    updates = run_aggregate(source(small_batches(env), SCALARS).key_by(sign), kind, 0)
     ops = {"sum": lambda a, b: a + b, "min": min, "max": max, "min_by": min, "max_by": max}
-    expected = running(SCALARS, sign, ops[kind])
+    expected = in_mode(env, running(SCALARS, sign, ops[kind]))
     assert per_key(updates, sign) == expected
 
 
@@ -187,15 +192,13 @@ class ConcatReduce(ReduceFunction):
         return (value1[0], value1[1] + "|" + value2[1])
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.seeds(*SEEDS)
 @pytest.mark.parametrize("as_class", [True, False])
-def test_reduce_is_a_left_fold_in_arrival_order(parallelism: int, seed: int, as_class: bool) -> None:
+def test_reduce_is_a_left_fold_in_arrival_order(as_class: bool, env: StreamExecutionEnvironment) -> None:
     data = [(k, f"{k}{i}") for i, k in enumerate("abcabbacdda" * 3)]
-    env = make_env(parallelism, seed)
     function = ConcatReduce() if as_class else (lambda a, b: (a[0], a[1] + "|" + b[1]))
-    updates = list(source(env, data).key_by(lambda r: r[0]).reduce(function).execute_and_collect())
-    expected = running(data, lambda r: r[0], ConcatReduce().reduce)
+    updates = list(source(small_batches(env), data).key_by(lambda r: r[0]).reduce(function).execute_and_collect())
+    expected = in_mode(env, running(data, lambda r: r[0], ConcatReduce().reduce))
     assert per_key(updates, lambda r: r[0]) == expected
 
 
