@@ -3,9 +3,6 @@ processing-time timers, checked against plain-Python oracles across parallelisms
 
 from __future__ import annotations
 
-import contextlib
-import queue
-import signal
 from collections import defaultdict
 from typing import Any, Iterator
 
@@ -23,24 +20,28 @@ from slipstream.datastream import (
     ProcessFunction,
     ReducingStateDescriptor,
     RuntimeContext,
+    RuntimeExecutionMode,
     StreamExecutionEnvironment,
     TimeDomain,
     ValueStateDescriptor,
 )
-from slipstream.datastream.connectors.iterator import CollectionSource, IteratorSource
+from slipstream.datastream.connectors.iterator import CollectionSource
 from slipstream.datastream.time import MAX_TIMESTAMP
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
-from slipstream.testing import ManualClock
+from slipstream.testing import CollectingSink, ManualClock, TestStream
 
 PARALLELISMS = [1, 2, 4]
 SEEDS = [0, 4, 9]
 
 
 def make_env(parallelism: int, seed: int) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=3, channel_capacity=2,
-                                               backlog_sorting=False)  # record-by-record streaming semantics; backlog sorting: test_backlog_modes.py
-    return env
+    return small_batches(StreamExecutionEnvironment.get_execution_environment()
+                         .set_parallelism(parallelism).configure(scheduler_seed=seed))
+
+
+def small_batches(env: StreamExecutionEnvironment) -> StreamExecutionEnvironment:
+    """Small batches through short channels, record by record (backlog sorting: test_backlog_modes.py)."""
+    return env.configure(batch_size=3, channel_capacity=2, backlog_sorting=False)
 
 
 # -- side outputs ---------------------------------------------------------------------------------
@@ -61,21 +62,18 @@ class Splitter(ProcessFunction):
             yield ("pair", value)  # a plain 2-tuple is a main output, not a side output
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_side_outputs_by_yield_and_by_ctx_output(parallelism: int, seed: int) -> None:
+@pytest.mark.seeds(*SEEDS)
+def test_side_outputs_by_yield_and_by_ctx_output(env: StreamExecutionEnvironment) -> None:
     data = [3, -4, 8, 0, 7, -1, 12, 5, 6, -9, 2, 11] * 4
-    env = make_env(parallelism, seed)
-    main = env.from_collection(data).process(Splitter())
-    odd: list = []
-    negative: list = []
-    main.get_side_output(ODD).map(lambda v: v + 1).add_sink(odd.append)
-    main.get_side_output(NEGATIVE).add_sink(negative.append)
+    main = small_batches(env).from_collection(data).process(Splitter())
+    odd, negative = CollectingSink(), CollectingSink()
+    main.get_side_output(ODD).map(lambda v: v + 1).add_sink(odd)
+    main.get_side_output(NEGATIVE).add_sink(negative)
     got_main = list(main.execute_and_collect())
     evens = [v for v in data if v >= 0 and v % 2 == 0]
     assert sorted(got_main, key=repr) == sorted(evens + [("pair", v) for v in evens], key=repr)
-    assert sorted(odd) == sorted(v * 10 + 1 for v in data if v >= 0 and v % 2)
-    assert sorted(negative) == sorted(-v for v in data if v < 0)
+    assert sorted(odd.values) == sorted(v * 10 + 1 for v in data if v >= 0 and v % 2)
+    assert sorted(negative.values) == sorted(-v for v in data if v < 0)
 
 
 def test_side_output_that_nobody_reads_is_dropped_and_main_output_unaffected() -> None:
@@ -140,13 +138,11 @@ def all_states_oracle(data: list[tuple[str, int]]) -> dict[str, list]:
     return dict(out)
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_keyed_state_of_every_kind(parallelism: int, seed: int) -> None:
+@pytest.mark.seeds(*SEEDS)
+def test_keyed_state_of_every_kind(env: StreamExecutionEnvironment) -> None:
     keys = "pqrstu"
     data = [(keys[(i * 7) % 6], (i * 5) % 4) for i in range(80)]
-    env = make_env(parallelism, seed)
-    updates = list(env.from_collection(data).set_parallelism(1).key_by(lambda r: r[0])
+    updates = list(small_batches(env).from_collection(data).set_parallelism(1).key_by(lambda r: r[0])
                    .process(AllStates()).execute_and_collect())
     grouped: dict[str, list] = defaultdict(list)
     for update in updates:
@@ -295,11 +291,9 @@ class LastActivity(KeyedProcessFunction):
         self.pending.clear()
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_deleted_timers_do_not_fire(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
-    out = list(env.from_collection(EVENTS).assign_timestamps_and_watermarks(STRATEGY)
+@pytest.mark.seeds(*SEEDS)
+def test_deleted_timers_do_not_fire(env: StreamExecutionEnvironment) -> None:
+    out = list(small_batches(env).from_collection(EVENTS).assign_timestamps_and_watermarks(STRATEGY)
                .key_by(lambda e: e[0]).process(LastActivity()).execute_and_collect())
     last: dict[str, int] = {}
     for key, t in EVENTS:
@@ -308,23 +302,6 @@ def test_deleted_timers_do_not_fire(parallelism: int, seed: int) -> None:
 
 
 # -- processing time on a manual clock ---------------------------------------------------------------
-STOP = object()
-
-
-@contextlib.contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Fail instead of hanging if the job stops making progress."""
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"no progress within {seconds} s")
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 class ProcessingTimeEcho(KeyedProcessFunction):
     def process_element(self, value: str, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         now = ctx.timer_service().current_processing_time()
@@ -339,36 +316,24 @@ class ProcessingTimeEcho(KeyedProcessFunction):
                ctx.timer_service().current_processing_time())
 
 
-@pytest.mark.parametrize("parallelism", [1, 2])
-@pytest.mark.parametrize("seed", [0, 3])
-def test_processing_time_timers_on_a_manual_clock(parallelism: int, seed: int) -> None:
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+@pytest.mark.parallelisms(1, 2)
+@pytest.mark.seeds(0, 3)
+def test_processing_time_timers_on_a_manual_clock(env: StreamExecutionEnvironment) -> None:
     clock = ManualClock(1_000)
-    inbox: queue.Queue = queue.Queue()
-
-    def events() -> Iterator[str]:
-        while (item := inbox.get()) is not STOP:
-            yield item
-
-    env = make_env(parallelism, seed).configure(clock=clock)
-    stream = (env.from_source(IteratorSource(events, bounded=False), None, "inbox")
-              .key_by(lambda v: v).process(ProcessingTimeEcho()))
-    with time_limit(20), stream.execute_and_collect() as records:
-        inbox.put("a")
-        inbox.put("b")
-        assert sorted([next(records), next(records)]) == [("seen", "a", 1_000), ("seen", "b", 1_000)]
-        clock.advance(49)
-        inbox.put("marker")
-        # nothing is due at 1049: the marker is the next record out
-        assert next(records) == ("seen", "marker", 1_049)
-        clock.advance(1)
-        fired = sorted([next(records), next(records)])
-        assert fired == [("timer", "a", 1_050, TimeDomain.PROCESSING_TIME, 1_050),
-                         ("timer", "b", 1_050, TimeDomain.PROCESSING_TIME, 1_050)]
-        clock.advance(100)
-        inbox.put("late")
-        assert next(records) == ("seen", "late", 1_150)
-        clock.advance(50)
-        assert next(records) == ("timer", "late", 1_200, TimeDomain.PROCESSING_TIME, 1_200)
-        # end of input: the job finishes; a processing-time timer not yet due does not fire (as Flink)
-        inbox.put(STOP)
-        assert list(records) == []
+    small_batches(env).configure(clock=clock)
+    stream = (TestStream(["a", "b"], clock=clock)
+              .advance_processing_time(49).add_elements("marker")  # nothing is due at 1049
+              .advance_processing_time(1)                          # a's and b's timers fire at 1050
+              .advance_processing_time(100).add_elements("late")
+              .advance_processing_time(50))
+    sink = CollectingSink()
+    env.from_source(stream, None, "inbox").key_by(lambda v: v).process(ProcessingTimeEcho()).sink_to(sink)
+    env.execute()
+    pt = TimeDomain.PROCESSING_TIME
+    # every record and timer at the processing time the stream had reached when it came; at end of
+    # input a processing-time timer not yet due (late's second) does not fire, as in Flink
+    assert sorted(sink.values, key=repr) == sorted([
+        ("seen", "a", 1_000), ("seen", "b", 1_000), ("seen", "marker", 1_049),
+        ("timer", "a", 1_050, pt, 1_050), ("timer", "b", 1_050, pt, 1_050),
+        ("seen", "late", 1_150), ("timer", "late", 1_200, pt, 1_200)], key=repr)
