@@ -12,8 +12,8 @@ when the test moves it), or let an :class:`~slipstream.testing.OperatorHarness` 
 (checkpoint intervals, periodic watermarks) pass in a repeatable number of scheduler turns:
 
 >>> ticking = ManualClock(tick_ms=1)
->>> [ticking.now_ms(), ticking.now_ms()]
-[1, 2]
+>>> ticking.now_ms(), ticking.now_ms()
+(1, 2)
 """
 
 from __future__ import annotations
