@@ -19,7 +19,7 @@ when the test moves it), or let an :class:`~slipstream.testing.OperatorHarness` 
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 
 class ManualClock:

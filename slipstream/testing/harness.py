@@ -22,10 +22,10 @@ Record(value=('a', 4), timestamp=12)
 from __future__ import annotations
 
 import itertools
+import pickle
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple
-
-import cloudpickle
+from typing import Any, NamedTuple
 
 from slipstream.attributes import RecordAttributes
 from slipstream.datastream.environment import StreamExecutionEnvironment
@@ -280,8 +280,8 @@ class OperatorHarness:
         """The subtask's state now, as a checkpoint takes it."""
         backend, operator_state = self._backend, self.operator.snapshot_state()
         return HarnessSnapshot(self.ctx.subtask_index, self.ctx.parallelism, self.ctx.max_parallelism,
-                               None if backend is None else cloudpickle.dumps(backend.snapshot()),
-                               None if operator_state is None else cloudpickle.dumps(operator_state))
+                               None if backend is None else _dumps(backend.snapshot()),
+                               None if operator_state is None else _dumps(operator_state))
 
     def _restore(self, snapshots: list[HarnessSnapshot]) -> None:
         """Restore as a job does: the own subtask's state at the same parallelism, otherwise the
@@ -294,8 +294,8 @@ class OperatorHarness:
                 raise ValueError(f"{ctx.name}: a snapshot of max parallelism {snapshot.max_parallelism} "
                                  f"cannot be restored at {ctx.max_parallelism}")
             if backend is not None and snapshot.keyed is not None:
-                backend.restore(cloudpickle.loads(snapshot.keyed), key_groups=None if same else groups)
-        states = [None if s.operator is None else cloudpickle.loads(s.operator) for s in same or snapshots]
+                backend.restore(pickle.loads(snapshot.keyed), key_groups=None if same else groups)
+        states = [None if s.operator is None else pickle.loads(s.operator) for s in same or snapshots]
         if same:
             if states[0] is not None:
                 self.operator.initialize_state(states[0])
@@ -305,6 +305,10 @@ class OperatorHarness:
             return assign_to_key_group(key, ctx.max_parallelism) in groups
 
         self.operator.initialize_rescaled_state(states, owns_key)
+
+
+def _dumps(state: Any) -> bytes:
+    return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 OneInputStreamOperatorTestHarness = OperatorHarness

@@ -23,8 +23,9 @@ values or :class:`TimestampedValue` s. Read it with ``env.from_source(stream, No
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from slipstream.attributes import Boundedness
 from slipstream.datastream.connectors.base import (
