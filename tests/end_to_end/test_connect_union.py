@@ -23,23 +23,23 @@ from slipstream.datastream import (
 )
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
 from slipstream.errors import InvalidProgramError
+from slipstream.testing import CollectingSink
 
-PARALLELISMS = [1, 2, 4]
 SEEDS = [0, 6, 13]
 
 
 def make_env(parallelism: int, seed: int) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=3, channel_capacity=2)
-    return env
+    return small_batches(StreamExecutionEnvironment.get_execution_environment()
+                         .set_parallelism(parallelism).configure(scheduler_seed=seed))
+
+
+def small_batches(env: StreamExecutionEnvironment) -> StreamExecutionEnvironment:
+    return env.configure(batch_size=3, channel_capacity=2)
 
 
 # -- union ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_union_of_three_streams(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
-    a = env.from_collection(list(range(40)))
+def test_union_of_three_streams(env: StreamExecutionEnvironment) -> None:
+    a = small_batches(env).from_collection(list(range(40)))
     b = env.from_collection(list(range(100, 130))).map(lambda x: x * 2)
     c = env.from_collection(list(range(-20, 0))).filter(lambda x: x % 3 == 0).set_parallelism(1)
     got = list(a.union(b, c).map(lambda x: x + 1).execute_and_collect())
@@ -81,18 +81,15 @@ class Expander(CoFlatMapFunction):
         yield from value.split()
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_connect_co_map_and_co_flat_map(parallelism: int, seed: int) -> None:
+def test_connect_co_map_and_co_flat_map(env: StreamExecutionEnvironment) -> None:
     numbers = list(range(25))
     words = ["alpha beta", "gamma", "", "delta epsilon zeta"] * 3
-    env = make_env(parallelism, seed)
-    mapped = env.from_collection(numbers).connect(env.from_collection(words)).map(Doubler())
-    assert Counter(mapped.execute_and_collect()) == \
-        Counter([("num", n * 2) for n in numbers] + [("str", w.upper()) for w in words])
-    env = make_env(parallelism, seed)
-    flat = env.from_collection(numbers).connect(env.from_collection(words)).flat_map(Expander())
-    assert Counter(flat.execute_and_collect()) == \
+    mapped, flat = CollectingSink(), CollectingSink()
+    small_batches(env).from_collection(numbers).connect(env.from_collection(words)).map(Doubler()).sink_to(mapped)
+    env.from_collection(numbers).connect(env.from_collection(words)).flat_map(Expander()).sink_to(flat)
+    env.execute()
+    assert Counter(mapped.values) == Counter([("num", n * 2) for n in numbers] + [("str", w.upper()) for w in words])
+    assert Counter(flat.values) == \
         Counter([n for n in numbers for _ in range(n % 3)] + [w for line in words for w in line.split()])
 
 
@@ -115,22 +112,19 @@ class Tagger(CoProcessFunction):
             yield ("second", value, ctx.timestamp())
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_co_process_function_timestamps_and_side_outputs(parallelism: int, seed: int) -> None:
+def test_co_process_function_timestamps_and_side_outputs(env: StreamExecutionEnvironment) -> None:
     events = [("e", t) for t in range(0, 60, 2)]
     labels = [f"{c}{i}" for i in range(15) for c in "xy"]
-    env = make_env(parallelism, seed)
-    timed = env.from_collection(events).assign_timestamps_and_watermarks(
+    timed = small_batches(env).from_collection(events).assign_timestamps_and_watermarks(
         WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: e[1] + 1000))
     main = timed.connect(env.from_collection(labels)).process(Tagger())
-    rejected: list = []
-    main.get_side_output(REJECTED).add_sink(rejected.append)
+    rejected = CollectingSink()
+    main.get_side_output(REJECTED).add_sink(rejected)
     got = list(main.execute_and_collect())
     first = [("first", e, e[1] + 1000) for e in events]
     second = [("second", label, None) for label in labels]
     assert Counter(got) == Counter([r for r in first if r[1][1] % 5] + [r for r in second if r[1][0] == "y"])
-    assert Counter(rejected) == Counter([r for r in first if r[1][1] % 5 == 0] +
+    assert Counter(rejected.values) == Counter([r for r in first if r[1][1] % 5 == 0] +
                                         [r for r in second if r[1][0] == "x"])
 
 
@@ -168,13 +162,11 @@ class Enrich(KeyedCoProcessFunction):
             yield ("unmatched", order[1], ctx.get_current_key())
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_keyed_co_process_enrichment(parallelism: int, seed: int) -> None:
+@pytest.mark.seeds(*SEEDS[:2])
+def test_keyed_co_process_enrichment(env: StreamExecutionEnvironment) -> None:
     customers = [(f"c{i}", f"name-{i}") for i in range(0, 12, 2)] + [("c11", "late-eleven")]
     orders = [(f"c{i % 13}", n) for n, i in enumerate(range(0, 200, 7))]
-    env = make_env(parallelism, seed)
-    joined = (env.from_collection(orders).connect(env.from_collection(customers))
+    joined = (small_batches(env).from_collection(orders).connect(env.from_collection(customers))
               .key_by(lambda o: o[0], lambda c: c[0]).process(Enrich()))
     got = list(joined.execute_and_collect())
     names = dict(customers)
