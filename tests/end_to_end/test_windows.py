@@ -51,9 +51,12 @@ Event = tuple[str, int, int]
 
 def make_env(parallelism: int, seed: int, batch_size: int = 3) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=batch_size,
-                                               channel_capacity=2, backlog_sorting=False)  # record-by-record streaming semantics; backlog sorting: test_backlog_modes.py
-    return env
+    return small_batches(env.set_parallelism(parallelism).configure(scheduler_seed=seed), batch_size)
+
+
+def small_batches(env: StreamExecutionEnvironment, batch_size: int = 3) -> StreamExecutionEnvironment:
+    """Small batches through short channels, record by record (backlog sorting: test_backlog_modes.py)."""
+    return env.configure(batch_size=batch_size, channel_capacity=2, backlog_sorting=False)
 
 
 def strategy(bound: int) -> WatermarkStrategy:
@@ -102,10 +105,8 @@ class WithTimestamp(ProcessFunction):
         yield value, ctx.timestamp()
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_tumbling_event_time_reduce(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+def test_tumbling_event_time_reduce(env: StreamExecutionEnvironment) -> None:
+    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .map(lambda e: (e[0], tumbling_start(e[1], 100), e[2]))
@@ -145,10 +146,8 @@ class LabelWithWindow(ProcessWindowFunction):
             yield key, window.start, window.end, count, total
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_sliding_event_time_aggregate_with_process_window_function(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+def test_sliding_event_time_aggregate_with_process_window_function(env: StreamExecutionEnvironment) -> None:
+    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .key_by(lambda e: e[0])
@@ -197,10 +196,8 @@ def sessions_oracle(events: list[Event], gap: int) -> list[tuple[str, int, int, 
 SESSION_GAP = 45
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_session_windows_process(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+def test_session_windows_process(env: StreamExecutionEnvironment) -> None:
+    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .key_by(lambda e: e[0])
@@ -212,10 +209,8 @@ def test_session_windows_process(parallelism: int, seed: int) -> None:
     assert sorted(got) == sorted(expected)
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_session_windows_aggregate_merges_accumulators(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+def test_session_windows_aggregate_merges_accumulators(env: StreamExecutionEnvironment) -> None:
+    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .key_by(lambda e: e[0])
@@ -232,10 +227,8 @@ class CountPerWindow(WindowFunction):
         yield key, window.start, len(values), sorted(values)
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_tumbling_event_time_apply_with_offset(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+def test_tumbling_event_time_apply_with_offset(env: StreamExecutionEnvironment) -> None:
+    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .key_by(lambda e: e[0])
