@@ -22,6 +22,9 @@ from collections import deque
 from collections.abc import Callable
 
 
+_PROBE_MS = 1 << 40
+
+
 class ManualClock:
     """Processing time that moves only when told (``advance``/``set``, or ``tick_ms`` per read).
 
@@ -47,6 +50,16 @@ class ManualClock:
 
     def is_manual(self) -> bool:
         return True
+
+    def drives(self, read: Callable[[], int]) -> bool:
+        """Whether ``read`` (a job's processing time) reads this clock: it is moved far and back,
+        and ``read`` must have seen the move."""
+        before = read()
+        self._now += _PROBE_MS
+        try:
+            return read() - before >= _PROBE_MS
+        finally:
+            self._now -= _PROBE_MS
 
     def advance_when_idle(self, millis: int, then: Callable[[], None]) -> None:
         """Move by ``millis`` when the job next has nothing to do at the current time, then call

@@ -176,6 +176,11 @@ class _TestStreamReader(SourceReader):
     def open(self, context: SourceReaderContext) -> None:
         self._context = context
         self._backlog = any(isinstance(item, EndOfBacklog) for item in self._items[self._position:])
+        clock = self._stream.clock
+        moves_time = any(isinstance(item, AdvanceProcessingTime) for item in self._items)
+        if moves_time and clock is not None and not clock.drives(context.current_processing_time):
+            raise InvalidProgramError("TestStream: its clock is not the job's, so its processing-time "
+                                      "markers would move nothing; give the job env.configure(clock=clock)")
 
     def is_backlog(self) -> bool | None:
         return self._backlog

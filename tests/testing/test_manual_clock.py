@@ -29,3 +29,10 @@ def test_advances_asked_for_while_busy_apply_one_per_idle_moment_in_order() -> N
     assert clock.on_idle() and woken == [10, 15]
     assert not clock.on_idle()
     assert not SystemClock().on_idle()
+
+
+def test_a_clock_knows_whether_a_reading_is_its_own() -> None:
+    clock, other = ManualClock(start_ms=5, tick_ms=1), ManualClock(start_ms=5)
+    assert clock.drives(clock.now_ms) and not clock.drives(other.now_ms)
+    assert not clock.drives(SystemClock().now_ms)
+    assert other.now_ms() == 5 and clock.now_ms() < 20  # the probe leaves no trace

@@ -97,7 +97,7 @@ def test_a_reader_stops_at_each_marker_and_resumes_from_its_position() -> None:
     stream = TestStream([TimestampedValue(1, 10), 2, AdvanceWatermark(10), 3], clock=clock)
     stream.advance_processing_time(5).add_elements(4)
     reader = stream.create_reader(0, 1)
-    reader.open(SourceReaderContext(0, 1))
+    reader.open(SourceReaderContext(0, 1, current_processing_time=clock.now_ms))
     batch = reader.poll(10)
     assert (batch.values, batch.timestamps, batch.watermark) == ([1, 2], [10, None], 10)
     assert reader.poll(10).values == [3]
@@ -105,7 +105,7 @@ def test_a_reader_stops_at_each_marker_and_resumes_from_its_position() -> None:
     position = reader.snapshot_position()
     again = stream.create_reader(0, 1)
     again.restore_position(position)
-    again.open(SourceReaderContext(0, 1))
+    again.open(SourceReaderContext(0, 1, current_processing_time=clock.now_ms))
     assert again.poll(10).values == [4] and again.records_remaining() == 0
 
 
@@ -116,6 +116,14 @@ def test_bad_streams_are_refused_when_built() -> None:
         TestStream().advance_processing_time(10)
     with pytest.raises(InvalidProgramError, match="must advance"):
         TestStream(clock=ManualClock()).advance_processing_time(0)
+
+
+def test_a_stream_whose_clock_is_not_the_jobs_is_refused_when_the_job_starts() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment().configure(clock=ManualClock())
+    stream = TestStream([1], clock=ManualClock()).advance_processing_time(10)
+    env.from_source(stream, None, "numbers").sink_to(CollectingSink())
+    with pytest.raises(InvalidProgramError, match="its clock is not the job's"):
+        env.execute()
 
 
 def running_counts(env: StreamExecutionEnvironment, stream: TestStream, sink: CollectingSink) -> None:
