@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-
 _PROBE_MS = 1 << 40
 
 
