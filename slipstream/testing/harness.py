@@ -11,8 +11,7 @@ order of calls, without channels or a scheduler in between.
 
 >>> from slipstream.testing import OperatorHarness
 >>> harness = OperatorHarness.of(lambda env: env.from_collection([]).key_by(lambda r: r[0]).sum(1))
->>> harness.process_element(("a", 1), 10).process_element(("b", 2), 11).process_element(("a", 3), 12)
-OperatorHarness(...)
+>>> _ = harness.process_element(("a", 1), 10).process_element(("b", 2), 11).process_element(("a", 3), 12)
 >>> harness.extract_output_values()
 [('a', 1), ('b', 2), ('a', 4)]
 >>> harness.extract_output_records()[-1]
@@ -158,7 +157,7 @@ class OperatorHarness:
         return cls(stream.get_transformation(), **options)
 
     def __repr__(self) -> str:
-        return "OperatorHarness(...)"
+        return f"OperatorHarness({self.ctx.name!r}, subtask {self.ctx.subtask_index + 1}/{self.ctx.parallelism})"
 
     # -- input ----------------------------------------------------------------------------------
     def process_element(self, value: Any, timestamp: int | None = None, input_index: int = 0) -> OperatorHarness:
