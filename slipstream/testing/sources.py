@@ -79,8 +79,7 @@ class TestStreamFailure(RuntimeError):
     """What a :class:`FailHere` marker raises."""
 
 
-Marker = AdvanceWatermark | AdvanceProcessingTime | EndOfBacklog | FailHere
-MARKERS = (AdvanceWatermark, AdvanceProcessingTime, EndOfBacklog, FailHere)
+_MARKERS = (AdvanceWatermark, AdvanceProcessingTime, EndOfBacklog, FailHere)
 
 
 class TestStream(Source):
@@ -190,7 +189,7 @@ class _TestStreamReader(SourceReader):
         timestamps: list[int | None] = []
         while self._position < len(self._items) and len(values) < max_records:
             item = self._items[self._position]
-            if not isinstance(item, MARKERS):
+            if not isinstance(item, _MARKERS):
                 self._position += 1
                 values.append(item.value if isinstance(item, TimestampedValue) else item)
                 timestamps.append(item.timestamp if isinstance(item, TimestampedValue) else None)
@@ -217,7 +216,7 @@ class _TestStreamReader(SourceReader):
         return None if all(ts is None for ts in timestamps) else timestamps
 
     def records_remaining(self) -> int | None:
-        return sum(1 for item in self._items[self._position:] if not isinstance(item, MARKERS))
+        return sum(1 for item in self._items[self._position:] if not isinstance(item, _MARKERS))
 
     def snapshot_position(self) -> Any:
         return self._position
