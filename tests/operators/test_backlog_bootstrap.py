@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pytest
-from test_backlog_switch import BACKLOG, LIVE, Driver, transformation_of
+from test_backlog_switch import sorting_harness, transformation_of
 
 from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
@@ -69,18 +69,18 @@ def oracle(backlog: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[tu
 def test_the_backlog_becomes_state_in_one_call_and_the_stream_goes_on_from_it(arrow: bool, batch_mode: bool) -> None:
     backlog, live = history(1), history(2, n=40)
     Totals.calls = 0
-    driver = Driver(transformation_of(lambda env: env.from_collection([]).key_by("user").process(Totals())),
-                    batch_mode=batch_mode).attributes(BACKLOG)
+    driver = sorting_harness(transformation_of(lambda env: env.from_collection([]).key_by("user").process(Totals())),
+                    batch_mode=batch_mode).set_backlog(True)
     for start in range(0, len(backlog), 64):
         chunk = backlog[start:start + 64]
-        driver.operator.process_batch(RecordBatch(None, None, arrow=pa.Table.from_pylist(chunk)) if arrow
+        driver.process_batch(RecordBatch(None, None, arrow=pa.Table.from_pylist(chunk)) if arrow
                                       else RecordBatch(chunk))
-        driver.watermark(start)
+        driver.process_watermark(start)
     assert driver.operator.is_checkpoint_blocked() is not None
-    driver.watermark(10_000).attributes(LIVE)
-    assert Totals.calls == 1 and driver.out.records == []  # one call, no output for the backlog
-    driver.push([(record, None) for record in live])
-    assert [tuple(v) for v, _ in driver.out.records] == oracle(backlog, live)
+    driver.process_watermark(10_000).set_backlog(False)
+    assert Totals.calls == 1 and driver.output.records == []  # one call, no output for the backlog
+    driver.process_elements([(record, None) for record in live], batch_size=4)
+    assert [tuple(v) for v, _ in driver.output.records] == oracle(backlog, live)
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
@@ -122,8 +122,8 @@ class NotAFrame(Totals):
 @pytest.mark.parametrize("function, message", [(Stray(), "state for key -1, which is not in its backlog"),
                                                (NotAFrame(), "must return a polars DataFrame")])
 def test_what_process_backlog_returns_is_checked(function: Totals, message: str) -> None:
-    driver = Driver(transformation_of(lambda env: env.from_collection([]).key_by("user").process(function)),
-                    batch_mode=False).attributes(BACKLOG)
-    driver.operator.process_batch(RecordBatch(history(3, n=5)))
+    driver = sorting_harness(transformation_of(lambda env: env.from_collection([]).key_by("user").process(function)),
+                    batch_mode=False).set_backlog(True)
+    driver.process_batch(RecordBatch(history(3, n=5)))
     with pytest.raises(SlipstreamError, match=message):
-        driver.attributes(LIVE)
+        driver.set_backlog(False)

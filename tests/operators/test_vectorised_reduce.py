@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from test_backlog_switch import BACKLOG, LIVE, Driver, transformation_of
+from test_backlog_switch import BACKLOG, LIVE, sorting_harness, transformation_of
 
 from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.connectors.arrow import ArrowSource
@@ -20,6 +20,7 @@ from slipstream.datastream.time import MAX_WATERMARK, Watermark
 from slipstream.datastream.transformations import Transformation
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.backlog import VECTORISED_METRIC
+from slipstream.testing import OperatorHarness
 
 KINDS = ["sum", "min", "max", "min_by", "max_by"]
 
@@ -41,18 +42,18 @@ def backlog(seed: int, batches: int = 12, size: int = 9, keys: int = 5, value: s
 
 
 def drive(transformation: Transformation, tables: list[pa.Table], *, arrow: bool, batch_mode: bool,
-          sorting: bool = True, budget: int = 1_000_000, spill_dir: str | None = None) -> Driver:
+          sorting: bool = True, budget: int = 1_000_000, spill_dir: str | None = None) -> OperatorHarness:
     """Backlog the tables (as Arrow or as rows), a watermark after each, then end the input."""
-    driver = Driver(transformation, sorting=sorting, batch_mode=batch_mode, budget=budget, spill_dir=spill_dir)
-    driver.attributes(BACKLOG)
+    driver = sorting_harness(transformation, sorting=sorting, batch_mode=batch_mode, budget=budget, spill_dir=spill_dir)
+    driver.set_backlog(True)
     for table in tables:
         stamps = table.column("ts").to_pylist()
         records = table.drop_columns(["ts"])
         batch = RecordBatch(None, stamps, arrow=records) if arrow else RecordBatch(RecordBatch(arrow=records).values,
                                                                                    stamps)
-        driver.operator.process_batch(batch)
-        driver.watermark(max(stamps) - 150)
-    return driver.end()
+        driver.process_batch(batch)
+        driver.process_watermark(max(stamps) - 150)
+    return driver.end_input()
 
 
 def segments(events: list[Any]) -> list[list[Any]]:
@@ -62,7 +63,7 @@ def segments(events: list[Any]) -> list[list[Any]]:
         if isinstance(event, Watermark):
             parts.append([])
         elif isinstance(event, tuple):
-            parts[-1].append((tuple(event[1]), event[2]))
+            parts[-1].append((tuple(event.value), event.timestamp))
     return [sorted(part) for part in parts]
 
 
@@ -114,10 +115,10 @@ def test_streaming_switch_on_columns_equals_the_row_replay_and_streaming(kind: s
     assert columnar.ctx.metrics[VECTORISED_METRIC] == sum(t.num_rows for t in tables)
     rows = drive(transformation, tables, arrow=False, batch_mode=False)
     assert VECTORISED_METRIC not in rows.ctx.metrics
-    assert columnar.out.events == rows.out.events  # same records, same order, same watermarks
+    assert columnar.output.events == rows.output.events  # same records, same order, same watermarks
     streamed = drive(transformation, tables, arrow=False, batch_mode=False, sorting=False)
-    assert segments(columnar.out.events) == segments(streamed.out.events)
-    assert by_key([record for record, _ in columnar.out.records]) == by_key(python_rolling(kind, records_of(tables)))
+    assert segments(columnar.output.events) == segments(streamed.output.events)
+    assert by_key([record for record, _ in columnar.output.records]) == by_key(python_rolling(kind, records_of(tables)))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -129,7 +130,7 @@ def test_batch_switch_on_columns_equals_the_row_path(kind: str, budget: int, val
     columnar = drive(transformation, tables, arrow=True, batch_mode=True, budget=budget, spill_dir=str(tmp_path))
     rows = drive(transformation, tables, arrow=False, batch_mode=True)
     assert columnar.ctx.metrics[VECTORISED_METRIC] == sum(t.num_rows for t in tables)
-    assert columnar.out.events == rows.out.events
+    assert columnar.output.events == rows.output.events
     if budget == 1:
         assert columnar.ctx.metrics["spilled_bytes"] > 0
 
@@ -150,17 +151,17 @@ def test_the_stream_continues_from_the_accumulators_the_query_installed(kind: st
 def drive_then_live(transformation: Transformation, tables: list[pa.Table], live: list, *, arrow: bool,
                     batch_mode: bool) -> list:
     """Backlog, switch on the last watermark, then the live records one batch as rows."""
-    driver = Driver(transformation, batch_mode=batch_mode).attributes(BACKLOG)
+    driver = sorting_harness(transformation, batch_mode=batch_mode).set_backlog(True)
     for table in tables:
         records = table.drop_columns(["ts"])
         stamps = table.column("ts").to_pylist()
-        driver.operator.process_batch(RecordBatch(None, stamps, arrow=records) if arrow
+        driver.process_batch(RecordBatch(None, stamps, arrow=records) if arrow
                                       else RecordBatch(RecordBatch(arrow=records).values, stamps))
-    driver.watermark(1000).attributes(LIVE)
+    driver.process_watermark(1000).set_backlog(False)
     assert driver.operator.is_checkpoint_blocked() is None
-    driver.push([(RecordBatch(arrow=pa.table({"k": [v[0]], "v": [v[1]], "i": [v[2]]})).values[0], ts)
-                 for v, ts in live], batch=len(live))
-    return driver.out.records
+    driver.process_elements([(RecordBatch(arrow=pa.table({"k": [v[0]], "v": [v[1]], "i": [v[2]]})).values[0], ts)
+                 for v, ts in live], batch_size=len(live))
+    return driver.output.records
 
 
 @pytest.mark.parametrize("case", ["null", "nan", "negative zero", "overflow", "string", "restored state",
@@ -185,24 +186,24 @@ def test_what_polars_would_compute_differently_goes_back_to_rows(case: str) -> N
     transformation = aggregation(kind)
     results = []
     for arrow in (True, False):
-        driver = Driver(transformation, batch_mode=False)
+        driver = sorting_harness(transformation, batch_mode=False)
         if case == "restored state":
-            driver.push([(RecordBatch(arrow=pa.table({"k": [1], "v": [-99], "i": [-1]})).values[0], 0)])
-        driver.attributes(BACKLOG)
+            driver.process_element(RecordBatch(arrow=pa.table({"k": [1], "v": [-99], "i": [-1]})).values[0], 0)
+        driver.set_backlog(True)
         for index, table in enumerate(tables):
             records, stamps = table.drop_columns(["ts"]), table.column("ts").to_pylist()
             as_rows = not arrow or (case == "rows midway" and index == 2)
-            driver.operator.process_batch(RecordBatch(RecordBatch(arrow=records).values, stamps) if as_rows
+            driver.process_batch(RecordBatch(RecordBatch(arrow=records).values, stamps) if as_rows
                                           else RecordBatch(None, stamps, arrow=records))
-            driver.watermark(max(stamps) - 150)
+            driver.process_watermark(max(stamps) - 150)
         if case == "null":
             with pytest.raises(Exception, match="NoneType|unsupported operand"):
-                driver.end()
+                driver.end_input()
             results.append(None)
             continue
-        driver.end()
+        driver.end_input()
         assert VECTORISED_METRIC not in driver.ctx.metrics
-        results.append(driver.out.events)
+        results.append(driver.output.events)
     assert repr(results[0]) == repr(results[1])  # repr: NaN is not equal to itself
 
 
@@ -221,10 +222,10 @@ def test_a_job_from_an_arrow_source_gives_every_rolling_update(parallelism: int,
 
 
 def test_watermarks_after_the_last_record_still_follow_the_output() -> None:
-    driver = Driver(aggregation("sum"), batch_mode=False).attributes(BACKLOG)
-    driver.operator.process_batch(RecordBatch(None, [5, 6], arrow=pa.table({"k": [1, 2], "v": [3, 4], "i": [0, 1]})))
-    driver.watermark(10).watermark(20).end()
-    assert [e if not isinstance(e, tuple) else e[1][:2] for e in driver.out.events] == \
+    driver = sorting_harness(aggregation("sum"), batch_mode=False).set_backlog(True)
+    driver.process_batch(RecordBatch(None, [5, 6], arrow=pa.table({"k": [1, 2], "v": [3, 4], "i": [0, 1]})))
+    driver.process_watermark(10).process_watermark(20).end_input()
+    assert [e if not isinstance(e, tuple) else e.value[:2] for e in driver.output.events] == \
         [BACKLOG, [1, 3], [2, 4], Watermark(10), Watermark(20), MAX_WATERMARK, LIVE]
 
 
@@ -235,8 +236,8 @@ def test_a_sum_outgrowing_a_narrow_integer_field_is_exact(batch_mode: bool) -> N
     columnar = drive(aggregation("sum"), [table], arrow=True, batch_mode=batch_mode)
     rows = drive(aggregation("sum"), [table], arrow=False, batch_mode=batch_mode)
     assert columnar.ctx.metrics[VECTORISED_METRIC] == 4
-    assert columnar.out.events == rows.out.events
-    assert max(record[1] for record, _ in columnar.out.records) == 6_000_000_000
+    assert columnar.output.events == rows.output.events
+    assert max(record[1] for record, _ in columnar.output.records) == 6_000_000_000
 
 
 def test_reduce_with_a_built_in_aggregator_is_the_built_in_aggregation() -> None:
@@ -245,8 +246,8 @@ def test_reduce_with_a_built_in_aggregator_is_the_built_in_aggregation() -> None
     by_reduce = transformation_of(lambda env: env.from_collection([]).key_by("k").reduce(SumAggregator("v")))
     assert by_reduce.aggregation == ("sum", "v")
     tables = backlog(4)
-    assert drive(by_reduce, tables, arrow=True, batch_mode=False).out.events == \
-        drive(aggregation("sum"), tables, arrow=True, batch_mode=False).out.events
+    assert drive(by_reduce, tables, arrow=True, batch_mode=False).output.events == \
+        drive(aggregation("sum"), tables, arrow=True, batch_mode=False).output.events
     max_by = transformation_of(lambda env: env.from_collection([]).key_by("k").reduce(
         ComparableAggregator("v", AggregationType.MAX_BY)))
     assert max_by.aggregation == ("max_by", "v")

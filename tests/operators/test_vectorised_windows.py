@@ -11,14 +11,14 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from test_backlog_switch import BACKLOG, LIVE, Driver, transformation_of
+from test_backlog_switch import sorting_harness, transformation_of
 from test_vectorised_reduce import segments
 
 from slipstream.datastream.aggregation import aggregator
-from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import Transformation
 from slipstream.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
 from slipstream.operators.backlog import VECTORISED_METRIC
+from slipstream.testing import OperatorHarness
 
 KINDS = ["sum", "min", "max", "min_by", "max_by"]
 ASSIGNERS = {
@@ -46,19 +46,19 @@ def history(seed: int, n: int = 240, value: str = "int") -> list[tuple[tuple, in
 
 
 def drive(transformation: Transformation, records: list, *, sorting: bool = True, batch_mode: bool = False,
-          watermark_every: int = 16, last_watermark: int | None = None, budget: int = 1_000_000) -> Driver:
+          watermark_every: int = 16, last_watermark: int | None = None, budget: int = 1_000_000) -> OperatorHarness:
     """Backlog ``records`` with a watermark (the highest timestamp so far minus 50) every few records;
     end the input (final watermark) unless ``last_watermark`` leaves the backlog at that watermark."""
-    driver = Driver(transformation, sorting=sorting, batch_mode=batch_mode, budget=budget).attributes(BACKLOG)
+    driver = sorting_harness(transformation, sorting=sorting, batch_mode=batch_mode, budget=budget).set_backlog(True)
     highest = -10**9
     for start in range(0, len(records), watermark_every):
         chunk = records[start:start + watermark_every]
-        driver.push(chunk)
+        driver.process_elements(chunk, batch_size=4)
         highest = max([highest] + [ts for _, ts in chunk])
-        driver.watermark(highest - 50)
+        driver.process_watermark(highest - 50)
     if last_watermark is None:
-        return driver.end()
-    return driver.watermark(last_watermark).attributes(LIVE)
+        return driver.end_input()
+    return driver.process_watermark(last_watermark).set_backlog(False)
 
 
 def python_windows(kind: str, assigner: str, records: list, watermark_every: int = 16) -> list[tuple]:
@@ -91,13 +91,13 @@ def test_streaming_backlog_of_built_in_windows_equals_the_replay_streaming_and_a
     replayed = drive(window_job(kind, assigner, built_in=False), records)
     assert VECTORISED_METRIC not in replayed.ctx.metrics
     # the Python replay runs key by key: between two watermarks its keys may come in another order
-    assert segments(vectorised.out.events) == segments(replayed.out.events)
+    assert segments(vectorised.output.events) == segments(replayed.output.events)
     late = vectorised.ctx.metrics.get("num_late_records_dropped", 0)
     assert late == replayed.ctx.metrics.get("num_late_records_dropped", 0)
     assert late > 0 or assigner.startswith("sliding")  # a record is late in every tumbling history here
     streamed = drive(window_job(kind, assigner), records, sorting=False)
-    assert segments(vectorised.out.events) == segments(streamed.out.events)
-    assert sorted(vectorised.out.records) == python_windows(kind, assigner, records)
+    assert segments(vectorised.output.events) == segments(streamed.output.events)
+    assert sorted(vectorised.output.records) == python_windows(kind, assigner, records)
 
 
 @pytest.mark.parametrize("kind", ["sum", "min_by"])
@@ -112,7 +112,7 @@ def test_a_spilled_backlog_of_built_in_windows_equals_the_replay(kind: str, assi
     assert vectorised.ctx.metrics[VECTORISED_METRIC] == len(records)
     assert vectorised.ctx.metrics["spilled_bytes"] > 0
     # the Python replay runs key by key: between two watermarks its keys may come in another order
-    assert segments(vectorised.out.events) == segments(replayed.out.events)
+    assert segments(vectorised.output.events) == segments(replayed.output.events)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -125,18 +125,18 @@ def test_windows_open_at_the_switch_fire_in_the_stream_as_after_a_replay(kind: s
     outputs = []
     for built_in in (True, False):
         driver = drive(window_job(kind, assigner, built_in), records, batch_mode=batch_mode, last_watermark=600)
-        at_switch = len(driver.out.events)
-        driver.push(live, batch=1).watermark(2_000)
-        outputs.append((segments(driver.out.events[:at_switch]), segments(driver.out.events[at_switch:])))
+        at_switch = len(driver.output.events)
+        driver.process_elements(live, batch_size=1).process_watermark(2_000)
+        outputs.append((segments(driver.output.events[:at_switch]), segments(driver.output.events[at_switch:])))
     assert outputs[0] == outputs[1]   # the Python replay runs key by key: keys may interleave otherwise
     assert any(outputs[0][1])  # open windows fired after the switch  # open windows fired after the switch
 
 
 def test_a_record_without_a_timestamp_goes_back_to_the_replay_which_names_it() -> None:
-    driver = Driver(window_job("sum", "tumbling"), batch_mode=False).attributes(BACKLOG)
-    driver.push([(("a", 1, 0), 5), (("a", 2, 1), None)])
+    driver = sorting_harness(window_job("sum", "tumbling"), batch_mode=False).set_backlog(True)
+    driver.process_elements([(("a", 1, 0), 5), (("a", 2, 1), None)], batch_size=4)
     with pytest.raises(Exception, match="timestamp"):
-        driver.end()
+        driver.end_input()
 
 
 def test_window_sum_is_javas_windowed_stream_sum() -> None:
@@ -144,7 +144,7 @@ def test_window_sum_is_javas_windowed_stream_sum() -> None:
     assert transformation.function_kind == "reduce"
     assert transformation.function.aggregation == ("max_by", 1)
     per_window: dict[int, list] = defaultdict(list)
-    for record, ts in drive(transformation, history(3)).out.records:
+    for record, ts in drive(transformation, history(3)).output.records:
         per_window[ts].append(record)
     assert all(len({r[0] for r in records}) == len(records) for records in per_window.values())
 
@@ -185,14 +185,14 @@ def test_count_windows_of_a_backlog_equal_the_replay_and_continue_in_the_stream(
     runs = []
     for built_in in (True, False):
         driver = drive(count_job(kind, size, slide, built_in), records, batch_mode=batch_mode, last_watermark=500)
-        at_switch = len(driver.out.events)
-        driver.push(live, batch=3)
-        runs.append((driver.out.events[:at_switch], driver.out.events[at_switch:], driver.ctx.metrics))
+        at_switch = len(driver.output.events)
+        driver.process_elements(live, batch_size=3)
+        runs.append((driver.output.events[:at_switch], driver.output.events[at_switch:], driver.ctx.metrics))
     # per watermark segment: the Python replay may run key by key
     assert [segments(events) for events in runs[0][:2]] == [segments(events) for events in runs[1][:2]]
     assert runs[0][2][VECTORISED_METRIC] == len(records) and VECTORISED_METRIC not in runs[1][2]
     if not batch_mode:
-        fired = [event[1] for event in runs[0][0] + runs[0][1] if isinstance(event, tuple)]
+        fired = [event.value for event in runs[0][0] + runs[0][1] if isinstance(event, tuple)]
         assert sorted(fired) == python_count_windows(kind, records + live, size, slide or size)
 
 
@@ -226,23 +226,23 @@ def test_an_arrow_backlog_runs_on_its_columns_and_its_open_windows_carry_on(kind
     for built_in in (True, False):
         if built_in:  # the columns must not go back to rows
             monkeypatch.setattr(IntervalColumns, "move_to_rows", lambda *args, **kwargs: pytest.fail("rows"))
-        driver = Driver(columnar_job(kind, window, built_in), batch_mode=batch_mode).attributes(BACKLOG)
+        driver = sorting_harness(columnar_job(kind, window, built_in), batch_mode=batch_mode).set_backlog(True)
         highest = -10**9
         for start in range(0, len(records), 16):
             chunk = records[start:start + 16]
             table = pa.table({"k": [r[0] for r, _ in chunk], "v": [r[1] for r, _ in chunk],
                               "i": [r[2] for r, _ in chunk]})
             stamps = [ts for _, ts in chunk]
-            driver.operator.process_batch(RecordBatch(None, stamps, arrow=table) if built_in
+            driver.process_batch(RecordBatch(None, stamps, arrow=table) if built_in
                                           else RecordBatch(RecordBatch(arrow=table).values, stamps))
             highest = max([highest] + stamps)
-            driver.watermark(highest - 50)
+            driver.process_watermark(highest - 50)
         assert (driver.operator._columns is not None) == built_in  # buffered as Arrow columns
-        driver.watermark(600).attributes(LIVE)
-        at_switch = len(driver.out.events)
-        driver.push([(RecordBatch(arrow=pa.table({"k": [r[0]], "v": [r[1]], "i": [r[2]]})).values[0], ts)
-                     for r, ts in live], batch=2).watermark(5_000)
-        runs.append((segments(driver.out.events[:at_switch]), segments(driver.out.events[at_switch:]), driver.ctx.metrics))
+        driver.process_watermark(600).set_backlog(False)
+        at_switch = len(driver.output.events)
+        driver.process_elements([(RecordBatch(arrow=pa.table({"k": [r[0]], "v": [r[1]], "i": [r[2]]})).values[0], ts)
+                     for r, ts in live], batch_size=2).process_watermark(5_000)
+        runs.append((segments(driver.output.events[:at_switch]), segments(driver.output.events[at_switch:]), driver.ctx.metrics))
         monkeypatch.undo()
     assert runs[0][:2] == runs[1][:2]   # per watermark segment: the Python replay runs key by key
     assert runs[0][2][VECTORISED_METRIC] == len(records) and VECTORISED_METRIC not in runs[1][2]
