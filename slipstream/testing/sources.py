@@ -86,9 +86,9 @@ class TestStream(Source):
     """Records and markers in order, read by one reader (see the module docstring).
 
     Build it from a list, or with the builder methods (each returns the stream). ``clock`` is
-    the job's clock (``env.configure(clock=...)``), which processing-time markers move. A stream is bounded: the job ends after its last item,
-    with the final watermark. What comes before an :class:`EndOfBacklog` is backlog; a stream
-    without one is live from its first record.
+    the job's clock (``env.configure(clock=...)``), which processing-time markers move. A
+    stream is bounded: the job ends after its last item, with the final watermark. What comes
+    before an :class:`EndOfBacklog` is backlog; a stream without one is live from its first record.
     """
 
     __test__ = False  # not a pytest test class
