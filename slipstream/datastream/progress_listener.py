@@ -34,6 +34,8 @@ class OperatorProgress:
     ``watermark`` is None until every subtask has one; ``back_pressured`` says that some subtask's
     output was full when sampled (Flink's ``isBackPressured``); ``backlog_phase`` is None for an
     operator without a backlog phase, else "buffering", "batch work" or "streaming" (FLIP-327).
+    A source's ``records_remaining`` is what its readers still have to read of their backlog (None
+    when one cannot tell, and for every other operator).
     """
 
     name: str
@@ -51,6 +53,10 @@ class OperatorProgress:
     spilled_bytes: int = 0
     batch_engine: str | None = None
     switch_seconds: float | None = None
+    late_records_dropped: int = 0
+    records_remaining: int | None = None
+    is_source: bool = False
+    is_sink: bool = False
 
 
 @dataclass(frozen=True)

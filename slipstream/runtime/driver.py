@@ -74,8 +74,6 @@ class JobDriver:
         While it runs, a monitor (:mod:`slipstream.runtime.monitor`) reports its progress to
         whoever watches it: listeners, the web view, the metrics endpoint."""
         monitor = self.monitor = self.monitor or start_monitor(self)
-        if monitor is None:
-            return (yield from self._runs())
         status, error = "CANCELED", None  # stays so when the iterator is closed (a cancel)
         try:
             yield from self._runs()

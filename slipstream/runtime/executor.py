@@ -26,7 +26,6 @@ from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
 from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach_termination
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
-from slipstream.runtime.progress import BacklogProgress
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
 from slipstream.runtime.scheduler import Scheduler
 from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
@@ -58,7 +57,6 @@ class JobRun:
             task.backlog_ended = self._after_backlog_ended
         self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
         self._closed = False
-        self._progress = BacklogProgress(self.metrics, self.in_backlog)
         self._gc_policy = False
         self._switched = False
         self._started = 0.0
@@ -154,13 +152,10 @@ class JobRun:
 
     # -- running ----------------------------------------------------------------------------------
     def open(self) -> None:
-        """Start the clock, the garbage collection policy of :mod:`~slipstream.runtime.gc_policy`
-        (and, on a terminal, the backlog progress display); each task deploys (opens its
-        operators) on its first turn."""
+        """Start the clock and the garbage collection policy of :mod:`~slipstream.runtime.gc_policy`;
+        each task deploys (opens its operators) on its first turn."""
         self._started = time.perf_counter()
         self._gc_policy = gc_policy.job_started()
-        if self.env.runtime_options.show_progress:
-            self._progress.start()
 
     @property
     def started_at(self) -> float:
@@ -168,7 +163,7 @@ class JobRun:
         return self._started
 
     def in_backlog(self) -> bool:
-        """Whether some task still has backlog ahead (read by the progress display's thread)."""
+        """Whether some task still has backlog ahead (read by the job monitor's thread)."""
         return any(task.in_backlog() for task in self.tasks)
 
     def _after_backlog_ended(self) -> None:
@@ -189,7 +184,6 @@ class JobRun:
         if self._closed:
             return
         self._closed = True
-        self._progress.stop()
         if self._gc_policy:
             gc_policy.job_ended()
         first_error: BaseException | None = None

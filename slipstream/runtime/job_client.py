@@ -90,8 +90,7 @@ class JobClient:
         return {name: dict(values) for name, values in list(run.metrics.items())}
 
     def get_progress(self) -> JobProgress | None:
-        """The latest progress sample (as Spark's ``query.lastProgress``) when the job is watched
-        (progress listeners, ``ui_port`` or ``metrics_port``); None otherwise."""
+        """The latest progress sample (as Spark's ``query.lastProgress``); None before the job runs."""
         monitor = self._driver.monitor
         return monitor.latest if monitor is not None else None
 

@@ -1,8 +1,10 @@
 """The job monitor: a thread beside the job that samples its progress and hands it out.
 
-Started by the driver when someone watches the job — progress listeners
-(``env.add_progress_listener``), the web view (``ui_port``) or the Prometheus endpoint
-(``metrics_port``) — and stopped when the job ends. Every ``progress_interval`` seconds it
+Started by the driver for every job and stopped when it ends. Its samples go to the progress
+listeners (``env.add_progress_listener``), the job's own report (a live status on a terminal,
+:mod:`~slipstream.runtime.terminal_status`, else events in ``logging``,
+:mod:`~slipstream.runtime.job_log`), the web view (``ui_port``) and the Prometheus endpoint
+(``metrics_port``). Every ``progress_interval`` seconds it
 samples the job (:class:`~slipstream.runtime.progress_sampler.ProgressSampler`), keeps the
 sample for the servers, and calls the listeners on its own thread, so nothing it does runs on
 the job's thread or costs the job anything per record.
@@ -11,6 +13,7 @@ the job's thread or costs the job anything per record.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,8 +27,10 @@ from slipstream.datastream.progress_listener import (
     JobTerminatedEvent,
 )
 from slipstream.errors import InvalidProgramError
+from slipstream.runtime.job_log import JobEventLog
 from slipstream.runtime.plan_formats import plan_document
 from slipstream.runtime.progress_sampler import ProgressSampler
+from slipstream.runtime.terminal_status import TerminalStatus, is_terminal
 
 if TYPE_CHECKING:
     from slipstream.runtime.driver import JobDriver
@@ -93,13 +98,21 @@ class JobMonitor:
                 log.exception("progress listener %r failed in %s", listener, method)
 
 
-def start_monitor(driver: JobDriver) -> JobMonitor | None:
-    """A started monitor for ``driver``'s job when anyone watches it (listeners, web view, metrics
-    endpoint), else None."""
+def own_display(show_progress: bool) -> JobProgressListener:
+    """The job's own report: the live status when standard error is a terminal and progress is shown,
+    else its events in the ``logging`` module."""
+    if show_progress and is_terminal(sys.stderr):
+        return TerminalStatus()
+    return JobEventLog()
+
+
+def start_monitor(driver: JobDriver) -> JobMonitor:
+    """A started monitor for ``driver``'s job: its progress goes to the user's listeners, to the live
+    display on a terminal (else to the ``logging`` module), and to the web view and metrics
+    endpoint when asked for."""
     options = driver.env.runtime_options
-    if not options.progress_listeners and options.ui_port is None and options.metrics_port is None:
-        return None
-    monitor = JobMonitor(driver, options.progress_listeners, options.progress_interval)
+    monitor = JobMonitor(driver, [*options.progress_listeners, own_display(options.show_progress)],
+                         options.progress_interval)
     try:
         metrics_port, ui_port = options.metrics_port, options.ui_port
         if metrics_port is not None:

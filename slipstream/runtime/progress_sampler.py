@@ -21,6 +21,8 @@ from slipstream.datastream.progress_listener import (
     OperatorProgress,
 )
 from slipstream.datastream.time import MIN_TIMESTAMP
+from slipstream.operators.sink import SinkOperator
+from slipstream.operators.window import LATE_DROPPED_METRIC
 from slipstream.runtime.task import SourceTask, StreamTask
 
 if TYPE_CHECKING:
@@ -40,6 +42,16 @@ class _Operator:
     name: str
     metrics: dict[str, Any]
     subtasks: list[_Subtask]
+
+    @property
+    def is_source(self) -> bool:
+        """Whether this is a source: the head of a source task."""
+        first = self.subtasks[0]
+        return isinstance(first.task, SourceTask) and first.operator is first.task.head
+
+    @property
+    def is_sink(self) -> bool:
+        return isinstance(self.subtasks[0].operator, SinkOperator)
 
 
 def run_operators(run: JobRun) -> list[_Operator]:
@@ -107,22 +119,26 @@ class ProgressSampler:
             finished_subtasks=sum(1 for s in subtasks if s.task.finished),
             backlog_phase=values.get("backlog_phase"), backlog_records=values.get("backlog_records", 0),
             spilled_bytes=values.get("spilled_bytes", 0), batch_engine=values.get("batch_engine"),
-            switch_seconds=switch)
+            switch_seconds=switch, late_records_dropped=values.get(LATE_DROPPED_METRIC, 0),
+            records_remaining=_remaining(_reading(subtasks)) if operator.is_source else None,
+            is_source=operator.is_source, is_sink=operator.is_sink)
 
     def _backlog(self, run: JobRun | None, operators: list[OperatorProgress]) -> BacklogProgress:
-        sources = [op for op in self._operators if isinstance(op.subtasks[0].task, SourceTask)
-                   and op.subtasks[0].operator is op.subtasks[0].task.head]
-        names = {op.name for op in sources}
-        reading = [s for op in sources for s in op.subtasks if not s.task.finished and s.operator.is_backlog()]
+        reading = _reading([s for op in self._operators if op.is_source for s in op.subtasks])
         sorting = any(op.backlog_phase in ("buffering", "batch work") for op in operators)
-        read = sum(op.records_out for op in operators if op.name in names)
-        rate = sum(op.records_out_per_second for op in operators if op.name in names)
+        read = sum(op.records_out for op in operators if op.is_source)
+        rate = sum(op.records_out_per_second for op in operators if op.is_source)
         remaining = _remaining(reading)
         fraction = read / (read + remaining) if remaining is not None and read + remaining else None
         eta = remaining / rate if remaining is not None and rate > 0 else None
         return BacklogProgress(active=bool(reading) or sorting, records_read=read, records_remaining=remaining,
                                fraction=fraction, eta_seconds=eta,
                                switched_after_seconds=_switched_after(run, self._operators))
+
+
+def _reading(subtasks: list[_Subtask]) -> list[_Subtask]:
+    """The source subtasks still reading backlog."""
+    return [s for s in subtasks if not s.task.finished and s.operator.is_backlog()]
 
 
 def _remaining(reading: list[_Subtask]) -> int | None:
@@ -138,9 +154,13 @@ def _remaining(reading: list[_Subtask]) -> int | None:
 
 
 def _switched_after(run: JobRun | None, operators: list[_Operator]) -> float | None:
-    """Seconds from the run's start to the last switch from backlog to streaming (None: none yet)."""
+    """Seconds from the run's start to its switch from backlog to streaming: the job's own switch
+    (no task has backlog left and a source goes on), or the last operator's (None: none yet)."""
     if run is None:
         return None
+    job_switch = run.metrics.get("job", {}).get("switched_ms")
+    if job_switch is not None:
+        return job_switch / 1000
     switched = [op.metrics["switched_at"] for op in operators if "switched_at" in op.metrics]
     return max(switched) - run.started_at if switched else None
 

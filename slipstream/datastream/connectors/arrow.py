@@ -90,5 +90,8 @@ class _ArrowReader(SourceReader):
     def snapshot_position(self) -> list[list[int]]:
         return self._cursor.snapshot()
 
+    def records_remaining(self) -> int:
+        return self._cursor.remaining()
+
     def restore_position(self, position: Any) -> None:
         self._cursor.restore(position, self._start, self._end, 0, self._table.num_rows, "ArrowSource")

@@ -308,6 +308,7 @@ class _FileSourceReader(SourceReader):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._discovery_failure: BaseException | None = None
+        self._split_records: dict[Split, int | None] = {}  # records in each split, when its file says
 
     def open(self, context: SourceReaderContext) -> None:
         initial = self._discover()
@@ -329,10 +330,11 @@ class _FileSourceReader(SourceReader):
             if path in self._seen_files:
                 continue
             self._seen_files.add(path)
-            for part in self._format.split_file(path):
+            for part, records in self._format.split_file_counted(path):
                 split = (index, relative, part)
                 if split_owner(split, self._parallelism) == self._subtask_index and split not in self._finished:
                     splits.append(split)
+                    self._split_records[split] = records
         return splits
 
     def _monitor(self, notify_available: Any, interval_ms: int) -> None:
@@ -389,6 +391,20 @@ class _FileSourceReader(SourceReader):
         self._backlog.discard(split)
         self._current = None
         self._current_reader = None
+
+    def records_remaining(self) -> int | None:
+        """The records left in the splits not yet finished, when every one's file says how many it
+        holds (Parquet); None otherwise. Read from the monitor's thread: copies, then sums."""
+        with self._lock:
+            pending = list(self._pending)
+        current, reader = self._current, self._current_reader
+        splits = pending if current is None else [*pending, current]
+        counts = [self._split_records.get(split) for split in splits]
+        known = [count for count in counts if count is not None]
+        if len(known) < len(counts):
+            return None
+        done = reader.position() if reader is not None and current is not None else 0
+        return sum(known) - (done if isinstance(done, int) else 0)
 
     def is_backlog(self) -> bool | None:
         """While monitoring: True until the files present at start are read. Bounded: left to the runtime."""

@@ -195,6 +195,12 @@ class _TableReader(SourceReader):
         stamp = self._source.timestamp
         return ArrowSourceBatch(data, None if stamp is None else [stamp] * length)
 
+    def records_remaining(self) -> int | None:
+        """The rows of this subtask's slice not yet read; None until the table is made (first poll)."""
+        if self._position is None:
+            return None
+        return max(0, self._end - self._position)
+
     def snapshot_position(self) -> int | None:
         return self._position
 

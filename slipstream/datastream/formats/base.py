@@ -53,6 +53,11 @@ class ReaderFormat(ABC):
         """The parts of ``path`` that may be read by different subtasks; None for the whole file."""
         return [None]
 
+    def split_file_counted(self, path: str) -> list[tuple[int | None, int | None]]:
+        """The parts of ``path`` with how many records each holds, when the file says so without
+        being read (Parquet's metadata); None when it does not (line formats)."""
+        return [(part, None) for part in self.split_file(path)]
+
     @abstractmethod
     def create_reader(self, path: str, part: int | None, position: Any | None) -> FileRecordReader:
         """Open ``part`` of ``path``, at ``position`` (from :meth:`FileRecordReader.position`) or at the start."""

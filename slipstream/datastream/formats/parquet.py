@@ -44,9 +44,13 @@ class ParquetColumnarRowInputFormat(BulkFormat):
         self._batch_size = batch_size
 
     def split_file(self, path: str) -> list[int | None]:
+        return [part for part, _ in self.split_file_counted(path)]
+
+    def split_file_counted(self, path: str) -> list[tuple[int | None, int | None]]:
         parquet = _open_parquet(path)
         try:
-            return list(range(parquet.num_row_groups))
+            metadata = parquet.metadata
+            return [(group, metadata.row_group(group).num_rows) for group in range(parquet.num_row_groups)]
         finally:
             parquet.close(force=True)
 
