@@ -22,6 +22,7 @@ from slipstream.datastream.functions import KeyedProcessFunction
 from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.errors import InvalidProgramError, SlipstreamError
 from slipstream.operators.elements import RecordBatch
+from slipstream.runtime.checkpoint.snapshot import decode_backlog, encode_backlog
 
 
 class Totals(KeyedProcessFunction, KeyedStateBootstrapFunction):
@@ -76,11 +77,35 @@ def test_the_backlog_becomes_state_in_one_call_and_the_stream_goes_on_from_it(ar
         driver.operator.process_batch(RecordBatch(None, None, arrow=pa.Table.from_pylist(chunk)) if arrow
                                       else RecordBatch(chunk))
         driver.watermark(start)
-    assert driver.operator.is_checkpoint_blocked() is not None
+    assert driver.operator.is_checkpoint_blocked() is None and driver.operator.snapshot_backlog()["own"] is not None
     driver.watermark(10_000).attributes(LIVE)
     assert Totals.calls == 1 and driver.out.records == []  # one call, no output for the backlog
     driver.push([(record, None) for record in live])
     assert [tuple(v) for v, _ in driver.out.records] == oracle(backlog, live)
+
+
+@pytest.mark.parametrize("arrow", [True, False])
+def test_a_checkpoint_mid_backlog_restores_the_frames_and_the_stream_goes_on_from_them(arrow: bool) -> None:
+    """The backlog frames go into a checkpoint taken while they are buffered; an operator restored from
+    it takes the rest of the backlog and gives what one uninterrupted operator gives."""
+    backlog, live = history(3), history(4, n=40)
+    transformation = transformation_of(lambda env: env.from_collection([]).key_by("user").process(Totals()))
+
+    def push(driver: Driver, records: list[dict[str, Any]]) -> None:
+        for start in range(0, len(records), 64):
+            chunk = records[start:start + 64]
+            driver.operator.process_batch(RecordBatch(None, None, arrow=pa.Table.from_pylist(chunk)) if arrow
+                                          else RecordBatch(chunk))
+
+    first = Driver(transformation, batch_mode=False).attributes(BACKLOG)
+    push(first, backlog[:170])
+    data, files = encode_backlog(first.operator.snapshot_backlog(), first.operator)
+    restored = decode_backlog(data, [bytes(file.contents()) for file in files])
+    second = Driver(transformation, batch_mode=False, restored_backlog=restored).attributes(BACKLOG)
+    push(second, backlog[170:])
+    second.watermark(10_000).attributes(LIVE)
+    second.push([(record, None) for record in live])
+    assert [tuple(v) for v, _ in second.out.records] == oracle(backlog, live)
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
