@@ -81,7 +81,7 @@ class SubtaskFiles:
                 raise ValueError(f"backlog file name {name!r}")
         backlog = body.get("backlog")
         return SubtaskFiles(body["keyed"], body["operator"],
-                            tuple(body["key_groups"]) if body["key_groups"] else None,  # type: ignore[arg-type]
+                            tuple(body["key_groups"]) if body["key_groups"] else None,
                             _state_files(body.get("keyed_states", ())),
                             [_state_files(layer) for layer in body.get("keyed_deltas", ())],
                             None if backlog is None else str(backlog), backlog_files)
