@@ -66,7 +66,19 @@ value per key. (``backlog_sorting=False`` in BATCH mode processes records one by
 STREAMING's semantics over BLOCKING edges.)
 
 Without a batch engine the operator processes backlog record by record like any other.
-Checkpoints are refused while records are buffered (``is_checkpoint_blocked``).
+
+**Checkpoints while buffering** (unlike FLIP-327, which refuses them): a checkpoint taken while
+records are buffered holds the buffers (:meth:`BacklogSortingOperator.snapshot_backlog`): the
+spilled runs as shared files — immutable, so each is stored once however many checkpoints of
+the backlog refer to it — the in-memory tail as Arrow IPC segments (each checkpoint writes only
+the records that arrived since the previous one), the key dictionary and the held watermarks;
+a buffering operator that keeps buffers of its own (columns of a built-in aggregation, a
+co-group's Arrow inputs, a bootstrap's frames) adds them
+(:meth:`BacklogSortingOperator.snapshot_own_buffers`).
+With the sources' positions at the same barrier, a restore goes on buffering where the
+checkpoint was, and the switch then gives what it would have given without the failure.
+Such a checkpoint is restored at the same parallelism only (the buffers hold each subtask's
+records by key in its arrival order, not by key group): a rescale is refused, naming the operator.
 
 Metrics (in ``ctx.metrics``): ``backlog_records`` and ``spilled_bytes`` (kept up to date
 while buffering, summed over subtasks), ``backlog_seconds`` (backlog start to the end of
@@ -131,6 +143,7 @@ class BacklogSortingOperator(StreamOperator):
     STREAMING mode the buffer is read key by key in arrival order rather than interval by interval."""
 
     _buffering: bool = False
+    _restored_backlog: dict[str, Any] | None = None
 
     @classmethod
     def attributes_for(cls, transformation: Transformation) -> OperatorAttributes:
@@ -184,6 +197,15 @@ class BacklogSortingOperator(StreamOperator):
 
     def begin_backlog(self) -> None:
         """Called when buffering begins, once the sort buffers exist; nothing by default."""
+
+    def snapshot_own_buffers(self) -> Any:
+        """The buffers this operator keeps besides its sort buffers, for a checkpoint taken while it
+        buffers (see :meth:`snapshot_backlog`); None: none."""
+        return None
+
+    def restore_own_buffers(self, state: Any) -> None:
+        """Restore what :meth:`snapshot_own_buffers` returned, after :meth:`begin_backlog` of a restored
+        backlog made the buffers anew."""
 
     def run_backlog(self, buffers: list[SortBuffer]) -> None:
         """Run the buffered backlog, one buffer per input (any may be empty), at every switch.
@@ -364,9 +386,45 @@ class BacklogSortingOperator(StreamOperator):
         super().finish()
 
     def is_checkpoint_blocked(self) -> str | None:
-        if self._buffering:
-            return f"operator '{self.ctx.name}' is sorting backlog input"
-        return None
+        return None  # buffered backlog is checkpointed (snapshot_backlog)
+
+    # -- checkpoints while buffering --------------------------------------------------------------
+    def snapshot_backlog(self) -> dict[str, Any] | None:
+        """The buffered backlog (None when not buffering): the sort buffers (runs as shared files, the
+        in-memory tail as Arrow IPC segments), their key dictionary, the held watermarks, the count
+        of arrivals and :meth:`snapshot_own_buffers`."""
+        if not self._buffering:
+            return None
+        buffers = self._backlog_buffers
+        keys = buffers[0].key_dictionary.checkpoint_files(buffers[0].spill_directory)
+        return {"held": list(self._held), "arrivals": self._arrivals, "watermark": self.current_watermark,
+                "keys": keys, "buffers": [buffer.snapshot() for buffer in buffers], "own": self.snapshot_own_buffers()}
+
+    def restore_backlog(self, state: dict[str, Any]) -> None:
+        """Keep a checkpoint's buffered backlog until :meth:`open` puts it back into new buffers."""
+        self._restored_backlog = state
+
+    def open(self) -> None:
+        super().open()
+        state, self._restored_backlog = self._restored_backlog, None
+        if state is not None:
+            self._resume_backlog(state)
+
+    def _resume_backlog(self, state: dict[str, Any]) -> None:
+        """Go on buffering the backlog a checkpoint held, as the run that took it would have."""
+        if self.ctx.batch_engine is None:
+            raise SlipstreamError(
+                f"{self.where()} was checkpointed while it sorted its backlog, but now runs without backlog "
+                "sorting (env.configure(backlog_sorting=...)): restore it with backlog sorting as it was")
+        self.current_watermark = max(self.current_watermark, state["watermark"])
+        self._start_backlog()
+        buffers = self._backlog_buffers
+        buffers[0].key_dictionary.restore(state["keys"], buffers[0].spill_directory)
+        for buffer, buffer_state in zip(buffers, state["buffers"], strict=True):
+            buffer.restore(buffer_state)
+        self._held = list(state["held"])
+        self._arrivals = state["arrivals"]
+        self.restore_own_buffers(state["own"])
 
     def close(self) -> None:
         for buffer in self._backlog_buffers:

@@ -16,6 +16,7 @@ from slipstream.datastream.typeinfo import Row
 from slipstream.errors import InvalidProgramError, SlipstreamError
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.spill_file import CheckpointFile, StoredContents, arrow_file_bytes, read_arrow_file
 
 if TYPE_CHECKING:
     import polars as pl
@@ -55,6 +56,20 @@ class BootstrapBacklog:
     def add(self, batch: RecordBatch) -> None:
         if len(batch):
             self.frames.append(frame_of(batch))
+
+    def snapshot(self) -> CheckpointFile | None:
+        """The frames for a checkpoint taken while buffering: one Arrow IPC file (None: no frames)."""
+        if not self.frames:
+            return None
+        import polars as pl
+        self.frames = [pl.concat(self.frames, how="vertical_relaxed")]
+        return CheckpointFile(data=arrow_file_bytes(self.frames[0].to_arrow()))
+
+    def restore(self, data: bytes | StoredContents | None) -> None:
+        """Start from a checkpoint's :meth:`snapshot` (its file's bytes)."""
+        if data is not None:
+            import polars as pl
+            self.frames = [pl.DataFrame(pl.from_arrow(read_arrow_file(data)))]
 
     def run(self, process_backlog: Any) -> None:
         """Call ``process_backlog`` with the whole backlog and install the state it returns."""

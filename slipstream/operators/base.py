@@ -354,6 +354,16 @@ class StreamOperator(ABC):
             f"parallelism: the checkpoint has {len(states)} subtask(s), the job now "
             f"{self.ctx.parallelism}; give it its old parallelism with set_parallelism()")
 
+    def snapshot_backlog(self) -> Any:
+        """The backlog this operator buffers now, for a checkpoint taken while it sorts (FLIP-327);
+        None when it buffers none. Immutable files in it go as
+        :class:`~slipstream.operators.spill_file.CheckpointFile` objects (stored once, shared)."""
+        return None
+
+    def restore_backlog(self, state: Any) -> None:
+        """Restore what :meth:`snapshot_backlog` returned (each ``CheckpointFile`` as its bytes)."""
+        raise SlipstreamError(f"{self.where()} has no backlog buffer to restore the checkpoint's into")
+
     def check_restore(self) -> None:
         """Step one of a restore, once every operator of the job has its state and before any
         opens: raise if this operator cannot resume from it, reading only. Opening applies a

@@ -70,6 +70,7 @@ from slipstream.operators.columnar_buffer import (
     TS_COLUMN,
     ColumnarBuffer,
     canonical_keys,
+    restore_columnar_buffers,
     without_stamps,
 )
 from slipstream.operators.elements import RecordBatch
@@ -256,6 +257,12 @@ class CoGroupOperator(WindowOperator):
                                          spill_dir=ctx.spill_dir, metrics=ctx.metrics, name=ctx.name)
                           if columnar and isinstance(selector, FieldKey) else None
                           for selector in self._input_selectors]
+
+    def snapshot_own_buffers(self) -> Any:
+        return [None if buffer is None else buffer.snapshot() for buffer in self._columnar]
+
+    def restore_own_buffers(self, state: Any) -> None:
+        self._columnar = restore_columnar_buffers(self._columnar, state)
 
     def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:
         columnar = self._columnar[input_index]

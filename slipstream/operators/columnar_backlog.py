@@ -22,7 +22,13 @@ import pyarrow as pa
 from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.fields import FieldKey
 from slipstream.operators.backlog import BacklogSortingOperator
-from slipstream.operators.columnar_buffer import BYTES_PER_RECORD, SPILL_PARTITIONS, TS_COLUMN, ColumnarBuffer
+from slipstream.operators.columnar_buffer import (
+    BYTES_PER_RECORD,
+    SPILL_PARTITIONS,
+    TS_COLUMN,
+    ColumnarBuffer,
+    restore_columnar_buffers,
+)
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.sort_buffer import SortBuffer
 
@@ -83,6 +89,12 @@ class ColumnarBacklog(BacklogSortingOperator):
             self._columns = None  # rows (or Arrow it cannot hold) from now on
             columns.move_to_rows(self._backlog_buffers[0], self.backlog_key_selector(0), self.next_arrival)
         super().buffer_backlog(batch, input_index)
+
+    def snapshot_own_buffers(self) -> Any:
+        return None if self._columns is None else self._columns.snapshot()
+
+    def restore_own_buffers(self, state: Any) -> None:
+        self._columns = restore_interval_columns(self._columns, state)
 
     def run_backlog(self, buffers: list[SortBuffer]) -> None:
         columns, self._columns = self._columns, None
@@ -165,8 +177,23 @@ class IntervalColumns:
         finally:
             self.close()
 
+    def snapshot(self) -> dict[str, Any]:
+        """For a checkpoint taken while buffering (see :meth:`ColumnarBuffer.snapshot`)."""
+        return {"buffer": self.buffer.snapshot(), "field": self.field, "seq": self._seq}
+
     def close(self) -> None:
         self.buffer.close()
+
+
+def restore_interval_columns(columns: IntervalColumns | None, state: Any) -> IntervalColumns | None:
+    """The columns made anew for a restored backlog, filled with a checkpoint's snapshot of them
+    (None: the backlog had moved on to rows when it was taken)."""
+    (restored,) = restore_columnar_buffers([None if columns is None else columns.buffer],
+                                           [None if state is None else state["buffer"]])
+    if restored is None or columns is None or state is None:
+        return None
+    columns.field, columns._seq = state["field"], state["seq"]
+    return columns
 
 
 def records_of(frame: pl.DataFrame) -> pa.Table:

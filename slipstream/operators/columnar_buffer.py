@@ -10,9 +10,10 @@ How records are held:
 * the batches as they arrived, in arrival order, plus — once any record came with a
   timestamp — a timestamp column (:data:`TS_COLUMN`, int64, null for records without one);
 * past ``memory_budget`` bytes the in-memory batches are *spilled*: split by a hash of
-  the key into :data:`SPILL_PARTITIONS` partitions, each appended to its partition's
-  Arrow IPC file (in a private directory, mode 0700, that :meth:`ColumnarBuffer.close`
-  removes). Records keep their arrival order within a partition, and all records of a
+  the key into :data:`SPILL_PARTITIONS` partitions, each part written as an Arrow IPC file
+  of its own (in a private directory, mode 0700, that :meth:`ColumnarBuffer.close` removes;
+  a spilled file never changes, so a checkpoint stores it once: :meth:`ColumnarBuffer.snapshot`).
+  Records keep their arrival order within a partition, and all records of a
   key are in one partition — the same one in every buffer, since the hash depends only
   on the key's value (integers hash as int64, strings as strings) — so two buffers can
   be read back partition by partition and joined by key with one partition in memory.
@@ -40,13 +41,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from slipstream.errors import SlipstreamError
+from slipstream.operators.spill_file import SpilledFile, TailSegments, private_directory, write_restored
 
 TS_COLUMN = "__slipstream_ts"
 """The timestamp column a buffer adds to every batch it holds (int64, null: no timestamp)."""
@@ -146,9 +147,9 @@ class ColumnarBuffer:
         self._bytes = 0
         self._count = 0
         self._dir: str | None = None
-        self._writers: list[Any] = []
-        self._sinks: list[Any] = []
-        self._paths: list[str] = []
+        self._parts: list[list[SpilledFile]] = [[] for _ in range(SPILL_PARTITIONS)]  # per partition, in spill order
+        self._spills = 0
+        self._segments = TailSegments(self._spill_directory)
         self._closed = False
 
     def __len__(self) -> int:
@@ -156,7 +157,7 @@ class ColumnarBuffer:
 
     @property
     def spilled(self) -> bool:
-        return bool(self._paths)
+        return self._spills > 0
 
     # -- filling ------------------------------------------------------------------------------------
     def _resolve(self, schema: pa.Schema) -> bool:
@@ -191,10 +192,11 @@ class ColumnarBuffer:
         if not rows:
             return True
         if timestamps is not None and not self.has_timestamps:
-            if self._writers:
+            if self.spilled:
                 return False  # spilled without timestamps: the rows take it from here
             self.has_timestamps = True
             self._batches = [_with_stamps(piece, None) for piece in self._batches]
+            self._segments.clear()  # their columns changed: the next checkpoint writes them anew
         stamps = None if timestamps is None else pa.array(timestamps, pa.int64())
         pieces = batch.combine_chunks().to_batches() if isinstance(batch, pa.Table) else [batch]
         offset = 0
@@ -220,31 +222,34 @@ class ColumnarBuffer:
 
     # -- spilling -----------------------------------------------------------------------------------
     def _spill(self) -> None:
-        """Split the in-memory batches by key partition and append each part to its partition's file."""
+        """Split the in-memory batches by key partition and write each part as a file of its own."""
         if not self._batches:
             return
         table = self._memory_table()
-        if not self._writers:
-            if self.spill_root is not None:
-                os.makedirs(self.spill_root, exist_ok=True)
-            self._dir = tempfile.mkdtemp(prefix="slipstream-columnar-", dir=self.spill_root)  # mode 0700
-            for number in range(SPILL_PARTITIONS):
-                path = os.path.join(self._dir, f"part-{number:03d}.arrow")
-                sink = pa.OSFile(path, "wb")
-                self._paths.append(path)
-                self._sinks.append(sink)
-                self._writers.append(pa.ipc.new_stream(sink, table.schema))
+        directory = self._spill_directory()
         try:
-            for writer, part in zip(self._writers, split_by_partition(table, *self.partitioning(),
-                                                                       SPILL_PARTITIONS)):
+            for number, part in enumerate(split_by_partition(table, *self.partitioning(), SPILL_PARTITIONS)):
                 if part.num_rows:
-                    writer.write_table(part)
+                    path = os.path.join(directory, f"part-{number:03d}-{self._spills:06d}.arrow")
+                    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, part.schema) as writer:
+                        writer.write_table(part)
+                    self._add_part(number, path)
         except OSError as exc:
-            raise SlipstreamError(f"operator '{self.name}' cannot spill its backlog to {self._dir}: {exc}") from exc
-        size = sum(os.path.getsize(path) for path in self._paths)
-        self.metrics["spilled_bytes"] += size - self.spilled_bytes
-        self.spilled_bytes = size
+            raise SlipstreamError(f"operator '{self.name}' cannot spill its backlog to {directory}: {exc}") from exc
+        self._spills += 1
         self._batches, self._bytes = [], 0
+        self._segments.clear()
+
+    def _spill_directory(self) -> str:
+        if self._dir is None:
+            self._dir = private_directory(self.spill_root, "columnar")
+        return self._dir
+
+    def _add_part(self, number: int, path: str) -> None:
+        self._parts[number].append(SpilledFile(path))
+        size = os.path.getsize(path)
+        self.spilled_bytes += size
+        self.metrics["spilled_bytes"] += size
 
     # -- reading back -------------------------------------------------------------------------------
     def table(self) -> pa.Table:
@@ -261,6 +266,7 @@ class ColumnarBuffer:
     def _take_table(self) -> pa.Table:
         table = self.table()
         self._batches, self._bytes = [], 0
+        self._segments.clear()
         return table
 
     def partition_tables(self, count: int) -> Iterator[pa.Table]:
@@ -274,39 +280,67 @@ class ColumnarBuffer:
             raise ValueError(f"a columnar buffer has 1 or {SPILL_PARTITIONS} partitions, not {count}")
         memory = self._memory_table()
         parts = split_by_partition(memory, *self.partitioning(), count) if memory.num_rows else None
-        self._close_files()
         for number in range(count):
             pieces = []
-            if self._paths:
-                with pa.memory_map(self._paths[number]) as source:
-                    spilled = pa.ipc.open_stream(source).read_all()
-                if spilled.num_rows:
-                    pieces.append(spilled)
+            for spilled in self._parts[number]:
+                with pa.memory_map(spilled.path) as source:
+                    pieces.append(pa.ipc.open_file(source).read_all())
             if parts is not None and parts[number].num_rows:
                 pieces.append(parts[number])
-            spilled = None
             yield _drain(pieces, memory)  # the generator keeps no reference to what it handed over
 
-    def _close_files(self) -> None:
-        writers, sinks, self._writers, self._sinks = self._writers, self._sinks, [], []
-        for writer in writers:
-            writer.close()
-        for sink in sinks:
-            sink.close()
+    # -- checkpoints --------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The buffer for a checkpoint: its spilled files as they are, its in-memory batches as Arrow
+        IPC segments (only those added since the last checkpoint are written, see
+        :class:`~slipstream.operators.spill_file.TailSegments`), and what it learnt of its input."""
+        rows = sum(batch.num_rows for batch in self._batches)
+        tail = self._segments.checkpoint_files(rows, lambda start, stop: self._memory_table().slice(start,
+                                                                                                   stop - start))
+        return {"schema": self.schema, "key_name": self.key_name, "kind": self.kind,
+                "has_timestamps": self.has_timestamps, "count": self._count, "spills": self._spills,
+                "parts": [[spilled.checkpoint_file() for spilled in files] for files in self._parts], "tail": tail}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Fill this new, empty buffer with a checkpoint's :meth:`snapshot` (each file as its bytes)."""
+        self.schema, self.key_name, self.kind = state["schema"], state["key_name"], state["kind"]
+        self.has_timestamps, self._count, self._spills = state["has_timestamps"], state["count"], state["spills"]
+        self.metrics["backlog_records"] += self._count
+        for number, files in enumerate(state["parts"]):
+            for index, data in enumerate(files):
+                path = os.path.join(self._spill_directory(), f"part-{number:03d}-r{index:06d}.arrow")
+                write_restored(path, data)
+                self._add_part(number, path)
+        for table in self._segments.restore(state["tail"]):
+            self._batches.extend(table.to_batches())
+            self._bytes += table.nbytes
 
     # -- clean-up ----------------------------------------------------------------------------------
     def close(self) -> None:
         """Drop the records and delete the spill files; the buffer cannot be filled again."""
         self._closed = True
         self._batches = []
-        try:
-            self._close_files()
-        except Exception:  # noqa: BLE001 - closing, maybe on a failure path
-            pass
-        self._paths = []
+        self._segments.clear()
+        self._parts = [[] for _ in range(SPILL_PARTITIONS)]
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+def restore_columnar_buffers(buffers: list[ColumnarBuffer | None], states: list[Any]) -> list[ColumnarBuffer | None]:
+    """Buffers made anew for a restored backlog, filled with a checkpoint's snapshots of them
+    (a snapshot None: that input had moved on to rows, so its new buffer is closed)."""
+    restored: list[ColumnarBuffer | None] = []
+    for buffer, state in zip(buffers, states, strict=True):
+        if state is not None and buffer is None:
+            raise SlipstreamError("a checkpoint's columnar backlog buffer has no counterpart in this run "
+                                  "(its batch engine or key differs from the run that took the checkpoint)")
+        if buffer is not None and state is None:
+            buffer.close()
+        elif buffer is not None:
+            buffer.restore(state)
+        restored.append(None if state is None else buffer)
+    return restored
 
 
 __all__ = [

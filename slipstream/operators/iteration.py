@@ -197,6 +197,12 @@ class PerRoundOperator(StreamOperator):
     def initialize_state(self, state: Any) -> None:
         self.inner.initialize_state(state)
 
+    def snapshot_backlog(self) -> Any:
+        return self.inner.snapshot_backlog()
+
+    def restore_backlog(self, state: Any) -> None:
+        self.inner.restore_backlog(state)
+
     def check_restore(self) -> None:
         self.inner.check_restore()
 

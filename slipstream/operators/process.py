@@ -280,6 +280,13 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
         if isinstance(self.function, KeyedStateBootstrapFunction):
             self._bootstrap = BootstrapBacklog(self, self.key_selector)
 
+    def snapshot_own_buffers(self) -> Any:
+        return None if self._bootstrap is None else self._bootstrap.snapshot()
+
+    def restore_own_buffers(self, state: Any) -> None:
+        if self._bootstrap is not None:
+            self._bootstrap.restore(state)
+
     def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:
         if self._bootstrap is not None:
             self._bootstrap.add(batch)

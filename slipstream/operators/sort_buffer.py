@@ -44,6 +44,12 @@ True
 Keys come back in the order they were first seen; with a shared dictionary,
 :func:`co_grouped` walks several buffers key by key, and :func:`interval_batches`
 interval by interval.
+
+Checkpoints: :meth:`SortBuffer.snapshot` refers to the spilled runs as they are (immutable
+files: a checkpoint stores each once, shared with the later ones) and writes the in-memory
+records that arrived since the last checkpoint as an Arrow IPC segment of the same columns
+(values pickled); :meth:`SortBuffer.restore`
+puts both back into a new buffer, which then goes on filling as the old one would have.
 """
 
 from __future__ import annotations
@@ -54,7 +60,6 @@ import math
 import os
 import pickle
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -67,6 +72,14 @@ import pyarrow.compute as pc
 from slipstream.errors import SlipstreamError
 from slipstream.operators.batch_engine import BatchEngine
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.spill_file import (
+    CheckpointFile,
+    SpilledFile,
+    StoredContents,
+    TailSegments,
+    private_directory,
+    write_restored,
+)
 
 
 class BufferOrder(Enum):
@@ -95,6 +108,7 @@ class KeyDictionary:
     def __init__(self) -> None:
         self._ids: dict[Any, int] = {}
         self.keys: list[Any] = []
+        self._segments: TailSegments | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -121,6 +135,25 @@ class KeyDictionary:
     def key_of(self, key_id: int) -> Any:
         return self.keys[key_id]
 
+    def checkpoint_files(self, directory: Callable[[], str]) -> list[CheckpointFile]:
+        """The keys for a checkpoint, as Arrow IPC segments of pickled keys in ``directory()``: each
+        checkpoint writes only the keys first seen since the previous one (ids only grow)."""
+        if self._segments is None:
+            self._segments = TailSegments(directory)
+        return self._segments.checkpoint_files(len(self.keys), self._key_table)
+
+    def _key_table(self, start: int, stop: int) -> pa.Table:
+        dumps = pickle.dumps
+        return pa.table({"key": pa.array([dumps(key, protocol=pickle.HIGHEST_PROTOCOL)
+                                          for key in self.keys[start:stop]], pa.large_binary())})
+
+    def restore(self, files: list[bytes | StoredContents], directory: Callable[[], str]) -> None:
+        """Start from a checkpoint's :meth:`checkpoint_files` (this dictionary must be new)."""
+        self._segments = TailSegments(directory)
+        for table in self._segments.restore(files):
+            self.keys.extend(map(pickle.loads, table.column("key").to_pylist()))
+        self._ids = {key: index for index, key in enumerate(self.keys)}
+
 
 @dataclass
 class _Run:
@@ -130,6 +163,9 @@ class _Run:
     rows: int
     first_seq: int
     size: int
+
+    def __post_init__(self) -> None:
+        self.file = SpilledFile(self.path)
 
     def _read(self, columns: list[str] | None = None) -> pa.Table:
         with pa.memory_map(self.path) as source:
@@ -205,6 +241,7 @@ class SortBuffer:
         self._field_type: type | None = None
         self._field_abs_total = 0
         self._field_ok = field is not None
+        self._segments = TailSegments(self.spill_directory)
         self._closed = False
 
     def __len__(self) -> int:
@@ -311,11 +348,10 @@ class SortBuffer:
         base = self._base_seq
         return [seq - base for seq in table.column("seq").to_pylist()]
 
-    def _spill_directory(self) -> str:
+    def spill_directory(self) -> str:
+        """The buffer's private spill directory (made on first use; removed by :meth:`close`)."""
         if self._dir is None:
-            if self.spill_root is not None:
-                os.makedirs(self.spill_root, exist_ok=True)
-            self._dir = tempfile.mkdtemp(prefix="slipstream-sort-", dir=self.spill_root)  # mode 0700
+            self._dir = private_directory(self.spill_root, "sort")
         return self._dir
 
     def _spill(self) -> None:
@@ -325,31 +361,36 @@ class SortBuffer:
         with_field = self._field_ok
         table = self.engine.sort(self._memory_table(with_field), self._sort_columns)
         base = self._base_seq
-        values = self._values
-        dumps = pickle.dumps
-        index = 0
-        try:
-            blobs = []
-            for seq in table.column("seq").to_pylist():
-                index = seq - base
-                blobs.append(dumps(values[index], protocol=pickle.HIGHEST_PROTOCOL))
-        except Exception as exc:
-            raise SlipstreamError(
-                f"operator '{self.name}' cannot spill its backlog to disk: the record {values[index]!r} "
-                f"cannot be pickled ({type(exc).__name__}: {exc}); raise sort_memory_budget or run "
-                "without backlog sorting (env.configure(backlog_sorting=False))") from exc
-        table = table.append_column("value", pa.array(blobs, pa.large_binary()))
-        path = os.path.join(self._spill_directory(), f"run-{len(self._runs):06d}.arrow")
+        table = table.append_column("value", self._pickled([seq - base for seq in table.column("seq").to_pylist()],
+                                                           "spill its backlog to disk"))
+        path = os.path.join(self.spill_directory(), f"run-{len(self._runs):06d}.arrow")
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table, max_chunksize=RUN_CHUNK_ROWS)
         size = os.path.getsize(path)
         self._runs.append(_Run(path, table.num_rows, base, size))
         self.spilled_bytes += size
         self.metrics["spilled_bytes"] += size
-        self._base_seq += len(values)
+        self._base_seq += len(self._values)
         self._drop_memory_records()
 
+    def _pickled(self, positions: Iterable[int], doing: str) -> pa.Array:
+        """The in-memory values at ``positions``, each pickled, as a column (``doing``: for errors)."""
+        values = self._values
+        dumps = pickle.dumps
+        index = 0
+        try:
+            blobs = []
+            for index in positions:
+                blobs.append(dumps(values[index], protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception as exc:
+            raise SlipstreamError(
+                f"operator '{self.name}' cannot {doing}: the record {values[index]!r} "
+                f"cannot be pickled ({type(exc).__name__}: {exc}); raise sort_memory_budget or run "
+                "without backlog sorting (env.configure(backlog_sorting=False))") from exc
+        return pa.array(blobs, pa.large_binary())
+
     def _drop_memory_records(self) -> None:
+        self._segments.clear()
         self._keys, self._intervals, self._arrivals = _int64s(), _int64s(), _int64s()
         self._stamps, self._stamps_without_nulls = [], True
         self._values, self._field_values = [], []
@@ -471,6 +512,51 @@ class SortBuffer:
 
     def key_of(self, key_id: int) -> Any:
         return self.key_dictionary.keys[key_id]
+
+    # -- checkpoints --------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The buffer for a checkpoint: its runs as they are on disk, its in-memory records as Arrow
+        IPC segments (in arrival order, values pickled; only those added since the last checkpoint
+        are written, see :class:`~slipstream.operators.spill_file.TailSegments`), and its counters.
+        The key dictionary is its owner's to snapshot (buffers may share one)."""
+        return {"runs": [(run.file.checkpoint_file(), run.rows, run.first_seq) for run in self._runs],
+                "tail": self._segments.checkpoint_files(len(self._values), self._tail_table),
+                "count": self._count, "base_seq": self._base_seq, "batches_added": self._batches_added,
+                "has_timestamps": self.has_timestamps,
+                "field": (self._field_ok, self._field_type, self._field_abs_total)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Fill this new, empty buffer with a checkpoint's :meth:`snapshot` (each file as its bytes)."""
+        for number, (data, rows, first_seq) in enumerate(state["runs"]):
+            path = os.path.join(self.spill_directory(), f"run-{number:06d}.arrow")
+            size = write_restored(path, data)
+            self._runs.append(_Run(path, rows, first_seq, size))
+            self.spilled_bytes += size
+        self.metrics["spilled_bytes"] += self.spilled_bytes
+        self._base_seq, self._batches_added = state["base_seq"], state["batches_added"]
+        self.has_timestamps = state["has_timestamps"]
+        self._field_ok, self._field_type, self._field_abs_total = state["field"]
+        for table in self._segments.restore(state["tail"]):
+            self._restore_tail(table)
+        self._count = state["count"]
+        self.metrics["backlog_records"] += self._count
+
+    def _tail_table(self, start: int, stop: int) -> pa.Table:
+        """In-memory records ``start`` to ``stop`` as a tail segment: their columns, values pickled."""
+        table = self._memory_table(self._field_ok).slice(start, stop - start)
+        return table.append_column("value", self._pickled(range(start, stop), "checkpoint its backlog"))
+
+    def _restore_tail(self, table: pa.Table) -> None:
+        """Append a checkpoint's tail segment to the in-memory records."""
+        self._keys.extend(table.column("key").to_pylist())
+        self._intervals.extend(table.column("interval").to_pylist())
+        self._arrivals.extend(table.column("arrival").to_pylist())
+        stamps = table.column("ts").to_pylist()
+        self._stamps.extend(stamps)
+        self._stamps_without_nulls = self._stamps_without_nulls and None not in stamps
+        self._values.extend(map(pickle.loads, table.column("value").to_pylist()))
+        if self._field_ok:
+            self._field_values.extend(table.column("field").to_pylist())
 
     # -- clean-up ----------------------------------------------------------------------------------
     def close(self) -> None:

@@ -180,7 +180,9 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
     elif attributes.has_internal_sorter() and node.backlog_streamed:
         notes.append(f"streams its backlog record by record: {node.backlog_streamed}")
     elif attributes.has_internal_sorter():
-        notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}, then switches to streaming")
+        notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}, then switches to streaming; "
+                     "checkpoints during the backlog hold its buffer (spilled runs as shared files, stored once, "
+                     "and the records in memory)")
         if streaming and operator_cls is not None:
             notes.extend(f"differs from streaming its backlog: {text}"
                          for text in operator_cls.backlog_differences(node.transformation))

@@ -33,6 +33,7 @@ from slipstream.datastream.time import MAX_TIMESTAMP, MIN_TIMESTAMP, Watermark
 from slipstream.datastream.transformations import Transformation
 from slipstream.operators.base import OperatorContext, Output, StreamOperator
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
+from slipstream.runtime.checkpoint.snapshot import close_files, decode_backlog, encode_backlog
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
 from slipstream.runtime.task import TaskProcessingTimeService
@@ -104,14 +105,16 @@ class HarnessOutput(Output):
 
 @dataclass(frozen=True)
 class HarnessSnapshot:
-    """One operator subtask's state as a checkpoint holds it: keyed state by key group, and the
-    operator's own state, both serialised (what cannot be pickled fails here, as in a checkpoint)."""
+    """One operator subtask's state as a checkpoint holds it: keyed state by key group, the
+    operator's own state, and the backlog it was buffering with the contents of its spilled runs,
+    all serialised (what cannot be pickled fails here, as in a checkpoint)."""
 
     subtask_index: int
     parallelism: int
     max_parallelism: int
     keyed: bytes | None
     operator: bytes | None
+    backlog: tuple[bytes, list[bytes]] | None = None
 
 
 class OperatorHarness:
@@ -280,7 +283,18 @@ class OperatorHarness:
         backend, operator_state = self._backend, self.operator.snapshot_state()
         return HarnessSnapshot(self.ctx.subtask_index, self.ctx.parallelism, self.ctx.max_parallelism,
                                None if backend is None else _dumps(backend.snapshot()),
-                               None if operator_state is None else _dumps(operator_state))
+                               None if operator_state is None else _dumps(operator_state), self._backlog_snapshot())
+
+    def _backlog_snapshot(self) -> tuple[bytes, list[bytes]] | None:
+        """The backlog the operator buffers, encoded as a checkpoint writes it, with its files' bytes."""
+        backlog = self.operator.snapshot_backlog()
+        if backlog is None:
+            return None
+        data, files = encode_backlog(backlog, self.operator)
+        try:
+            return data, [bytes(file.contents()) for file in files]
+        finally:
+            close_files(files)
 
     def _restore(self, snapshots: list[HarnessSnapshot]) -> None:
         """Restore as a job does: the own subtask's state at the same parallelism, otherwise the
@@ -298,7 +312,13 @@ class OperatorHarness:
         if same:
             if states[0] is not None:
                 self.operator.initialize_state(states[0])
+            if same[0].backlog is not None:
+                data, contents = same[0].backlog
+                self.operator.restore_backlog(decode_backlog(data, list(contents)))
             return
+        if any(s.backlog is not None for s in snapshots):
+            raise ValueError(f"{ctx.name}: a snapshot taken while the operator buffered backlog cannot be "
+                             f"restored at another parallelism (its buffers hold records by key, not key group)")
 
         def owns_key(key: Any) -> bool:
             return assign_to_key_group(key, ctx.max_parallelism) in groups

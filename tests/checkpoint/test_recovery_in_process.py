@@ -123,13 +123,13 @@ def test_tolerable_checkpoint_failures_keep_the_job_running(tmp_path):
     assert committed_output(out) == oracle("counts", n)
 
 
-def test_no_checkpoint_while_a_sorter_processes_backlog(tmp_path):
+def test_checkpoints_are_taken_while_a_sorter_processes_backlog(tmp_path):
     out, chk = paths(tmp_path)
     env = build("counts", out, chk, 5_000, interval_ms=None, records=200)
     env.configure(backlog_sorting="always")  # a Python reduce sorts only when told to
     result = env.execute("sorting")
     stats = result.get_accumulator_result("checkpoints")
-    assert any("sorting backlog" in reason for reason in stats["skip_reasons"]), stats
+    assert not stats["skip_reasons"] and stats["completed"] > 5, stats
     # Sorted batch work (STREAMING mode) emits every running count, key by key, at the switch.
     assert committed_output(out) == oracle("counts", 5_000)
 

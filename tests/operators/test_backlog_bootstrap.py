@@ -22,6 +22,8 @@ from slipstream.datastream.functions import KeyedProcessFunction
 from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.errors import InvalidProgramError, SlipstreamError
 from slipstream.operators.elements import RecordBatch
+from slipstream.runtime.batch.polars_engine import PolarsBatchEngine
+from slipstream.testing import OperatorHarness
 
 
 class Totals(KeyedProcessFunction, KeyedStateBootstrapFunction):
@@ -76,11 +78,34 @@ def test_the_backlog_becomes_state_in_one_call_and_the_stream_goes_on_from_it(ar
         driver.process_batch(RecordBatch(None, None, arrow=pa.Table.from_pylist(chunk)) if arrow
                                       else RecordBatch(chunk))
         driver.process_watermark(start)
-    assert driver.operator.is_checkpoint_blocked() is not None
+    assert driver.operator.is_checkpoint_blocked() is None and driver.operator.snapshot_backlog()["own"] is not None
     driver.process_watermark(10_000).set_backlog(False)
     assert Totals.calls == 1 and driver.output.records == []  # one call, no output for the backlog
     driver.process_elements([(record, None) for record in live], batch_size=4)
     assert [tuple(v) for v, _ in driver.output.records] == oracle(backlog, live)
+
+
+@pytest.mark.parametrize("arrow", [True, False])
+def test_a_checkpoint_mid_backlog_restores_the_frames_and_the_stream_goes_on_from_them(arrow: bool) -> None:
+    """The backlog frames go into a checkpoint taken while they are buffered; an operator restored from
+    it takes the rest of the backlog and gives what one uninterrupted operator gives."""
+    backlog, live = history(3), history(4, n=40)
+    transformation = transformation_of(lambda env: env.from_collection([]).key_by("user").process(Totals()))
+
+    def push(driver: OperatorHarness, records: list[dict[str, Any]]) -> None:
+        for start in range(0, len(records), 64):
+            chunk = records[start:start + 64]
+            driver.process_batch(RecordBatch(None, None, arrow=pa.Table.from_pylist(chunk)) if arrow
+                                 else RecordBatch(chunk))
+
+    first = sorting_harness(transformation, batch_mode=False).set_backlog(True)
+    push(first, backlog[:170])
+    second = OperatorHarness(transformation, restore=first.snapshot(), batch_engine=PolarsBatchEngine(),
+                             batch_mode=False, sort_memory_budget=1_000_000).set_backlog(True)
+    push(second, backlog[170:])
+    second.process_watermark(10_000).set_backlog(False)
+    second.process_elements([(record, None) for record in live], batch_size=4)
+    assert [tuple(v) for v, _ in second.output.records] == oracle(backlog, live)
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 4])

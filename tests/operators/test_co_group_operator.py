@@ -441,14 +441,15 @@ def test_a_backlog_larger_than_the_memory_budget_spills_and_gives_the_same_resul
     assert not list(tmp_path.iterdir()), "the spill directories are removed after the switch"
 
 
-def test_checkpoints_are_refused_while_the_backlog_is_buffered() -> None:
+def test_checkpoints_take_the_buffered_backlog_with_them() -> None:
     operator = co_group_operator(COUNT)
     setup(operator, PolarsBatchEngine())
-    assert operator.is_checkpoint_blocked() is None
+    assert operator.is_checkpoint_blocked() is None and operator.snapshot_backlog() is None
     operator.process_record_attributes(RecordAttributes(True), 1)
-    assert "sorting backlog" in operator.is_checkpoint_blocked()
-    operator.process_record_attributes(RecordAttributes(False), 1)
     assert operator.is_checkpoint_blocked() is None
+    assert len(operator.snapshot_backlog()["buffers"]) == 2
+    operator.process_record_attributes(RecordAttributes(False), 1)
+    assert operator.is_checkpoint_blocked() is None and operator.snapshot_backlog() is None
 
 
 def test_frames_of_records_with_different_fields() -> None:

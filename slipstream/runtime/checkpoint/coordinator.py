@@ -15,13 +15,16 @@ every task acknowledged; a write that has begun is waited for. The job's last
 checkpoint, when every task finished, is written in the scheduler's thread.
 
 FLIP-327: no checkpoint is taken while a task still waits behind a BLOCKING edge
-or reads one, or while an operator reports ``is_checkpoint_blocked()`` (a sorter
-on backlog input); the skip is logged and counted in the metrics instead.
+or reads one, or while an operator reports ``is_checkpoint_blocked()``; the skip is
+logged and counted in the metrics instead. A sorter buffering backlog input does not
+block checkpoints (unlike FLIP-327): it puts its buffer into them (see
+:mod:`slipstream.operators.backlog`), at the interval during backlog.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -31,13 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slipstream.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
-from slipstream.errors import CheckpointError, SlipstreamError
+from slipstream.errors import CheckpointError, InvalidProgramError, SlipstreamError
 from slipstream.runtime.checkpoint.barriers import BarrierHandler
 from slipstream.runtime.checkpoint.iteration_region import attach_iteration_regions
 from slipstream.runtime.checkpoint.manifest import Manifest
 from slipstream.runtime.checkpoint.snapshot import (
     OperatorSnapshot,
     build_manifest_and_files,
+    close_snapshot_files,
     commit_keyed,
     release_task,
     snapshot_task,
@@ -109,16 +113,22 @@ class CheckpointWriter:
     def run(self) -> None:
         started = time.perf_counter()
         try:
-            files, shared = build_manifest_and_files(self._manifest, self._snapshots)
-            self.size_bytes = sum(len(data) for data in [*files.values(), *shared.values()])
-            self.path = self._storage.write(self._manifest, files, shared)
-            commit_keyed(self._snapshots)
-            self._storage.prune(self._manifest.checkpoint_id)
+            self._write()
         except BaseException as exc:  # noqa: BLE001 - handed to the scheduler's thread, which decides
             self.error = exc
+        close_snapshot_files(self._snapshots)
         self._snapshots = []
         self.write_ms = (time.perf_counter() - started) * 1000
         self.finished = True
+
+    def _write(self) -> None:
+        files, shared = build_manifest_and_files(self._manifest, self._snapshots)
+        storage = self._storage
+        new = [data for name, data in shared.items() if not storage.fs.exists(os.path.join(storage.directory, name))]
+        self.size_bytes = sum(len(data) for data in [*files.values(), *new])  # shared files stored before are not
+        self.path = self._storage.write(self._manifest, files, shared)
+        commit_keyed(self._snapshots)
+        self._storage.prune(self._manifest.checkpoint_id)
 
     def start(self) -> None:
         _writer_started()
@@ -138,6 +148,16 @@ class CheckpointWriter:
             self._thread.join()
 
 
+def _check_backlog_interval(config: CheckpointConfig) -> None:
+    """Flink's rule for ``execution.checkpointing.interval-during-backlog``: unset, the interval applies
+    during backlog too; 0, no checkpoint while a source reports backlog; otherwise at least the interval."""
+    during, interval = config.get_checkpoint_interval_during_backlog(), config.get_checkpoint_interval()
+    if during and 0 < during < interval:
+        raise InvalidProgramError(
+            f"execution.checkpointing.interval-during-backlog ({during} ms) must be 0 (no checkpoints during "
+            f"backlog) or at least execution.checkpointing.interval ({interval} ms), as in Flink")
+
+
 class CheckpointCoordinator:
     """Triggers and completes the checkpoints of one run of a job."""
 
@@ -145,6 +165,7 @@ class CheckpointCoordinator:
                  fingerprint: str, job_name: str, clock: Any, first_checkpoint_id: int) -> None:
         from slipstream.runtime.task import SourceTask
 
+        _check_backlog_interval(config)
         self.tasks = tasks
         self.config = config
         self.storage = storage
@@ -321,6 +342,8 @@ class CheckpointCoordinator:
         pending, self.pending = self.pending, None
         if pending is not None and pending.writer is not None:
             pending.writer.wait()
+        elif pending is not None:
+            close_snapshot_files([snap for snapshots in pending.acks.values() for snap in snapshots])
         self._release()
 
     # -- writing and completion -----------------------------------------------------------------
@@ -392,6 +415,8 @@ class CheckpointCoordinator:
                 operator.notify_checkpoint_complete(checkpoint_id)
 
     def _abort(self, pending: PendingCheckpoint) -> None:
+        if pending.writer is None:  # a writer releases the files it was given itself
+            close_snapshot_files([snap for snapshots in pending.acks.values() for snap in snapshots])
         for task in self.tasks:
             task.barrier_handler.abort(pending.checkpoint_id)
             for operator in task.operators:

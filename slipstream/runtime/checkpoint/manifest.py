@@ -11,6 +11,11 @@ the storage directory's ``shared/`` folder, named by their SHA-256, and ``shared
 every one a checkpoint uses with its checksum and size, as ``files`` lists its own. A
 subtask's keyed state is its ``keyed_states`` (every entry) followed by ``keyed_deltas``,
 layers of the entries changed since, applied in order (a value None: removed).
+
+A subtask checkpointed while it buffered its backlog also has ``backlog`` (a file of the
+checkpoint's own) and ``backlog_files``: the shared files it refers to by position (its spilled
+runs and in-memory tail, see :mod:`slipstream.runtime.checkpoint.snapshot`); both are left out
+of the manifest otherwise, so manifests without them read as before.
 """
 
 from __future__ import annotations
@@ -55,6 +60,31 @@ class SubtaskFiles:
     key_groups: tuple[int, int] | None = None  # [start, end) of the keyed files' key groups
     keyed_states: list[dict[str, str]] = field(default_factory=list)  # {"state", "file", "format"}
     keyed_deltas: list[list[dict[str, str]]] = field(default_factory=list)  # changes since, layer by layer
+    backlog: str | None = None  # a sorting operator's buffered backlog (pickled)
+    backlog_files: list[str] = field(default_factory=list)  # the shared files ``backlog`` refers to
+
+    def encode(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "keyed": self.keyed, "operator": self.operator,
+            "key_groups": list(self.key_groups) if self.key_groups else None,
+            "keyed_states": [dict(f) for f in self.keyed_states],
+            "keyed_deltas": [[dict(f) for f in layer] for layer in self.keyed_deltas]}
+        if self.backlog is not None:
+            body.update(backlog=self.backlog, backlog_files=list(self.backlog_files))
+        return body
+
+    @staticmethod
+    def decode(body: dict[str, Any]) -> SubtaskFiles:
+        backlog_files = [str(name) for name in body.get("backlog_files", ())]
+        for name in backlog_files:
+            if not _SHARED_NAME.match(name):
+                raise ValueError(f"backlog file name {name!r}")
+        backlog = body.get("backlog")
+        return SubtaskFiles(body["keyed"], body["operator"],
+                            tuple(body["key_groups"]) if body["key_groups"] else None,
+                            _state_files(body.get("keyed_states", ())),
+                            [_state_files(layer) for layer in body.get("keyed_deltas", ())],
+                            None if backlog is None else str(backlog), backlog_files)
 
 
 @dataclass
@@ -77,6 +107,11 @@ class Manifest:
     shared: dict[str, dict[str, Any]] = field(default_factory=dict)  # shared/<sha256>.<ext> -> the same
     operators: dict[str, OperatorEntry] = field(default_factory=dict)
 
+    def backlog_file_names(self) -> set[str]:
+        """The shared files the subtasks' buffered backlogs refer to (read when restored, not before)."""
+        return {name for entry in self.operators.values() for subtask in entry.subtasks
+                for name in subtask.backlog_files}
+
     # -- encoding ---------------------------------------------------------------------------------
     def _body(self) -> dict[str, Any]:
         return {
@@ -92,11 +127,7 @@ class Manifest:
             "operators": {
                 uid: {"kind": entry.kind, "parallelism": entry.parallelism,
                       "max_parallelism": entry.max_parallelism,
-                      "subtasks": [{"keyed": s.keyed, "operator": s.operator,
-                                    "key_groups": list(s.key_groups) if s.key_groups else None,
-                                    "keyed_states": [dict(f) for f in s.keyed_states],
-                                    "keyed_deltas": [[dict(f) for f in layer] for layer in s.keyed_deltas]}
-                                   for s in entry.subtasks]}
+                      "subtasks": [s.encode() for s in entry.subtasks]}
                 for uid, entry in sorted(self.operators.items())},
         }
 
@@ -133,11 +164,7 @@ class Manifest:
         try:
             operators = {}
             for uid, entry in body["operators"].items():
-                subtasks = [SubtaskFiles(s["keyed"], s["operator"],
-                                         tuple(s["key_groups"]) if s["key_groups"] else None,
-                                         _state_files(s.get("keyed_states", ())),
-                                         [_state_files(layer) for layer in s.get("keyed_deltas", ())])
-                            for s in entry["subtasks"]]
+                subtasks = [SubtaskFiles.decode(s) for s in entry["subtasks"]]
                 operators[uid] = OperatorEntry(uid, entry["kind"], int(entry["parallelism"]),
                                                int(entry["max_parallelism"]), subtasks)
             shared = dict(body.get("shared", {}))

@@ -128,7 +128,7 @@ class Recovery:
         if restore is not None:
             ended = restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)
             restore_tasks([task for task in run.tasks if task not in ended], restore.manifest,
-                          restore.files, restore.path)
+                          restore.files, restore.path, restore.stored)
             check_restore(run.tasks)
             log.info("restored job '%s' from %s", self.job_name, restore.path)
         return coordinator

@@ -28,19 +28,34 @@ entry; each later one writes only the entries changed since the previous complet
 as a new layer and references the earlier files, until the layers would hold more than
 ``DELTA_SHARE`` of the state's entries or number ``MAX_DELTAS``: then it writes every entry
 again, and the old files go once no retained checkpoint uses them.
+
+Backlog buffers: an operator sorting its backlog (FLIP-327) is checkpointed while it buffers.
+Its ``snapshot_backlog()`` is pickled into a file of its own (``<op>.backlog.pkl``), except the
+:class:`~slipstream.operators.spill_file.CheckpointFile` objects it holds — its spilled runs and
+its in-memory tail as Arrow IPC segments — which the pickle refers to by position: each becomes a
+shared file named by its SHA-256, so a run spilled before several checkpoints is stored once and
+a checkpoint during a long backlog writes only the runs spilled and the records buffered since the last one.
+On restore the operator's ``restore_backlog`` gets the same structure, each file's bytes in
+place of its :class:`CheckpointFile` (or, restored from storage, a handle that hard-links or
+copies it into the operator's spill directory: spilled runs are never read into memory). A
+backlog checkpoint is restored at the same parallelism only: the buffers hold records by key,
+in the arrival order of one subtask's inputs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import pickle
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slipstream.errors import CheckpointError, CorruptCheckpointError
-from slipstream.runtime.checkpoint.manifest import Manifest, OperatorEntry, SubtaskFiles, shared_name
+from slipstream.operators.spill_file import CheckpointFile, StoredContents
+from slipstream.runtime.checkpoint.manifest import SHARED_DIR, Manifest, OperatorEntry, SubtaskFiles, shared_name
 from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_file, encode_keyed_state
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 
@@ -86,6 +101,8 @@ class OperatorSnapshot:
     name: str = ""
     taken_ms: float = 0.0  # how long taking it stopped the task
     keyed_files: KeyedFiles | None = None  # set by the checkpoint writer
+    backlog: bytes | None = None  # a sorting operator's buffered backlog, pickled (files referred to by position)
+    backlog_files: list[CheckpointFile] = field(default_factory=list)  # the files ``backlog`` refers to
 
 
 def _dumps(value: Any, operator: Any, what: str) -> bytes:
@@ -96,6 +113,62 @@ def _dumps(value: Any, operator: Any, what: str) -> bytes:
         raise CheckpointError(f"operator '{ctx.name}' (uid '{ctx.uid}'), subtask {ctx.subtask_index + 1}: "
                               f"its {what} cannot be written to a checkpoint: {type(exc).__name__}: {exc}"
                               ) from exc
+
+
+class _FilePickler(pickle.Pickler):
+    """Pickles a state, putting each :class:`CheckpointFile` aside and in its place its position."""
+
+    def __init__(self, out: io.BytesIO) -> None:
+        super().__init__(out, protocol=pickle.HIGHEST_PROTOCOL)
+        self.files: list[CheckpointFile] = []
+
+    def persistent_id(self, obj: Any) -> int | None:
+        if isinstance(obj, CheckpointFile):
+            self.files.append(obj)
+            return len(self.files) - 1
+        return None
+
+
+class _FileUnpickler(pickle.Unpickler):
+    """Unpickles a state of :class:`_FilePickler`, each file's bytes in place of its position."""
+
+    def __init__(self, data: bytes, contents: list[bytes | StoredContents]) -> None:
+        super().__init__(io.BytesIO(data))
+        self.contents = contents
+
+    def persistent_load(self, pid: Any) -> bytes | StoredContents:
+        return self.contents[int(pid)]
+
+
+def encode_backlog(state: Any, operator: Any) -> tuple[bytes, list[CheckpointFile]]:
+    """``state`` (an operator's ``snapshot_backlog()``) pickled, and the files it refers to."""
+    out = io.BytesIO()
+    pickler = _FilePickler(out)
+    try:
+        pickler.dump(state)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure names the operator
+        close_files(pickler.files)
+        ctx = operator.ctx
+        raise CheckpointError(f"operator '{ctx.name}' (uid '{ctx.uid}'), subtask {ctx.subtask_index + 1}: "
+                              f"its buffered backlog cannot be written to a checkpoint: {type(exc).__name__}: "
+                              f"{exc}") from exc
+    return out.getvalue(), pickler.files
+
+
+def decode_backlog(data: bytes, contents: list[bytes | StoredContents]) -> Any:
+    """What :func:`encode_backlog` encoded, given the contents of the files it set aside, in order."""
+    return _FileUnpickler(data, contents).load()
+
+
+def close_files(files: list[CheckpointFile]) -> None:
+    for file in files:
+        file.close()
+
+
+def close_snapshot_files(snapshots: list[OperatorSnapshot]) -> None:
+    """The checkpoint of ``snapshots`` is written or given up: release the backlog files it held."""
+    for snap in snapshots:
+        close_files(snap.backlog_files)
 
 
 def encode_keyed(snap: OperatorSnapshot) -> tuple[KeyedFiles, dict[str, memoryview]]:
@@ -141,9 +214,13 @@ def snapshot_task(task: Any) -> list[OperatorSnapshot]:
             key_groups = (groups.start, groups.stop)
         state = operator.snapshot_state()
         data = None if state is None else _dumps(state, operator, "operator state")
-        result.append(OperatorSnapshot(ctx.uid, type(operator.transformation).__name__, ctx.subtask_index,
-                                       ctx.parallelism, ctx.max_parallelism, keyed, key_groups, data, ctx.name,
-                                       (time.perf_counter() - started) * 1000))
+        snapshot = OperatorSnapshot(ctx.uid, type(operator.transformation).__name__, ctx.subtask_index,
+                                    ctx.parallelism, ctx.max_parallelism, keyed, key_groups, data, ctx.name)
+        backlog = operator.snapshot_backlog()
+        if backlog is not None:
+            snapshot.backlog, snapshot.backlog_files = encode_backlog(backlog, operator)
+        snapshot.taken_ms = (time.perf_counter() - started) * 1000
+        result.append(snapshot)
     return result
 
 
@@ -189,7 +266,21 @@ def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapsho
         if snap.state is not None:
             files_of.operator = f"{base}.state.pkl"
             files[files_of.operator] = snap.state
+        if snap.backlog is not None:
+            files_of.backlog = f"{base}.backlog.pkl"
+            files[files_of.backlog] = snap.backlog
+            files_of.backlog_files = [_add_shared(file, manifest, shared) for file in snap.backlog_files]
     return files, shared
+
+
+def _add_shared(file: CheckpointFile, manifest: Manifest, shared: dict[str, memoryview]) -> str:
+    """List ``file`` as a shared file of ``manifest`` (its contents go to ``shared``, written only
+    when the storage does not hold that file yet); its name."""
+    contents = file.contents()
+    name = f"{SHARED_DIR}/{file.digest()}.{file.extension}"
+    manifest.shared[name] = {"sha256": file.digest(), "size": len(contents)}
+    shared[name] = contents
+    return name
 
 
 def commit_keyed(snapshots: list[OperatorSnapshot]) -> None:
@@ -199,15 +290,18 @@ def commit_keyed(snapshots: list[OperatorSnapshot]) -> None:
         if snap.keyed is not None:
             snap.keyed.completed = snap.keyed_files
 
-def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes], checkpoint: str) -> None:
+def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes], checkpoint: str,
+                  stored: Mapping[str, StoredContents] | None = None) -> None:
     """Put the state of a verified checkpoint into freshly built (not yet opened) tasks.
 
     An operator at the parallelism it was checkpointed at gets its own subtask's files. At
     another parallelism, each new subtask loads the keyed state of the key groups it now owns
     from every old subtask whose range overlaps, and its operator state through
     ``initialize_rescaled_state`` (timers are split by key, sources redistribute what their old
-    readers had left, a file sink commits the old subtasks' pending files).
+    readers had left, a file sink commits the old subtasks' pending files). A buffered backlog's
+    files come from ``stored`` (read when the operator restores them), or else from ``files``.
     """
+    stored = stored or {}
     def load(name: str) -> Any:
         return pickle.loads(files[name])
 
@@ -242,7 +336,11 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
                         backend.restore(layer)
                 if own.operator is not None:
                     operator.initialize_state(load(own.operator))
+                if own.backlog is not None:
+                    operator.restore_backlog(decode_backlog(
+                        files[own.backlog], [stored.get(name) or files[name] for name in own.backlog_files]))
                 continue
+            _refuse_rescaled_backlog(operator, entry)
             groups = key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
             if backend is not None:
                 for old in entry.subtasks:
@@ -257,6 +355,18 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
 
             operator.initialize_rescaled_state(
                 [None if old.operator is None else load(old.operator) for old in entry.subtasks], owns_key)
+
+
+def _refuse_rescaled_backlog(operator: Any, entry: OperatorEntry) -> None:
+    """A checkpoint taken while ``operator`` buffered its backlog is restored at its parallelism only."""
+    if any(old.backlog is not None for old in entry.subtasks):
+        ctx = operator.ctx
+        raise CheckpointError(
+            f"operator '{ctx.name}' (uid '{ctx.uid}') was checkpointed while it sorted its backlog, at "
+            f"parallelism {entry.parallelism}; the job now has {ctx.parallelism}. A checkpoint taken during "
+            "the backlog can only be restored at the parallelism it was taken at (the buffered records are "
+            "held by key in each subtask's arrival order, not by key group): restore it with "
+            f"set_parallelism({entry.parallelism}), or rescale from a checkpoint taken after the backlog")
 
 
 def check_restore(tasks: list[Any]) -> None:

@@ -23,10 +23,13 @@ before the caller unpickles a single byte.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
 
 from slipstream.errors import CorruptCheckpointError, DiskFullError
 from slipstream.filesystem import FileSystem, copy_directory, filesystem_of, resolve
@@ -47,6 +50,36 @@ def checkpoint_dir_name(checkpoint_id: int) -> str:
     return f"chk-{checkpoint_id:06d}"
 
 
+COPY_CHUNK = 1 << 20
+"""Bytes read at a time when a stored file is hashed or copied rather than read whole."""
+
+
+@dataclass
+class StoredFile:
+    """A verified file of a checkpoint read when it is used, not with the checkpoint: the spilled
+    runs of a backlog, which may be larger than memory (see :mod:`slipstream.operators.spill_file`)."""
+
+    fs: FileSystem
+    path: str
+    size: int
+
+    def read(self) -> bytes:
+        return self.fs.read_file(self.path)
+
+    def copy_to(self, target: str) -> int:
+        """Put the file at the local path ``target``: a hard link when it is on the same local disk (the
+        file never changes, and pruning only unlinks it), a copy otherwise; its size."""
+        if self.fs.local:
+            try:
+                os.link(self.path, target)
+                return self.size
+            except OSError:
+                pass  # another device, or a file system without hard links: copy
+        with self.fs.open_input(self.path) as source, open(target, "wb") as sink:
+            shutil.copyfileobj(source, sink, COPY_CHUNK)
+        return self.size
+
+
 @dataclass
 class VerifiedCheckpoint:
     """A checkpoint whose every file matched its manifest; ``files`` holds their bytes."""
@@ -54,6 +87,7 @@ class VerifiedCheckpoint:
     path: str
     manifest: Manifest
     files: dict[str, bytes]
+    stored: dict[str, StoredFile] = field(default_factory=dict)  # backlog files, read when restored
 
     @property
     def checkpoint_id(self) -> int:
@@ -218,9 +252,15 @@ class CheckpointStorage:
         files = {name: _verified(fs, path, path, name, info, name in present)
                  for name, info in sorted(manifest.files.items())}
         storage = os.path.dirname(path)
+        backlog = manifest.backlog_file_names()
+        stored = {}
         for name, info in sorted(manifest.shared.items()):
-            files[name] = _verified(fs, path, storage, name, info, fs.exists(os.path.join(storage, name)))
-        return VerifiedCheckpoint(path, manifest, files)
+            exists = fs.exists(os.path.join(storage, name))
+            if name in backlog:
+                stored[name] = _verified_stored(fs, path, storage, name, info, exists)
+            else:
+                files[name] = _verified(fs, path, storage, name, info, exists)
+        return VerifiedCheckpoint(path, manifest, files, stored)
 
 
 def copy_checkpoint(source: str, target: str) -> None:
@@ -237,23 +277,46 @@ def copy_checkpoint(source: str, target: str) -> None:
     copy_directory(source, target)
 
 
-def _verified(fs: FileSystem, checkpoint: str, directory: str, name: str, info: dict, present: bool) -> bytes:
+def _verified(fs: FileSystem, checkpoint: str, directory: str, name: str, info: dict[str, Any],
+              present: bool) -> bytes:
     """The contents of file ``name`` in ``directory``, listed by ``checkpoint``'s manifest as ``info``,
     once its size and SHA-256 match (a shared file is checked by every checkpoint that lists it)."""
+    _check_present(checkpoint, name, info, present)
+    data = fs.read_file(os.path.join(directory, name))
+    _check_contents(checkpoint, name, info, len(data), sha256_hex(data))
+    return data
+
+
+def _verified_stored(fs: FileSystem, checkpoint: str, directory: str, name: str, info: dict[str, Any],
+                     present: bool) -> StoredFile:
+    """As :func:`_verified`, but the file is hashed a chunk at a time and handed over as a
+    :class:`StoredFile`."""
+    _check_present(checkpoint, name, info, present)
+    path = os.path.join(directory, name)
+    digest, size = hashlib.sha256(), 0
+    with fs.open_input(path) as handle:
+        while chunk := handle.read(COPY_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    _check_contents(checkpoint, name, info, size, digest.hexdigest())
+    return StoredFile(fs, path, size)
+
+
+def _check_present(checkpoint: str, name: str, info: dict[str, Any], present: bool) -> None:
     if not present:
         raise CorruptCheckpointError("a state file listed in the manifest is missing",
                                      checkpoint=checkpoint, file=name,
                                      expected=f"sha256 {info['sha256']}", actual="no file")
-    data = fs.read_file(os.path.join(directory, name))
-    if len(data) != info["size"]:
+
+
+def _check_contents(checkpoint: str, name: str, info: dict[str, Any], size: int, digest: str) -> None:
+    if size != info["size"]:
         raise CorruptCheckpointError("a state file has the wrong size (truncated or extended)",
                                      checkpoint=checkpoint, file=name,
                                      expected=f"{info['size']} bytes, sha256 {info['sha256']}",
-                                     actual=f"{len(data)} bytes, sha256 {sha256_hex(data)}")
-    digest = sha256_hex(data)
+                                     actual=f"{size} bytes, sha256 {digest}")
     if digest != info["sha256"]:
         raise CorruptCheckpointError("a state file's checksum does not match the manifest (damaged, "
                                      "or swapped in from another checkpoint or job)",
                                      checkpoint=checkpoint, file=name,
                                      expected=f"sha256 {info['sha256']}", actual=f"sha256 {digest}")
-    return data
