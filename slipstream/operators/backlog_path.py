@@ -32,15 +32,10 @@ class BacklogPath(Enum):
 
 @dataclass(frozen=True)
 class BacklogChoice:
-    """The path the planner chose for one operator, and why when it streams."""
+    """The path the planner chose for one operator, and (exactly when it streams) why."""
 
     path: BacklogPath
     reason: str | None = None
-
-    @property
-    def streamed_reason(self) -> str | None:
-        """Why this operator streams its backlog; None when it sorts it."""
-        return self.reason if self.path is BacklogPath.STREAMED else None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ backlog_sorting=False)``) backlog is processed record by record too. Metrics as
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -62,7 +63,7 @@ from slipstream.datastream.transformations import (
     WindowTransformation,
 )
 from slipstream.datastream.window import GlobalWindow, Window, is_end_of_stream_window
-from slipstream.errors import SlipstreamError, user_code
+from slipstream.errors import SlipstreamError, UserCode, user_code
 from slipstream.operators.backlog_path import SORTED, VECTORISED, BacklogDeclaration
 from slipstream.operators.base import split_outputs
 from slipstream.operators.co_group_batch import (
@@ -127,6 +128,7 @@ class CoGroupOperator(WindowOperator):
         self._frame_columns: list[Any] = [None, None]  # last columns seen per input, for empty sides
         self._columnar: list[ColumnarBuffer | None] = [None, None]  # per input, while it arrives as Arrow
         self._streamed = False  # whether any record went through the streaming path
+        self._calling: tuple[Window, Any] = (GlobalWindow.get(), None)  # the window and key being evaluated
 
     @classmethod
     def attributes_for(cls, transformation: Transformation) -> OperatorAttributes:
@@ -167,8 +169,14 @@ class CoGroupOperator(WindowOperator):
 
     def call(self, window: Window, key: Any, first: list, second: list) -> None:
         """Run the co-group function for one key and window, naming both if it fails."""
-        with key_guard(self, window, lambda: key):
+        self._calling = (window, key)
+        with self._key_guard:
             self.collect(window, first, second)
+
+    @functools.cached_property
+    def _key_guard(self) -> UserCode:
+        """One guard for every call of :meth:`call` (building one per key costs more than entering it)."""
+        return key_guard(self, lambda: self._calling[0], lambda: self._calling[1])
 
     def collect(self, window: Window, first: list, second: list) -> None:
         """Run the co-group function over one key's groups (its key current) and collect its outputs."""

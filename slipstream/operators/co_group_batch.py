@@ -42,10 +42,11 @@ def co_group_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def key_guard(host: NamesUserErrors, window: Window, key: Callable[[], Any]) -> UserCode:
+def key_guard(host: NamesUserErrors, window: Callable[[], Window], key: Callable[[], Any]) -> UserCode:
     """The guard around calls of a co-group function: a failure names the window and the key
-    ``key()`` gives when it fails. Enter it for each key (it is reusable); building it costs more."""
-    return user_code(host, lambda: window, what=lambda: f"key {key()!r}, window", explain=co_group_cause)
+    ``window()`` and ``key()`` give when it fails. Enter it for each key (it is reusable): building
+    one costs more than entering it."""
+    return user_code(host, window, what=lambda: f"key {key()!r}, window", explain=co_group_cause)
 
 
 class CoGroupHost(NamesUserErrors, Protocol):
@@ -96,7 +97,7 @@ class RowsPerKey:
         set_key, collect, flush = host.set_current_key, host.collect, host.flush
         values = host.outputs()[0]
         key = None
-        guard = key_guard(host, window, lambda: key)
+        guard = key_guard(host, lambda: window, lambda: key)
         for key, ((_, first), (_, second)) in co_grouped(*self.buffers):
             with guard:
                 set_key(key)

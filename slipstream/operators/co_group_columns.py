@@ -194,7 +194,7 @@ class ColumnsPerKey(_Partitions):
         first_rows, second_rows = rows
         a = b = 0
         key = None
-        with key_guard(host, window, lambda: key):
+        with key_guard(host, lambda: window, lambda: key):
             for key, na, nb in zip(keys, first_counts, second_counts):
                 first = first_rows[a:a + na]
                 second = second_rows[b:b + nb]

@@ -14,6 +14,7 @@ once per record either way, so sorting only adds its own cost.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -27,7 +28,7 @@ from slipstream.datastream.functions import (
 )
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation, Transformation
-from slipstream.errors import SlipstreamError, user_code
+from slipstream.errors import SlipstreamError, UserCode, user_code
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
 from slipstream.operators.backlog_bootstrap import BootstrapBacklog
 from slipstream.operators.backlog_path import VECTORISED, BacklogDeclaration, sorted_unless_streaming, streamed
@@ -154,12 +155,13 @@ def process_cause(exc: Exception, results: Any) -> Exception:
 
 
 def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], timer: InternalTimer,
-               ctx: ProcessContext, domain: TimeDomain) -> None:
-    """Call ``on_timer`` for a due timer (its key is current) and emit what it yields."""
+               ctx: ProcessContext, domain: TimeDomain, guard: UserCode) -> None:
+    """Call ``on_timer`` for a due timer (its key is current) and emit what it yields; ``guard``
+    names the timer if it fails."""
     ctx.current_time_domain = domain
     ctx.current_timestamp = timer.timestamp if domain is TimeDomain.EVENT_TIME else None
     values: list = []
-    with user_code(operator, lambda: f"timer @{timer.timestamp} for key {timer.key!r}", what="on_timer"):
+    with guard:
         results = on_timer(timer.timestamp, ctx)
         for out in results or ():
             if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
@@ -182,6 +184,7 @@ class OnTimerOperator(StreamOperator):
     function: Any
     context: ProcessContext
     timers: InternalTimerService | None
+    _firing: InternalTimer  # the timer being fired, which its guard names
 
     def on_watermark(self, watermark: Any) -> None:
         if self.timers is not None:
@@ -189,10 +192,18 @@ class OnTimerOperator(StreamOperator):
         self.output.emit_watermark(watermark)
 
     def _on_event_time(self, timer: InternalTimer) -> None:
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME)
+        self._firing = timer
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME, self._timer_guard)
 
     def _on_processing_time(self, timer: InternalTimer) -> None:
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.PROCESSING_TIME)
+        self._firing = timer
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.PROCESSING_TIME, self._timer_guard)
+
+    @functools.cached_property
+    def _timer_guard(self) -> UserCode:
+        """One guard for every timer this operator fires (building one per timer costs more than a call)."""
+        return user_code(self, lambda: f"timer @{self._firing.timestamp} for key {self._firing.key!r}",
+                         what="on_timer")
 
     def snapshot_state(self) -> Any:
         return None if self.timers is None else {"timers": self.timers.snapshot()}

@@ -69,7 +69,7 @@ from slipstream.datastream.window import (
     WindowFunction,
     is_end_of_stream_window,
 )
-from slipstream.errors import JobExecutionError, SlipstreamError, user_code
+from slipstream.errors import JobExecutionError, SlipstreamError, UserCode, user_code
 from slipstream.operators.backlog import uses_processing_time
 from slipstream.operators.backlog_path import SORTED, VECTORISED, BacklogDeclaration
 from slipstream.operators.base import StreamRuntimeContext, count_and_warn, operator_metric_group, split_outputs
@@ -201,6 +201,7 @@ class WindowOperator(ColumnarBacklog):
     emits_declared_type = True
     _windows_by_key = False
     timers: InternalTimerService  # made in open (None before: only initialize_state sees that)
+    _firing: InternalTimer  # the timer being fired, which its guard names
 
     def __init__(self, transformation: WindowTransformation) -> None:
         super().__init__(transformation)
@@ -401,8 +402,14 @@ class WindowOperator(ColumnarBacklog):
 
     def _guarded(self, timer: InternalTimer, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn``, turning a user failure into an error naming the key and window."""
-        with user_code(self, lambda: timer.namespace, what=lambda: f"key {timer.key!r}, window"):
+        self._firing = timer
+        with self._timer_guard:
             fn(*args)
+
+    @functools.cached_property
+    def _timer_guard(self) -> UserCode:
+        """One guard for every timer this operator fires (building one per timer costs more than a window)."""
+        return user_code(self, lambda: self._firing.namespace, what=lambda: f"key {self._firing.key!r}, window")
 
     def _on_timer(self, timer: InternalTimer, event_time: bool) -> None:
         window = timer.namespace

@@ -152,6 +152,8 @@ def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows,
     outputs = replay.outputs
     at = level + 1
     fired_at = -1
+    window: Any = None
+    guard = user_code(operator, lambda: window, what=lambda: f"key {operator.backend.get_current_key()!r}, window")
     for window in due:
         at = bisect_left(held, window.max_timestamp(), at, interval + 1)
         if at != fired_at:
@@ -159,7 +161,7 @@ def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows,
             fired_at = at
             replay.set_watermark(held[at])
             outputs.interval = at - 1  # fired by watermark `at`: before it goes downstream
-        with user_code(operator, lambda: window, what=lambda: f"key {operator.backend.get_current_key()!r}, window"):
+        with guard:
             operator._evaluate(window, windows.inputs(open_windows.pop(window)))
             windows.clear(window)
     operator._flush()

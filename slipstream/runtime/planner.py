@@ -290,5 +290,5 @@ def choose_backlog_paths(job_graph: JobGraph, backlog_sorting: bool | str) -> Jo
             operator_cls = StreamOperator.registry.get(type(node.transformation))
             if operator_cls is not None:
                 choice = operator_cls.backlog_path(node.transformation).choose(backlog_sorting, batch_mode)
-                node.backlog_path, node.backlog_streamed = choice.path, choice.streamed_reason
+                node.backlog_path, node.backlog_streamed = choice.path, choice.reason
     return job_graph
