@@ -22,10 +22,9 @@ class Operator:
 def test_a_failure_names_the_record_current_when_it_failed_and_chains_the_original() -> None:
     seen: list[int] = []
     value = None
-    with pytest.raises(UserFunctionError) as info:
-        with user_code(Operator(), lambda: value):
-            for value in [1, 2, 3]:
-                seen.append(10 // (2 - value))
+    with pytest.raises(UserFunctionError) as info, user_code(Operator(), lambda: value):
+        for value in [1, 2, 3]:
+            seen.append(10 // (2 - value))
     assert str(info.value) == ("operator 'the op' (uid 'op-uid'), subtask 2/4, failed on record 2: "
                                "ZeroDivisionError: integer division or modulo by zero")
     assert isinstance(info.value.__cause__, ZeroDivisionError) and info.value.record == 2
@@ -38,19 +37,17 @@ def test_what_may_be_read_at_failure_and_explain_replaces_the_cause_shown() -> N
                       explain=lambda exc: TypeError(f"explained: {exc}"))
     with guard:  # a guard is reusable: entered once per key
         key = "b"
-    with pytest.raises(UserFunctionError, match=r"failed on key 'c', window 'window': TypeError: explained: boom") \
-            as info:
-        with guard:
-            key = "c"
-            raise ValueError("boom")
+    failure = r"failed on key 'c', window 'window': TypeError: explained: boom"
+    with pytest.raises(UserFunctionError, match=failure) as info, guard:
+        key = "c"
+        raise ValueError("boom")
     assert isinstance(info.value.__cause__, ValueError)
 
 
 @pytest.mark.parametrize("raised", [SlipstreamError("already named"), KeyboardInterrupt(), GeneratorExit()])
 def test_slipstream_s_own_errors_and_non_errors_pass_unchanged(raised: BaseException) -> None:
-    with pytest.raises(type(raised)) as info:
-        with user_code(Operator(), lambda: None):
-            raise raised
+    with pytest.raises(type(raised)) as info, user_code(Operator(), lambda: None):
+        raise raised
     assert info.value is raised
 
 

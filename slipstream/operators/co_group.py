@@ -199,7 +199,7 @@ class CoGroupOperator(WindowOperator):
     def call_vectorized(self, window: Window, keys: list, first: list, second: list) -> None:
         """Run the vectorised function over DataFrames of ``first`` and ``second`` (many keys)."""
         frames: list = []
-        shown = keys if len(keys) <= 5 else keys[:5] + ["…"]
+        shown = keys if len(keys) <= 5 else [*keys[:5], "…"]
         with user_code(self, lambda: window, what=f"{len(keys)} key(s) {shown}, window",
                        explain=lambda exc: _blind_frame_cause(exc, frames)):
             frames = [self.frame(first, 0), self.frame(second, 1)]

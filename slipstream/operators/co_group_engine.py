@@ -109,7 +109,7 @@ class OnEngine:
             result = host.ctx.batch_engine.co_group_vectorized(tables[0], tables[1], host.function.co_group)
         except CoGroupFunctionError as exc:
             keys = [self.buffers[0].key_of(key_id) for key_id in exc.key_ids]
-            shown = keys if len(keys) <= 5 else keys[:5] + ["…"]
+            shown = keys if len(keys) <= 5 else [*keys[:5], "…"]
             raise host.user_error(window, exc.cause, what=f"{len(keys)} key(s) {shown}, window") from exc.cause
         if result is None:
             return
