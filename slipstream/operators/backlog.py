@@ -88,7 +88,7 @@ from typing import Any, ClassVar
 from slipstream.attributes import OperatorAttributes, RecordAttributes
 from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import Transformation
-from slipstream.errors import user_code
+from slipstream.errors import SlipstreamError, user_code
 from slipstream.operators.base import OperatorContext, StreamOperator, count_and_warn
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.key_replay import KeyReplay

@@ -44,6 +44,7 @@ from slipstream.datastream.aggregation import AggregationFunction
 from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.fields import replace_field
 from slipstream.datastream.time import MAX_TIMESTAMP
+from slipstream.datastream.transformations import WindowTransformation
 from slipstream.datastream.window import (
     CountSlidingWindowAssigner,
     CountTrigger,
@@ -57,7 +58,6 @@ from slipstream.datastream.window import (
     TumblingEventTimeWindows,
     WindowAssigner,
 )
-from slipstream.datastream.transformations import WindowTransformation
 from slipstream.operators.base import count_and_warn
 from slipstream.operators.columnar_backlog import (
     INTERVAL_COLUMN,
