@@ -181,9 +181,7 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
     path = node.backlog_path
     if path is BacklogPath.STREAMED and attributes.has_internal_sorter() and not backlog_sorting:
         notes.append("processes its backlog record by record (backlog_sorting=False)")
-    elif path is BacklogPath.STREAMED:
-        notes.append(f"streams its backlog record by record: {node.backlog_streamed}")
-    elif path is not None:
+    elif path is not None and path is not BacklogPath.STREAMED:
         how = " (vectorised)" if path is BacklogPath.VECTORISED else ""
         notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}{how}, then switches to streaming")
         if streaming and operator_cls is not None:
@@ -193,6 +191,8 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
         notes.append("emits only at end of input (its output edges block)")
     if attributes.is_output_on_checkpoint():
         notes.append("emits when a checkpoint is taken")
+    if path is BacklogPath.STREAMED and (backlog_sorting or not attributes.has_internal_sorter()):
+        notes.append(f"streams its backlog record by record: {node.backlog_streamed}")  # after what it emits
     spark_plan = getattr(getattr(node.transformation, "source", None), "spark_plan", None)
     if spark_plan:
         notes.append(f"runs on spark as one query: {spark_plan}")
