@@ -179,7 +179,7 @@ def run_slipstream(kind: str, records: list[Record], sizes: Sizes, sorting: bool
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1).configure(backlog_sorting=sorting)
     counter = Counter()
-    build(kind, env, records, sizes).add_sink(FunctionSink(counter))
+    build(kind, env, records, sizes).name(kind).add_sink(FunctionSink(counter))
     plan = env.explain()
     start = time.perf_counter()
     env.execute(kind)
@@ -398,7 +398,7 @@ def main() -> None:
         for way, sorting in (("sorted", True), ("forced", "always"), ("streamed", False)):
             seconds, count, plan = run_slipstream(kind, records, sizes, sorting)
             figures[way] = seconds
-            note = "" if way != "sorted" else _plan_note(plan)
+            note = "" if way != "sorted" else _plan_note(plan, kind)
             print(f"{'':<18}{way:<10}{seconds:>9.2f}{n / seconds / 1e6:>9.2f}{loop_seconds / seconds:>9.2f}"
                   f"  {count:,} out{note}")
         print(f"{'':<18}sorted/streamed speed {figures['streamed'] / figures['sorted']:.2f}, "
@@ -411,10 +411,10 @@ def main() -> None:
                       f"{seconds:.1f} s to streaming, {count:,} out")
 
 
-def _plan_note(plan: str) -> str:
-    """What explain() says about the job's sorting operator, shortened."""
+def _plan_note(plan: str, kind: str) -> str:
+    """What explain() says about the backlog of the kind's operator (named ``kind``), shortened."""
     for line in plan.splitlines():
-        if "backlog" in line and ("streams" in line or "sorts" in line):
+        if line.strip().startswith(f"{kind}: ") and "backlog" in line and ("streams" in line or "sorts" in line):
             return "; " + line.split(": ", 1)[1][:110]
     return ""
 

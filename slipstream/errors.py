@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 
 class SlipstreamError(Exception):
     """Root of every error slipstream raises on its own account."""
@@ -79,3 +82,46 @@ class DiskFullError(JobExecutionError, OSError):
 
 class JobCancelledError(JobExecutionError):
     """The job was cancelled (``JobClient.cancel``) before it ended: it has no result."""
+
+
+class NamesUserErrors(Protocol):
+    """What names a failure in user code: an operator subtask (``StreamOperator.user_error``)."""
+
+    def user_error(self, record: object, cause: BaseException, what: str = "record") -> UserFunctionError: ...
+
+
+class UserCode:
+    """The guard :func:`user_code` returns: a context manager, cheap to enter once per batch."""
+
+    __slots__ = ("_explain", "_operator", "_record", "_what")
+
+    def __init__(self, operator: NamesUserErrors, record: Callable[[], object], what: str | Callable[[], str],
+                 explain: Callable[[Exception], BaseException] | None) -> None:
+        self._operator = operator
+        self._record = record
+        self._what = what
+        self._explain = explain
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: object) -> None:
+        if not isinstance(exc, Exception) or isinstance(exc, SlipstreamError):
+            return  # no failure, slipstream's own error (it names what it is about), or not an error at all
+        what = self._what if isinstance(self._what, str) else self._what()
+        cause = exc if self._explain is None else self._explain(exc)
+        raise self._operator.user_error(self._record(), cause, what=what) from exc
+
+
+def user_code(operator: NamesUserErrors, record: Callable[[], object], what: str | Callable[[], str] = "record",
+              explain: Callable[[Exception], BaseException] | None = None) -> UserCode:
+    """Run a block that calls user code so that its failure names the operator and the record.
+
+    ``with user_code(self, lambda: value):`` around a loop over records turns an exception from a
+    user function into ``operator.user_error(record(), cause, what=what)``, raised ``from`` the
+    original (bytewax's and Flink's rule: say which operator, subtask and record). ``record`` and a
+    callable ``what`` are read when the block fails, so a loop's current record is the one named;
+    ``explain`` may replace the cause the message shows (with what the function must return, say).
+    slipstream's own errors pass unchanged.
+    """
+    return UserCode(operator, record, what, explain)

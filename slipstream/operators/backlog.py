@@ -50,7 +50,7 @@ with the key set once (keyed process functions, Python reduces, time windows:
 :mod:`slipstream.operators.window_replay`), at the price of holding the backlog's output
 until the switch ends.
 
-Whether sorting pays is the kind's to say (:meth:`BacklogSortingOperator.backlog_streaming_reason`):
+Whether sorting pays is the kind's to say (its :meth:`~slipstream.operators.base.StreamOperator.backlog_path`):
 in STREAMING mode the planner streams the backlog of a kind that sorts slower than it streams,
 and ``explain()`` gives the reason (``backlog_sorting="always"`` sorts it anyway).
 
@@ -100,7 +100,7 @@ from typing import Any, ClassVar
 from slipstream.attributes import OperatorAttributes, RecordAttributes
 from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import Transformation
-from slipstream.errors import SlipstreamError
+from slipstream.errors import SlipstreamError, user_code
 from slipstream.operators.base import OperatorContext, StreamOperator, count_and_warn
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.key_replay import KeyReplay
@@ -168,13 +168,6 @@ class BacklogSortingOperator(StreamOperator):
         return self._buffering
 
     # -- hooks for subclasses ---------------------------------------------------------------------
-    @classmethod
-    def backlog_streaming_reason(cls, transformation: Transformation) -> str | None:
-        """Why sorting this operator's backlog would be slower than streaming it in STREAMING mode
-        (as ``benchmarks/backlog.py`` measures), or None when sorting pays. The planner then streams
-        its backlog (unless ``configure(backlog_sorting="always")``) and ``explain()`` gives the reason."""
-        return None
-
     def backlog_field(self) -> Callable[[Any], Any] | None:
         """A ``value -> number`` the sort buffer keeps as a column for vectorised work; None: none."""
         return None
@@ -276,16 +269,12 @@ class BacklogSortingOperator(StreamOperator):
         keys: list[Any] = []
         append = keys.append
         value: Any = None
-        try:
+        what = "record" if self.num_inputs < 2 else f"record of input {input_index + 1}"
+        with user_code(self, lambda: value, what=what):
             for value in values:
                 append(selector(value))
             self._backlog_buffers[input_index].add(keys, values, batch.timestamps, interval=self.backlog_interval(),
                                                    arrival=self.next_arrival())
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            what = "record" if self.num_inputs < 2 else f"record of input {input_index + 1}"
-            raise self.user_error(value, exc, what=what) from exc
 
     @property
     def held_watermarks(self) -> list[int]:

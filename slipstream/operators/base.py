@@ -22,7 +22,8 @@ from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import S, StateDescriptor
 from slipstream.datastream.time import MIN_TIMESTAMP, Watermark
 from slipstream.datastream.transformations import Transformation, set_attribute_resolver
-from slipstream.errors import SlipstreamError, UserFunctionError
+from slipstream.errors import SlipstreamError, UserFunctionError, user_code
+from slipstream.operators.backlog_path import BacklogDeclaration
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
 
 log = logging.getLogger("slipstream.operators")
@@ -230,6 +231,8 @@ class StreamOperator(ABC):
     """Whether this kind makes new records whose type the user may declare (``output_type``),
     so its output is checked against it; pass-through kinds (filter, partitioning) are not."""
     registry: ClassVar[dict[type[Transformation], type[StreamOperator]]] = {}
+    backlog: ClassVar[BacklogDeclaration | None] = None
+    """The path this kind's backlog takes, when it does not depend on the transformation (see :meth:`backlog_path`)."""
     num_inputs: ClassVar[int] = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -397,6 +400,15 @@ class StreamOperator(ABC):
         return operator_attributes(self.transformation)
 
     @classmethod
+    def backlog_path(cls, transformation: Transformation) -> BacklogDeclaration:
+        """The path this kind's backlog takes for ``transformation``: sorted, vectorised or streamed
+        (:mod:`slipstream.operators.backlog_path`). By default the kind's :attr:`backlog`; a kind
+        whose path depends on its function overrides this. Every kind declares its own (a test checks)."""
+        if cls.backlog is None:
+            raise NotImplementedError(f"operator kind {cls.__name__} declares no backlog path")
+        return cls.backlog
+
+    @classmethod
     def backlog_differences(cls, transformation: Transformation) -> list[str]:
         """What of this operator's results a sorted backlog cannot give as streaming the same
         backlog does, for ``explain()`` in STREAMING mode (see :mod:`slipstream.operators.backlog`)."""
@@ -427,12 +439,8 @@ class StreamOperator(ABC):
 
     def call_user(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
         """Call a user function outside the per-record loop, naming ``what`` if it raises."""
-        try:
+        with user_code(self, lambda: args[0] if args else None, what=what):
             return fn(*args)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(args[0] if args else None, exc, what=what) from exc
 
 
 def count_and_warn(metrics: dict[str, Any], name: str, count: int, warning: Callable[[], str]) -> None:

@@ -28,6 +28,7 @@ from slipstream.datastream.functions import BroadcastProcessFunction, Function, 
 from slipstream.datastream.state import StateDescriptor
 from slipstream.datastream.transformations import BroadcastProcessTransformation, Transformation
 from slipstream.errors import SlipstreamError
+from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import OperatorContext
 from slipstream.operators.broadcast_state import (
     BroadcastStateStore,
@@ -110,6 +111,7 @@ KeyedBroadcastProcessFunction.Context.register(BroadcastContext)
 class BroadcastProcessOperator(OnTimerOperator):
     transformation: BroadcastProcessTransformation
     transformation_type = BroadcastProcessTransformation
+    backlog = streamed("its data input waits while the broadcast input is backlog, then runs record by record")
     emits_declared_type = True
     num_inputs = 2
 

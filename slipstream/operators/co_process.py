@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from slipstream.datastream.functions import Function
 from slipstream.datastream.transformations import CoProcessTransformation
+from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import OperatorContext
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.process import (
@@ -36,6 +37,7 @@ def _as_process(kind: str, method: Callable[..., Any]) -> Callable[[Any, Any], A
 class CoProcessOperator(OnTimerOperator):
     transformation: CoProcessTransformation
     transformation_type = CoProcessTransformation
+    backlog = streamed("a co-process function is called once per record of either input, in arrival order")
     emits_declared_type = True
     num_inputs = 2
 

@@ -41,7 +41,8 @@ from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import State
 from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import IterationHeadTransformation, Transformation
-from slipstream.errors import CheckpointError, SlipstreamError
+from slipstream.errors import CheckpointError, SlipstreamError, user_code
+from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.loops import FEEDBACK, LoopHeadOperator
@@ -55,6 +56,7 @@ class IterationHeadOperator(LoopHeadOperator):
     """Lets one input of an iteration into its scope (see the module docstring)."""
 
     transformation_type = IterationHeadTransformation
+    backlog = streamed("an iteration head forwards records into the iteration body as they come")
 
     def __init__(self, transformation: IterationHeadTransformation) -> None:
         super().__init__(transformation)
@@ -241,12 +243,8 @@ def _listeners(operator: StreamOperator) -> list[IterationListener]:
 def _call(operator: StreamOperator, call: Callable[[Any, Any, Any], Any], what: str) -> None:
     for listener in _listeners(operator):
         context, collector = _ListenerContext(), _ListCollector()
-        try:
+        with user_code(operator, lambda: None, what=what):
             call(listener, context, collector)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise operator.user_error(None, exc, what=what) from exc
         if collector.values:
             operator.output.collect_batch(RecordBatch(collector.values))
         for tag, values in context.side.items():

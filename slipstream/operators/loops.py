@@ -38,6 +38,7 @@ from slipstream.datastream.transformations import (
     LoopExitTransformation,
     LoopHeadTransformation,
 )
+from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch
 
@@ -52,6 +53,7 @@ class LoopHeadOperator(StreamOperator):
     """Merges a loop's input with its feedback (or splits them, for ``iterate_with_feedback``)."""
 
     transformation_type = LoopHeadTransformation
+    backlog = streamed("a loop head forwards its input and feedback into the loop body as they come")
     num_inputs = 2
 
     def __init__(self, transformation: LoopHeadTransformation) -> None:
@@ -113,6 +115,7 @@ class FeedbackTailOperator(StreamOperator):
     """Sends what reaches the end of a loop body back to the head: records only."""
 
     transformation_type = FeedbackTailTransformation
+    backlog = streamed("a feedback tail sends records back to its head as they come")
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         if len(batch):
@@ -132,6 +135,7 @@ class LoopExitOperator(StreamOperator):
     """Passes what leaves a loop into the enclosing scope."""
 
     transformation_type = LoopExitTransformation
+    backlog = streamed("a loop exit passes records out of the loop as they come")
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         self.output.collect_batch(batch)

@@ -12,7 +12,8 @@ from typing import Any, cast
 
 from slipstream.datastream.functions import Function
 from slipstream.datastream.transformations import FilterTransformation, FlatMapTransformation, MapTransformation
-from slipstream.errors import SlipstreamError
+from slipstream.errors import user_code
+from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import KeyedStateBackend, StreamOperator
 from slipstream.operators.elements import RecordBatch
 
@@ -21,6 +22,7 @@ class _RecordFunctionOperator(StreamOperator):
     """Base of map/flat_map/filter: one user function, optional key."""
 
     method_name = ""
+    backlog = streamed("its function is called once per record either way, with no key to group the calls by")
 
     def __init__(self, transformation: Any) -> None:
         super().__init__(transformation)
@@ -42,7 +44,7 @@ class MapOperator(_RecordFunctionOperator):
         out: list = []
         append = out.append
         value = None
-        try:
+        with user_code(self, lambda: value):
             if self.key_selector is None:
                 for value in batch.values:
                     append(method(value))
@@ -51,10 +53,6 @@ class MapOperator(_RecordFunctionOperator):
                 for value in batch.values:
                     backend.set_current_key(key_selector(value))
                     append(method(value))
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(value, exc) from exc
         self.output.collect_batch(RecordBatch(out, batch.timestamps))
 
 
@@ -72,7 +70,7 @@ class FlatMapOperator(_RecordFunctionOperator):
         stamps_in = cast(list, timestamps_in)  # read only when timestamps_out is a list
         key_selector, backend = self.key_selector, cast(KeyedStateBackend, self.ctx.keyed_backend)  # set when keyed
         value = None
-        try:
+        with user_code(self, lambda: value):
             for index, value in enumerate(batch.values):
                 if key_selector is not None:
                     backend.set_current_key(key_selector(value))
@@ -83,10 +81,6 @@ class FlatMapOperator(_RecordFunctionOperator):
                 extend(results)
                 if timestamps_out is not None:
                     timestamps_out.extend([stamps_in[index]] * (len(out) - before))
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(value, exc) from exc
         if out:
             self.output.collect_batch(RecordBatch(out, timestamps_out))
 
@@ -101,15 +95,11 @@ class FilterOperator(_RecordFunctionOperator):
         keep: list[bool] = []
         append = keep.append
         value = None
-        try:
+        with user_code(self, lambda: value):
             for value in batch.values:
                 if key_selector is not None:
                     backend.set_current_key(key_selector(value))
                 append(bool(method(value)))
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(value, exc) from exc
         values = [v for v, k in zip(batch.values, keep) if k]
         if not values:
             return

@@ -14,6 +14,7 @@ once per record either way, so sorting only adds its own cost.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -27,9 +28,10 @@ from slipstream.datastream.functions import (
 )
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation, Transformation
-from slipstream.errors import SlipstreamError
+from slipstream.errors import SlipstreamError, UserCode, user_code
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
 from slipstream.operators.backlog_bootstrap import BootstrapBacklog
+from slipstream.operators.backlog_path import VECTORISED, BacklogDeclaration, sorted_unless_streaming, streamed
 from slipstream.operators.base import OperatorContext, StreamOperator, split_outputs
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.key_replay import KeyReplay
@@ -124,7 +126,7 @@ def run_process_function(operator: StreamOperator, method: Callable[[Any, Any], 
     tag_type = OutputTag
     value = results = None
     timestamp = ctx.current_timestamp = None
-    try:
+    with user_code(operator, lambda: value, explain=lambda exc: process_cause(exc, results)):
         for index, value in enumerate(batch.values):
             if timestamps_in is not None:
                 timestamp = ctx.current_timestamp = timestamps_in[index]
@@ -140,40 +142,32 @@ def run_process_function(operator: StreamOperator, method: Callable[[Any, Any], 
                     append(out)
                     if timestamps_out is not None:
                         timestamps_out.append(timestamp)
-    except SlipstreamError:
-        raise
-    except Exception as exc:
-        raise process_error(operator, exc, value, results) from exc
     emit(operator, values_out, timestamps_out, ctx)
 
 
-def process_error(operator: StreamOperator, exc: Exception, value: Any, results: Any) -> Exception:
-    """The error to raise for ``exc`` from a process function given ``value`` (that returned
-    ``results``, a non-iterable one named as the mistake it is)."""
+def process_cause(exc: Exception, results: Any) -> Exception:
+    """What a process function's failure ``exc`` is reported as: a result it could not iterate
+    (``results``) named as the mistake it is, else ``exc``."""
     if isinstance(exc, TypeError) and results is not None and not hasattr(results, "__iter__"):
-        exc = TypeError("a process function must yield its outputs (or return an iterable or "
-                        f"None), got {results!r}")
-    return operator.user_error(value, exc)
+        return TypeError("a process function must yield its outputs (or return an iterable or "
+                         f"None), got {results!r}")
+    return exc
 
 
 def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], timer: InternalTimer,
-               ctx: ProcessContext, domain: TimeDomain) -> None:
-    """Call ``on_timer`` for a due timer (its key is current) and emit what it yields."""
+               ctx: ProcessContext, domain: TimeDomain, guard: UserCode) -> None:
+    """Call ``on_timer`` for a due timer (its key is current) and emit what it yields; ``guard``
+    names the timer if it fails."""
     ctx.current_time_domain = domain
     ctx.current_timestamp = timer.timestamp if domain is TimeDomain.EVENT_TIME else None
     values: list = []
-    try:
+    with guard:
         results = on_timer(timer.timestamp, ctx)
         for out in results or ():
             if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
                 ctx.output(out[0], out[1])
             else:
                 values.append(out)
-    except SlipstreamError:
-        raise
-    except Exception as exc:
-        raise operator.user_error(f"timer @{timer.timestamp} for key {timer.key!r}", exc,
-                                  what="on_timer") from exc
     ctx.current_time_domain = TimeDomain.EVENT_TIME
     timestamps = [ctx.current_timestamp] * len(values) if ctx.current_timestamp is not None else None
     emit(operator, values, timestamps, ctx)
@@ -190,6 +184,7 @@ class OnTimerOperator(StreamOperator):
     function: Any
     context: ProcessContext
     timers: InternalTimerService | None
+    _firing: InternalTimer  # the timer being fired, which its guard names
 
     def on_watermark(self, watermark: Any) -> None:
         if self.timers is not None:
@@ -197,10 +192,18 @@ class OnTimerOperator(StreamOperator):
         self.output.emit_watermark(watermark)
 
     def _on_event_time(self, timer: InternalTimer) -> None:
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME)
+        self._firing = timer
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME, self._timer_guard)
 
     def _on_processing_time(self, timer: InternalTimer) -> None:
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.PROCESSING_TIME)
+        self._firing = timer
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.PROCESSING_TIME, self._timer_guard)
+
+    @functools.cached_property
+    def _timer_guard(self) -> UserCode:
+        """One guard for every timer this operator fires (building one per timer costs more than a call)."""
+        return user_code(self, lambda: f"timer @{self._firing.timestamp} for key {self._firing.key!r}",
+                         what="on_timer")
 
     def snapshot_state(self) -> Any:
         return None if self.timers is None else {"timers": self.timers.snapshot()}
@@ -219,6 +222,7 @@ class ProcessOperator(StreamOperator):
 
     transformation_type = ProcessTransformation
     emits_declared_type = True
+    backlog = streamed("a ProcessFunction is called once per record either way, with no key to sort by")
 
     def __init__(self, transformation: ProcessTransformation) -> None:
         super().__init__(transformation)
@@ -254,11 +258,13 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
         return []
 
     @classmethod
-    def backlog_streaming_reason(cls, transformation: Transformation) -> str | None:
+    def backlog_path(cls, transformation: Transformation) -> BacklogDeclaration:
+        """A bootstrap function gets its backlog as one frame (``process_backlog``); any other
+        KeyedProcessFunction streams it in STREAMING mode, as sorting only adds its cost."""
         if isinstance(cast(KeyedProcessTransformation, transformation).function, KeyedStateBootstrapFunction):
-            return None  # its backlog is one frame (process_backlog), never record by record
-        return ("a KeyedProcessFunction is called once per record either way, so sorting only adds its "
-                "own cost (benchmarks/backlog.py)")
+            return VECTORISED  # the registry pairs the two
+        return sorted_unless_streaming("a KeyedProcessFunction is called once per record either way, so sorting "
+                                       "only adds its own cost (benchmarks/backlog.py)")
 
     def __init__(self, transformation: KeyedProcessTransformation) -> None:
         super().__init__(transformation)
@@ -314,7 +320,7 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
         context = self.context
         tag_type = OutputTag
         value = results = None
-        try:
+        with user_code(self, lambda: value, explain=lambda exc: process_cause(exc, results)):
             for _key, intervals, stamps, values in replay.runs():
                 level = -1
                 for index, value in enumerate(values):
@@ -334,10 +340,6 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
                             append(out)
                             stamp(timestamp)
                 self._send_side(context, replay)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise process_error(self, exc, value, results) from exc
         replay.emit()
 
     @staticmethod

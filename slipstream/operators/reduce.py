@@ -35,7 +35,8 @@ from slipstream.datastream.fields import get_field, replace_field
 from slipstream.datastream.functions import Function, ReduceFunction
 from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.datastream.transformations import ReduceTransformation, Transformation
-from slipstream.errors import SlipstreamError
+from slipstream.errors import SlipstreamError, user_code
+from slipstream.operators.backlog_path import VECTORISED, BacklogDeclaration, sorted_unless_streaming
 from slipstream.operators.batch_engine import Aggregation
 from slipstream.operators.columnar_backlog import (
     INTERVAL_COLUMN,
@@ -68,11 +69,13 @@ class KeyedReduceOperator(ColumnarBacklog):
         return [self.function]
 
     @classmethod
-    def backlog_streaming_reason(cls, transformation: Transformation) -> str | None:
+    def backlog_path(cls, transformation: Transformation) -> BacklogDeclaration:
+        """Built-in aggregations run their backlog as one query; a Python reduce streams it in
+        STREAMING mode, as sorting only adds its cost."""
         if cast(ReduceTransformation, transformation).aggregation is not None:  # the registry pairs the two
-            return None
-        return ("a rolling reduce with a Python function is called and emits once per record either way, "
-                "so sorting only adds its own cost (benchmarks/backlog.py)")
+            return VECTORISED
+        return sorted_unless_streaming("a rolling reduce with a Python function is called and emits once per "
+                                       "record either way, so sorting only adds its own cost (benchmarks/backlog.py)")
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         if self._buffering:
@@ -85,7 +88,7 @@ class KeyedReduceOperator(ColumnarBacklog):
         out: list = []
         append = out.append
         value: Any = None
-        try:
+        with user_code(self, lambda: value):
             for value in batch.values:
                 key = key_selector(value)
                 current = get(key)
@@ -99,10 +102,6 @@ class KeyedReduceOperator(ColumnarBacklog):
                     current = value
                 put(key, current)
                 append(current)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(value, exc) from exc
         self.output.collect_batch(RecordBatch(out, batch.timestamps))
 
     # -- batch path (FLIP-327) ----------------------------------------------------------------------
@@ -206,7 +205,7 @@ class KeyedReduceOperator(ColumnarBacklog):
         """Each value of folding ``values`` one by one into ``current`` (None: nothing yet)."""
         reduce = self.function.reduce
         value: Any = None
-        try:
+        with user_code(self, lambda: value):
             for value in values:
                 if current is None:
                     current = value
@@ -215,10 +214,6 @@ class KeyedReduceOperator(ColumnarBacklog):
                     if current is None:
                         raise TypeError("the reduce function returned None; it must return the combined value")
                 yield current
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(value, exc) from exc
 
     def _install(self, key: Any, partial: Any) -> Any:
         """Fold ``partial`` (the reduce of the key's backlog) into the key's accumulator."""
@@ -226,12 +221,8 @@ class KeyedReduceOperator(ColumnarBacklog):
         current = get(key)
         if current is not None:
             self.keyed_backend().set_current_key(key)
-            try:
+            with user_code(self, lambda: partial):
                 partial = self.function.reduce(current, partial)
-            except SlipstreamError:
-                raise
-            except Exception as exc:
-                raise self.user_error(partial, exc) from exc
             if partial is None:
                 raise self.user_error(current, TypeError("the reduce function returned None; it must "
                                                          "return the combined value"))

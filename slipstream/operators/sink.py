@@ -14,13 +14,15 @@ from typing import Any, cast
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
 from slipstream.datastream.transformations import SinkTransformation, Transformation
-from slipstream.errors import CheckpointError, SlipstreamError
+from slipstream.errors import CheckpointError, SlipstreamError, user_code
+from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch
 
 
 class SinkOperator(StreamOperator):
     transformation_type = SinkTransformation
+    backlog = streamed("a sink writes each record as it comes: sorting would only hold its output back")
 
     def __init__(self, transformation: SinkTransformation) -> None:
         super().__init__(transformation)
@@ -52,19 +54,14 @@ class SinkOperator(StreamOperator):
                 self.writer.restore_commit_state(self._restored)
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
-        try:
-            if batch.arrow is not None:
-                self.writer.write_arrow(batch.arrow, batch.timestamps)
-            else:
-                self.writer.write(batch.values, batch.timestamps)
-        except SlipstreamError:
-            raise
-        except RecordWriteError as exc:
-            raise self._write_error(exc) from exc.cause
-        except Exception as exc:
-            record = batch.values[0] if len(batch.values) == 1 else \
-                f"a batch of {len(batch.values)} records starting with {batch.values[0]!r}"
-            raise self.user_error(record, exc, what="write of") from exc
+        with user_code(self, lambda: _written(batch), what="write of"):
+            try:
+                if batch.arrow is not None:
+                    self.writer.write_arrow(batch.arrow, batch.timestamps)
+                else:
+                    self.writer.write(batch.values, batch.timestamps)
+            except RecordWriteError as exc:
+                raise self._write_error(exc) from exc.cause
 
     def _write_error(self, exc: RecordWriteError) -> SlipstreamError:
         """Name this sink and the record a writer could not write (also when it fails later,
@@ -116,3 +113,10 @@ class SinkOperator(StreamOperator):
 
     def close(self) -> None:
         self.writer.close()
+
+
+def _written(batch: RecordBatch) -> Any:
+    """The record a failed write of ``batch`` is named by: the record, or the batch's first."""
+    if len(batch.values) == 1:
+        return batch.values[0]
+    return f"a batch of {len(batch.values)} records starting with {batch.values[0]!r}"

@@ -23,7 +23,8 @@ from slipstream.datastream.connectors.base import (
 from slipstream.datastream.connectors.errors import SourceRestoreError
 from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import SourceTransformation
-from slipstream.errors import SlipstreamError
+from slipstream.errors import SlipstreamError, user_code
+from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch
 
@@ -38,6 +39,7 @@ class InputStatus(Enum):
 
 class SourceOperator(StreamOperator):
     transformation_type = SourceTransformation
+    backlog = streamed("a source reads its backlog and emits it as it reads: it has no input to sort")
     emits_declared_type = True
     num_inputs = 0
 
@@ -94,12 +96,8 @@ class SourceOperator(StreamOperator):
     def emit_next(self, max_records: int) -> InputStatus:
         """Poll the reader once and emit what it returned."""
         assert self.reader is not None  # made in open
-        try:
+        with user_code(self, lambda: f"poll of {type(self.reader).__name__}", what="read"):
             result = self.reader.poll(max_records)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(f"poll of {type(self.reader).__name__}", exc, what="read") from exc
         if self._reports_backlog_changes:
             # After every poll, also one that found nothing: a watched directory's backlog ends
             # when the files present at start are consumed, not when the next file appears.

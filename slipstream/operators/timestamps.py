@@ -39,7 +39,8 @@ from slipstream.datastream.watermark_strategy import (
     WatermarkOutput,
     WatermarkStrategy,
 )
-from slipstream.errors import InvalidProgramError, SlipstreamError
+from slipstream.errors import InvalidProgramError, user_code
+from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
 
@@ -94,6 +95,7 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     """Assigns event timestamps and generates watermarks by a :class:`WatermarkStrategy`."""
 
     transformation_type = TimestampsAndWatermarksTransformation
+    backlog = streamed("it stamps each record as it passes and has no key to sort by")
 
     def __init__(self, transformation: TimestampsAndWatermarksTransformation) -> None:
         super().__init__(transformation)
@@ -117,13 +119,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         super().open()
         clock = self.ctx.processing_time_service.get_current_processing_time
         self._assigner = self.strategy.create_timestamp_assigner()
-        try:
+        with user_code(self, lambda: self.strategy.generator_supplier, what="watermark generator supplier"):
             self._generator = self.strategy.create_watermark_generator(clock)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(self.strategy.generator_supplier, exc,
-                                  what="watermark generator supplier") from exc
         if self._idle_timeout is not None:
             self._last_activity = clock()
             self._arm_idle_timer()
@@ -142,18 +139,15 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         out_timestamps: list[int] = []
         self._pending_values, self._pending_timestamps, self._flushed = values, out_timestamps, 0
         wm_output.mark_active()  # records make an idle output active again
-        for i, value in enumerate(values):
-            previous = in_timestamps[i] if in_timestamps is not None else None
-            try:
+        value = None
+        with user_code(self, lambda: value):
+            for i, value in enumerate(values):
+                previous = in_timestamps[i] if in_timestamps is not None else None
                 timestamp = extract(value, MIN_TIMESTAMP if previous is None else previous)
                 if type(timestamp) is not int:
                     timestamp = _checked_timestamp(timestamp)
                 out_timestamps.append(timestamp)
                 on_event(value, timestamp, wm_output)
-            except SlipstreamError:
-                raise
-            except Exception as exc:
-                raise self.user_error(value, exc) from exc
         self.flush_pending()
         self._after_batch()
 
@@ -199,12 +193,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
             self._flushed = end
 
     def _periodic_emit(self) -> None:
-        try:
+        with user_code(self, lambda: self._generator, what="on_periodic_emit() of"):
             self._generator.on_periodic_emit(self._wm_output)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(self._generator, exc, what="on_periodic_emit() of") from exc
 
     # -- watermarks and idleness ----------------------------------------------------------------
     def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:

@@ -44,6 +44,7 @@ from slipstream.datastream.aggregation import AggregationFunction
 from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.fields import replace_field
 from slipstream.datastream.time import MAX_TIMESTAMP
+from slipstream.datastream.transformations import WindowTransformation
 from slipstream.datastream.window import (
     CountSlidingWindowAssigner,
     CountTrigger,
@@ -53,7 +54,9 @@ from slipstream.datastream.window import (
     PurgingTrigger,
     SlidingEventTimeWindows,
     TimeWindow,
+    Trigger,
     TumblingEventTimeWindows,
+    WindowAssigner,
 )
 from slipstream.operators.base import count_and_warn
 from slipstream.operators.columnar_backlog import (
@@ -192,35 +195,36 @@ def _fold(frame: pl.DataFrame, kind: str) -> tuple[pl.DataFrame, list[pl.Expr]]:
     return frame, [pl.lit(None).alias("value"), seq.get(extreme).alias("pick")]
 
 
-def builtin_aggregation(operator: WindowOperator) -> tuple[str, int | str] | None:
-    """The built-in aggregation whose backlog ``operator`` may run as one query; None: replay it."""
-    function = operator.function
-    if (operator.kind != "reduce" or not isinstance(function, AggregationFunction)
-            or operator.window_function is not None or operator.evictor is not None
-            or operator.late_data_tag is not None or not (_time_windows(operator) or _count_windows(operator))):
+def builtin_aggregation(window: WindowTransformation) -> tuple[str, int | str] | None:
+    """The built-in aggregation whose backlog a ``window`` may run as one query; None: replay it."""
+    function, assigner = window.function, window.assigner
+    trigger = window.trigger or assigner.get_default_trigger()
+    if (window.function_kind != "reduce" or not isinstance(function, AggregationFunction)
+            or window.window_function is not None or window.evictor is not None or window.late_data_tag is not None
+            or not (_time_windows(assigner, trigger, window.allowed_lateness) or _count_windows(assigner, trigger))):
         return None
     return function.aggregation
 
 
-def _time_windows(operator: WindowOperator) -> bool:
+def _time_windows(assigner: WindowAssigner, trigger: Trigger, allowed_lateness: int) -> bool:
     """Tumbling or sliding event-time windows with their own trigger and no allowed lateness."""
-    return (type(operator.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
-            and type(operator.trigger) is EventTimeTrigger and not operator.allowed_lateness)
+    return (type(assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
+            and type(trigger) is EventTimeTrigger and not allowed_lateness)
 
 
-def _count_windows(operator: WindowOperator) -> bool:
+def _count_windows(assigner: WindowAssigner, trigger: Trigger) -> bool:
     """Tumbling or sliding count windows with their own trigger (purging, at the window's size)."""
-    trigger: Any = operator.trigger  # its nested trigger and the count are read once the types match
-    assigner: Any = operator.assigner
+    counted: Any = trigger  # its nested trigger and the count are read once the types match
+    sized: Any = assigner
     return (type(assigner) in (CountTumblingWindowAssigner, CountSlidingWindowAssigner)
-            and type(trigger) is PurgingTrigger and type(trigger.nested_trigger) is CountTrigger
-            and trigger.nested_trigger.count == assigner.size)
+            and type(trigger) is PurgingTrigger and type(counted.nested_trigger) is CountTrigger
+            and counted.nested_trigger.count == sized.size)
 
 
 def run_window_aggregation(operator: WindowOperator, buffer: SortBuffer) -> bool:
     """Run ``operator``'s row backlog as one query (see :func:`_run`); False when the field is not
     one polars computes as Python does (:meth:`SortBuffer.field_table` is None)."""
-    table = buffer.field_table() if builtin_aggregation(operator) is not None else None
+    table = buffer.field_table() if operator.columnar_aggregation() is not None else None
     if table is None:
         return False
     frame = pl.from_arrow(table)
@@ -248,12 +252,12 @@ def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _
     windows' contents, trigger state and timers. False (nothing done) for a record without a
     timestamp (time windows), or windows, timers or counts the operator already holds."""
     assigner: Any = operator.assigner  # a count or time assigner (_count_windows, _time_windows): its sizes
-    kind = builtin_aggregation(operator)[0]  # type: ignore[index]
+    kind = operator.columnar_aggregation()[0]  # type: ignore[index]
     batch_mode = operator.ctx.batch_mode
     slide = getattr(assigner, "slide", assigner.size)
     if operator.timers.num_event_time_timers():
         return False
-    if _count_windows(operator):
+    if _count_windows(operator.assigner, operator.trigger):
         if list(operator.backend.keys(assigner._counter.name)):
             return False
         fired, still_open, totals = evaluate_count_windows(table, kind, size=assigner.size, slide=slide,
@@ -270,7 +274,7 @@ def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _
         _count_late(operator, late)
     operator.count_vectorised(table.height)
     results.read(fired, still_open)
-    _emit(operator, fired, results, before_watermark=not _count_windows(operator))
+    _emit(operator, fired, results, before_watermark=not _count_windows(operator.assigner, operator.trigger))
     _install(operator, still_open, results)
     return True
 
@@ -299,7 +303,7 @@ def _emit(operator: WindowOperator, fired: pl.DataFrame, results: _RowResults | 
 def _install(operator: WindowOperator, still_open: pl.DataFrame, results: _RowResults | _ColumnResults) -> None:
     """Open windows become window contents: with their timer (time windows), or with their trigger's
     count (count windows), in the order the replay would have registered them."""
-    count_windows = _count_windows(operator)
+    count_windows = _count_windows(operator.assigner, operator.trigger)
     trigger: Any = operator.trigger  # a PurgingTrigger over a CountTrigger when count_windows
     assigner: Any = operator.assigner  # a count or time assigner: its size
     seen = operator.backend.get_state(trigger.nested_trigger.state_desc, namespaced=True) if count_windows else None
@@ -324,7 +328,7 @@ class _RowResults:
 
     def __init__(self, buffer: SortBuffer, operator: WindowOperator) -> None:
         self.buffer = buffer
-        self.kind, self.field = builtin_aggregation(operator)  # type: ignore[misc]
+        self.kind, self.field = operator.columnar_aggregation()  # type: ignore[misc]
         self.records: dict[int, Any] = {}
 
     def read(self, fired: pl.DataFrame, still_open: pl.DataFrame) -> None:

@@ -69,8 +69,9 @@ from slipstream.datastream.window import (
     WindowFunction,
     is_end_of_stream_window,
 )
-from slipstream.errors import JobExecutionError, SlipstreamError
+from slipstream.errors import JobExecutionError, SlipstreamError, UserCode, user_code
 from slipstream.operators.backlog import uses_processing_time
+from slipstream.operators.backlog_path import SORTED, VECTORISED, BacklogDeclaration
 from slipstream.operators.base import StreamRuntimeContext, count_and_warn, operator_metric_group, split_outputs
 from slipstream.operators.columnar_backlog import ColumnarBacklog, IntervalColumns
 from slipstream.operators.elements import RecordBatch
@@ -180,6 +181,11 @@ class MergingWindowSet:
         return result_window
 
 
+def _builtin_aggregation(transformation: WindowTransformation) -> tuple[str, int | str] | None:
+    from slipstream.operators.vectorised_windows import builtin_aggregation  # polars, only when planned or run
+    return builtin_aggregation(transformation)
+
+
 class _MergeCollector(MergingWindowAssigner.MergeCallback):
     def __init__(self, merges: list[tuple[Window, list[Window]]]) -> None:
         self._merges = merges
@@ -195,6 +201,7 @@ class WindowOperator(ColumnarBacklog):
     emits_declared_type = True
     _windows_by_key = False
     timers: InternalTimerService  # made in open (None before: only initialize_state sees that)
+    _firing: InternalTimer  # the timer being fired, which its guard names
 
     def __init__(self, transformation: WindowTransformation) -> None:
         super().__init__(transformation)
@@ -213,6 +220,7 @@ class WindowOperator(ColumnarBacklog):
         self._merging = isinstance(self.assigner, MergingWindowAssigner)
         self._event_time = self.assigner.is_event_time()
         self._contents_descriptor = self._make_contents_descriptor()
+        self._aggregation = _builtin_aggregation(transformation)
         self._restored_timers: dict[str, list] | None = None
         self._values: list = []
         self._timestamps: list = []
@@ -227,6 +235,13 @@ class WindowOperator(ColumnarBacklog):
         if is_end_of_stream_window(assigner, trigger):
             return OperatorAttributesBuilder().set_is_output_on_eof(True).set_has_internal_sorter(True).build()
         return super().attributes_for(transformation)  # every keyed window sorts its backlog
+
+    @classmethod
+    def backlog_path(cls, transformation: Transformation) -> BacklogDeclaration:
+        """A built-in aggregation over windows a query can evaluate runs its backlog as that query;
+        other windows sort it, each window function called once per window."""
+        window = cast(WindowTransformation, transformation)  # the registry pairs the two
+        return VECTORISED if _builtin_aggregation(window) is not None else SORTED
 
     @classmethod
     def backlog_differences(cls, transformation: Transformation) -> list[str]:
@@ -301,8 +316,7 @@ class WindowOperator(ColumnarBacklog):
         return lambda value: get_field(value, field)
 
     def columnar_aggregation(self) -> tuple[str, int | str] | None:
-        from slipstream.operators.vectorised_windows import builtin_aggregation
-        return builtin_aggregation(self)
+        return self._aggregation
 
     def run_columns(self, columns: IntervalColumns, frames: list) -> bool:
         from slipstream.operators.vectorised_windows import run_columnar_window_aggregation
@@ -329,14 +343,10 @@ class WindowOperator(ColumnarBacklog):
             self.buffer_backlog(batch)
             return
         timestamps = batch.timestamps
-        for i, value in enumerate(batch.values):
-            timestamp = None if timestamps is None else timestamps[i]
-            try:
-                self._process_element(value, timestamp)
-            except SlipstreamError:
-                raise
-            except Exception as exc:
-                raise self.user_error(value, exc) from exc
+        value = None
+        with user_code(self, lambda: value):
+            for i, value in enumerate(batch.values):
+                self._process_element(value, None if timestamps is None else timestamps[i])
         self._flush()
 
     def _process_element(self, value: Any, timestamp: int | None) -> None:
@@ -392,12 +402,14 @@ class WindowOperator(ColumnarBacklog):
 
     def _guarded(self, timer: InternalTimer, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn``, turning a user failure into an error naming the key and window."""
-        try:
+        self._firing = timer
+        with self._timer_guard:
             fn(*args)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            raise self.user_error(timer.namespace, exc, what=f"key {timer.key!r}, window") from exc
+
+    @functools.cached_property
+    def _timer_guard(self) -> UserCode:
+        """One guard for every timer this operator fires (building one per timer costs more than a window)."""
+        return user_code(self, lambda: self._firing.namespace, what=lambda: f"key {self._firing.key!r}, window")
 
     def _on_timer(self, timer: InternalTimer, event_time: bool) -> None:
         window = timer.namespace

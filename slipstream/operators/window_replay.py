@@ -26,7 +26,7 @@ from slipstream.datastream.window import (
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
 )
-from slipstream.errors import SlipstreamError
+from slipstream.errors import user_code
 from slipstream.operators.key_replay import KeyReplay
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
     windows = _KeyWindows(operator)
     add = windows.add
     value: Any = None
-    try:
+    with user_code(operator, lambda: value):
         for _key, intervals, stamps, values in replay.runs():
             windows.reset()
             level = -1
@@ -134,10 +134,6 @@ def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
                     operator._flush()
             _fire_due(operator, replay, windows, max(level, 0), replay.last)
             _install(operator, windows)
-    except SlipstreamError:
-        raise
-    except Exception as exc:
-        raise operator.user_error(value, exc) from exc
     replay.emit()
 
 
@@ -156,6 +152,8 @@ def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows,
     outputs = replay.outputs
     at = level + 1
     fired_at = -1
+    window: Any = None
+    guard = user_code(operator, lambda: window, what=lambda: f"key {operator.backend.get_current_key()!r}, window")
     for window in due:
         at = bisect_left(held, window.max_timestamp(), at, interval + 1)
         if at != fired_at:
@@ -163,14 +161,9 @@ def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows,
             fired_at = at
             replay.set_watermark(held[at])
             outputs.interval = at - 1  # fired by watermark `at`: before it goes downstream
-        try:
+        with guard:
             operator._evaluate(window, windows.inputs(open_windows.pop(window)))
             windows.clear(window)
-        except SlipstreamError:
-            raise
-        except Exception as exc:
-            key = operator.backend.get_current_key()
-            raise operator.user_error(window, exc, what=f"key {key!r}, window") from exc
     operator._flush()
     windows.next_end = min((window.max_timestamp() for window in open_windows), default=MAX_TIMESTAMP)
     outputs.interval = level

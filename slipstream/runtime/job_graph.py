@@ -19,6 +19,7 @@ from slipstream.datastream.transformations import (
     SourceTransformation,
     Transformation,
 )
+from slipstream.operators.backlog_path import BacklogPath
 from slipstream.operators.base import StreamOperator
 
 
@@ -44,8 +45,10 @@ class StreamNode:
     out_edges: list[StreamEdge] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """What a planning pass wants ``explain()`` to say of this node."""
+    backlog_path: BacklogPath | None = None
+    """The path this operator's backlog takes, chosen from its kind's declaration (None: not planned yet)."""
     backlog_streamed: str | None = None
-    """Why this operator, which could sort its backlog, streams it instead (None: it does not)."""
+    """Why this operator streams its backlog (None: it sorts it)."""
 
     @property
     def name(self) -> str:
@@ -166,8 +169,8 @@ def _plan_node(node: StreamNode) -> dict[str, Any]:
 
 def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: bool | str = True,
                streaming: bool = True) -> list[str]:
-    """What the planner knows about an operator beyond its name (FLIP-327 attributes, the
-    engine its backlog batch work runs on, and in STREAMING mode what of its results a sorted
+    """What the planner knows about an operator beyond its name (FLIP-327 attributes, its
+    backlog path and the engine its backlog batch work runs on, and in STREAMING mode what of its results a sorted
     backlog cannot give as streaming the backlog does)."""
     attributes = node.transformation.get_operator_attributes()
     operator_cls = StreamOperator.registry.get(type(node.transformation))
@@ -175,12 +178,12 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
     scope = node.transformation.scope
     if scope.get_level():
         notes.append(f"in loop scope {scope} (level {scope.get_level()})")
-    if attributes.has_internal_sorter() and not backlog_sorting:
+    path = node.backlog_path
+    if path is BacklogPath.STREAMED and attributes.has_internal_sorter() and not backlog_sorting:
         notes.append("processes its backlog record by record (backlog_sorting=False)")
-    elif attributes.has_internal_sorter() and node.backlog_streamed:
-        notes.append(f"streams its backlog record by record: {node.backlog_streamed}")
-    elif attributes.has_internal_sorter():
-        notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}, then switches to streaming; "
+    elif path is not None and path is not BacklogPath.STREAMED:
+        how = " (vectorised)" if path is BacklogPath.VECTORISED else ""
+        notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}{how}, then switches to streaming; "
                      "checkpoints during the backlog hold its buffer (spilled runs as shared files, stored once, "
                      "and the records in memory)")
         if streaming and operator_cls is not None:
@@ -190,6 +193,8 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
         notes.append("emits only at end of input (its output edges block)")
     if attributes.is_output_on_checkpoint():
         notes.append("emits when a checkpoint is taken")
+    if path is BacklogPath.STREAMED and (backlog_sorting or not attributes.has_internal_sorter()):
+        notes.append(f"streams its backlog record by record: {node.backlog_streamed}")  # after what it emits
     spark_plan = getattr(getattr(node.transformation, "source", None), "spark_plan", None)
     if spark_plan:
         notes.append(f"runs on spark as one query: {spark_plan}")

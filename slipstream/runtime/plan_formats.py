@@ -5,7 +5,8 @@
     {"format": "slipstream-plan", "version": 1, "mode": "STREAMING", "batch_engine": "polars",
      "operators": [{"id", "name", "uid", "kind", "parallelism", "max_parallelism", "task",
                     "scope", "attributes": {"internal_sorter", "output_on_eof", "output_on_checkpoint"},
-                    "batch": {"sorted_backlog": bool, "engine": str | null}, "notes": [str]}],
+                    "batch": {"sorted_backlog": bool, "engine": str | null,
+                              "path": "sorted" | "vectorised" | "streamed"}, "notes": [str]}],
      "tasks": [{"id", "name", "parallelism", "operators": [operator ids]}],
      "edges": [{"source", "target", "input_index", "partitioning", "kind": "PIPELINED" | "BLOCKING" |
                 "FEEDBACK", "side_output": str | null, "chained": bool}],
@@ -23,6 +24,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from slipstream.operators.backlog_path import BacklogPath
 from slipstream.runtime.job_graph import JobGraph, StreamNode, node_notes
 
 FORMATS = ("text", "json", "mermaid", "dot")
@@ -30,14 +32,16 @@ FORMATS = ("text", "json", "mermaid", "dot")
 
 def _operator(node: StreamNode, graph: JobGraph) -> dict[str, Any]:
     attributes = node.transformation.get_operator_attributes()
-    sorted_backlog = attributes.has_internal_sorter() and not node.backlog_streamed
+    path = node.backlog_path
+    sorted_backlog = path is not None and path is not BacklogPath.STREAMED
     return {"id": node.id, "name": node.name, "uid": node.uid,
             "kind": type(node.transformation).__name__.removesuffix("Transformation"),
             "parallelism": node.parallelism, "max_parallelism": node.max_parallelism,
             "task": graph.vertex_of[node].id, "scope": str(node.transformation.scope),
             "attributes": {"internal_sorter": sorted_backlog, "output_on_eof": attributes.is_output_on_eof(),
                            "output_on_checkpoint": attributes.is_output_on_checkpoint()},
-            "batch": {"sorted_backlog": sorted_backlog, "engine": graph.batch_engine if sorted_backlog else None},
+            "batch": {"sorted_backlog": sorted_backlog, "engine": graph.batch_engine if sorted_backlog else None,
+                      "path": None if path is None else path.value},
             "notes": node_notes(node, graph.batch_engine)}
 
 

@@ -35,7 +35,6 @@ from slipstream.datastream.transformations import (
     UnionTransformation,
 )
 from slipstream.errors import InvalidProgramError
-from slipstream.operators.backlog import BacklogSortingOperator
 from slipstream.operators.base import StreamOperator
 from slipstream.runtime.batch.spark_planning import plan_spark_queries
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge, StreamNode
@@ -281,16 +280,15 @@ def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformati
 
 
 def choose_backlog_paths(job_graph: JobGraph, backlog_sorting: bool | str) -> JobGraph:
-    """In STREAMING mode, mark the sorting operators whose kind streams its backlog faster than it
-    sorts it (:meth:`~slipstream.operators.backlog.BacklogSortingOperator.backlog_streaming_reason`):
-    they stream it. ``backlog_sorting="always"`` sorts every one; BATCH mode sorts every one (there
-    sorting is the semantics, not a speed knob)."""
-    if backlog_sorting is not True or job_graph.mode is RuntimeExecutionMode.BATCH:
-        return job_graph
+    """Give every operator the backlog path its kind declares for it (sorted, vectorised or streamed:
+    :meth:`~slipstream.operators.base.StreamOperator.backlog_path`), under ``backlog_sorting``: in
+    STREAMING mode a kind that sorts slower than it streams streams; ``backlog_sorting="always"`` and
+    BATCH mode sort every kind that can (there sorting is the semantics, not a speed knob); False sorts none."""
+    batch_mode = job_graph.mode is RuntimeExecutionMode.BATCH
     for vertex in job_graph.vertices:
         for node in vertex.nodes:
             operator_cls = StreamOperator.registry.get(type(node.transformation))
-            if operator_cls is not None and issubclass(operator_cls, BacklogSortingOperator) and \
-                    node.transformation.get_operator_attributes().has_internal_sorter():
-                node.backlog_streamed = operator_cls.backlog_streaming_reason(node.transformation)
+            if operator_cls is not None:
+                choice = operator_cls.backlog_path(node.transformation).choose(backlog_sorting, batch_mode)
+                node.backlog_path, node.backlog_streamed = choice.path, choice.reason
     return job_graph
