@@ -144,7 +144,7 @@ class CoGroupOperator(WindowOperator):
         self._input_selectors = _input_keys(transformation)
         self._input_types = list(transformation.input_types) + [None] * (2 - len(transformation.input_types))
         self._end_of_stream = is_end_of_stream_window(self.assigner, self.trigger)
-        self._pending: list[tuple[Window, Any, list, list]] = []  # vectorised evaluations of this step
+        self._pending: list[tuple[Window, Any, list[Any], list[Any]]] = []  # vectorised evaluations of this step
         self._frame_columns: list[Any] = [None, None]  # last columns seen per input, for empty sides
         self._columnar: list[ColumnarBuffer | None] = [None, None]  # per input, while it arrives as Arrow
         self._streamed = False  # whether any record went through the streaming path
@@ -176,7 +176,7 @@ class CoGroupOperator(WindowOperator):
         self._flush()
 
     # -- evaluation -------------------------------------------------------------------------------
-    def _evaluate(self, window: Window, inputs: list) -> None:
+    def _evaluate(self, window: Window, inputs: list[Any]) -> None:
         first = [value for tag, value in inputs if tag == 0]
         second = [value for tag, value in inputs if tag == 1]
         key = self.backend.get_current_key()
@@ -185,7 +185,7 @@ class CoGroupOperator(WindowOperator):
             return
         self._call(window, key, first, second)
 
-    def _call(self, window: Window, key: Any, first: list, second: list) -> None:
+    def _call(self, window: Window, key: Any, first: list[Any], second: list[Any]) -> None:
         """Run the co-group function for one key and window, naming both if it fails."""
         try:
             results = self.function.co_group(first, second)
@@ -199,7 +199,7 @@ class CoGroupOperator(WindowOperator):
     def _flush(self) -> None:
         if self._pending:
             pending, self._pending = self._pending, []
-            by_window: dict[Window, tuple[list, list, list]] = {}
+            by_window: dict[Window, tuple[list[Any], list[Any], list[Any]]] = {}
             for window, key, first, second in pending:
                 keys, firsts, seconds = by_window.setdefault(window, ([], [], []))
                 keys.append(key)
@@ -209,9 +209,9 @@ class CoGroupOperator(WindowOperator):
                 self._call_vectorized(window, keys, firsts, seconds)
         super()._flush()
 
-    def _call_vectorized(self, window: Window, keys: list, first: list, second: list) -> None:
+    def _call_vectorized(self, window: Window, keys: list[Any], first: list[Any], second: list[Any]) -> None:
         """Run the vectorised function over DataFrames of ``first`` and ``second`` (many keys)."""
-        frames: list = []
+        frames: list[Any] = []
         try:
             frames = [self._frame(first, 0), self._frame(second, 1)]
             result = self.function.co_group(*frames)
@@ -232,7 +232,7 @@ class CoGroupOperator(WindowOperator):
         self._values.extend(rows)
         self._timestamps.extend([timestamp] * len(rows))
 
-    def _frame(self, records: list, input_index: int) -> Any:
+    def _frame(self, records: list[Any], input_index: int) -> Any:
         frame = records_to_frame(records, self._input_types[input_index], self._frame_columns[input_index])
         if records:
             self._frame_columns[input_index] = frame.clear()
@@ -377,9 +377,9 @@ class CoGroupOperator(WindowOperator):
             metrics = self.ctx.metrics
             metrics[BATCH_KEYS_METRIC] = metrics.get(BATCH_KEYS_METRIC, 0) + keys
 
-    def _vectorized_partition(self, window: Window, tables: list, number: int, count: int) -> None:
+    def _vectorized_partition(self, window: Window, tables: list[Any], number: int, count: int) -> None:
         import polars as pl
-        frames: list = []
+        frames: list[Any] = []
         try:
             # one chunk per column: the buffered batches' chunks would slow the function's polars work
             frames = [self._frame([], index) if table is None else
@@ -409,7 +409,7 @@ class CoGroupOperator(WindowOperator):
         for batch in result.to_arrow().to_batches(max_chunksize=ARROW_OUTPUT_ROWS):
             self.output.collect_batch(RecordBatch(None, [timestamp] * batch.num_rows, arrow=batch))
 
-    def _per_key_partition(self, window: Window, tables: list, columnar: list[ColumnarBuffer]) -> int:
+    def _per_key_partition(self, window: Window, tables: list[Any], columnar: list[ColumnarBuffer]) -> int:
         """Run the per-key function over every key of one partition; returns the number of keys."""
         import numpy as np
         import polars as pl
@@ -447,7 +447,7 @@ class CoGroupOperator(WindowOperator):
             zeros = np.zeros(joined.height, dtype=np.int64)
             counts = [joined.get_column("len").to_numpy() if run is not None else zeros for run in runs]
         key_series = joined.get_column("value")
-        key_count = key_series.len()
+        key_count: int = key_series.len()
         ends = [np.cumsum(c) for c in counts]
         total = ends[0] + ends[1]
         co_group = self.function.co_group
@@ -501,7 +501,7 @@ class CoGroupOperator(WindowOperator):
         super().close()
 
 
-def records_to_frame(records: list, type_info: Any, empty_like: Any) -> Any:
+def records_to_frame(records: list[Any], type_info: Any, empty_like: Any) -> Any:
     """A polars DataFrame of ``records``: typed by ``type_info`` (a row or tuple type) when
     given, else inferred — tuples and unnamed Rows as ``f0``, ``f1``, …, dicts and named
     Rows by field name, scalars as ``f0``. An empty list gives ``empty_like`` (or no columns).
@@ -547,7 +547,7 @@ def records_to_frame(records: list, type_info: Any, empty_like: Any) -> Any:
     return pl.DataFrame({name: list(column) for name, column in zip(names, columns)})
 
 
-def _columns(records: list, names: list[str]) -> list | None:
+def _columns(records: list[Any], names: list[str]) -> list[Any] | None:
     """The records' fields as columns, or None when the records do not all have ``names``."""
     if not records:
         return [[] for _ in names]
@@ -566,7 +566,7 @@ def _columns(records: list, names: list[str]) -> list | None:
     return columns
 
 
-def frame_rows(frame: Any, like: Any) -> list:
+def frame_rows(frame: Any, like: Any) -> list[Any]:
     """The rows of the DataFrame a vectorised function returned, shaped like the record ``like``:
     named Rows for Rows, dicts for dicts, tuples otherwise. None means no rows."""
     import polars as pl

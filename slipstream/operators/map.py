@@ -39,7 +39,7 @@ class MapOperator(_RecordFunctionOperator):
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         method = self.method
-        out: list = []
+        out: list[Any] = []
         append = out.append
         value = None
         try:
@@ -65,11 +65,11 @@ class FlatMapOperator(_RecordFunctionOperator):
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         method = self.method
-        out: list = []
+        out: list[Any] = []
         extend = out.extend
         timestamps_in = batch.timestamps
-        timestamps_out: list | None = None if timestamps_in is None else []
-        stamps_in = cast(list, timestamps_in)  # read only when timestamps_out is a list
+        timestamps_out: list[Any] | None = None if timestamps_in is None else []
+        stamps_in = cast(list[Any], timestamps_in)  # read only when timestamps_out is a list
         key_selector, backend = self.key_selector, cast(KeyedStateBackend, self.ctx.keyed_backend)  # set when keyed
         value = None
         try:

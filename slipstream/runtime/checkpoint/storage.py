@@ -27,6 +27,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from slipstream.errors import CorruptCheckpointError, DiskFullError
 from slipstream.filesystem import FileSystem, copy_directory, filesystem_of, resolve
@@ -237,7 +238,7 @@ def copy_checkpoint(source: str, target: str) -> None:
     copy_directory(source, target)
 
 
-def _verified(fs: FileSystem, checkpoint: str, directory: str, name: str, info: dict, present: bool) -> bytes:
+def _verified(fs: FileSystem, checkpoint: str, directory: str, name: str, info: dict[Any, Any], present: bool) -> bytes:
     """The contents of file ``name`` in ``directory``, listed by ``checkpoint``'s manifest as ``info``,
     once its size and SHA-256 match (a shared file is checked by every checkpoint that lists it)."""
     if not present:
