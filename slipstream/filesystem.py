@@ -224,7 +224,8 @@ class RemoteFileSystem(FileSystem):
         self.write_file(path, data, what=what)  # one upload: the object appears whole or not at all
 
     def open_output(self, path: str) -> BinaryIO:
-        return self._fs.open(path, "wb")
+        stream: BinaryIO = self._fs.open(path, "wb")
+        return stream
 
     def close_durably(self, stream: BinaryIO) -> None:
         stream.close()  # completes the upload
@@ -246,10 +247,12 @@ class RemoteFileSystem(FileSystem):
             pass
 
     def open_input(self, path: str) -> BinaryIO:
-        return self._fs.open(path, "rb")
+        stream: BinaryIO = self._fs.open(path, "rb")
+        return stream
 
     def read_file(self, path: str) -> bytes:
-        return self._fs.cat_file(path)
+        data: bytes = self._fs.cat_file(path)
+        return data
 
     def listdir(self, path: str) -> list[str]:
         self._fs.invalidate_cache(path)
@@ -261,22 +264,22 @@ class RemoteFileSystem(FileSystem):
 
     def exists(self, path: str) -> bool:
         self._fs.invalidate_cache(posixpath.dirname(path))
-        return self._fs.exists(path)
+        return bool(self._fs.exists(path))
 
     def is_dir(self, path: str) -> bool:
         self._fs.invalidate_cache(path)
-        return self._fs.isdir(path)
+        return bool(self._fs.isdir(path))
 
     def is_file(self, path: str) -> bool:
         self._fs.invalidate_cache(posixpath.dirname(path))
-        return self._fs.isfile(path)
+        return bool(self._fs.isfile(path))
 
     def size(self, path: str) -> int:
         return int(self._fs.size(path))
 
     def modified_ms(self, path: str) -> float:
         try:
-            return self._fs.modified(path).timestamp() * 1000
+            return float(self._fs.modified(path).timestamp() * 1000)
         except (NotImplementedError, FileNotFoundError, IsADirectoryError):
             return 0.0
 
@@ -320,7 +323,8 @@ def _fsspec_implementation(protocol: str, path: str, what: str) -> type[Any]:
         raise InvalidProgramError(f"{what} {path!r}: URLs other than file:// need fsspec "
                                   "(pip install 'slipstream[remote]', or 'slipstream[s3]' for s3://)") from None
     try:
-        return fsspec.get_filesystem_class(protocol)
+        implementation: type[Any] = fsspec.get_filesystem_class(protocol)
+        return implementation
     except ValueError:
         raise InvalidProgramError(f"{what} {path!r}: fsspec knows no file system '{protocol}://'") from None
     except ImportError as error:
@@ -328,7 +332,7 @@ def _fsspec_implementation(protocol: str, path: str, what: str) -> type[Any]:
                                   f"is not installed ({error})") from None
 
 
-def resolve(path: str | os.PathLike, what: str = "path") -> tuple[FileSystem, str]:
+def resolve(path: str | os.PathLike[str], what: str = "path") -> tuple[FileSystem, str]:
     """The file system of ``path`` and ``path`` in its normal form (see :meth:`FileSystem.normalize`).
 
     Examples:
@@ -345,7 +349,7 @@ def resolve(path: str | os.PathLike, what: str = "path") -> tuple[FileSystem, st
     return fs, fs.normalize(text)
 
 
-def normalize(path: str | os.PathLike, what: str = "path") -> str:
+def normalize(path: str | os.PathLike[str], what: str = "path") -> str:
     """``path`` in its normal form: absolute if local, a full URL otherwise."""
     return resolve(path, what)[1]
 

@@ -47,7 +47,8 @@ def read_control(directory: str) -> dict[str, Any]:
     path = os.path.join(os.path.abspath(directory), CONTROL_NAME)
     try:
         with open(path) as handle:
-            return json.load(handle)
+            record: dict[str, Any] = json.load(handle)
+            return record
     except FileNotFoundError:
         raise click.ClickException(f"no job started by `slipstream run` is known in {directory} "
                                    f"(no {CONTROL_NAME}: give its checkpoint directory)") from None
@@ -92,7 +93,8 @@ def _alive(pid: int) -> bool:
 def _read_if_present(path: str) -> dict[str, Any] | None:
     try:
         with open(path) as handle:
-            return json.load(handle)
+            record: dict[str, Any] = json.load(handle)
+            return record
     except FileNotFoundError:
         return None
 

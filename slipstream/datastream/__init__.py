@@ -25,11 +25,11 @@ from slipstream.datastream.data_stream import (
     KeyedStream,
 )
 from slipstream.datastream.environment import (
-    ExecutionConfig,
     JobExecutionResult,
     RuntimeExecutionMode,
     StreamExecutionEnvironment,
 )
+from slipstream.datastream.execution_config import ExecutionConfig
 from slipstream.datastream.functions import (
     AggregateFunction,
     BroadcastProcessFunction,

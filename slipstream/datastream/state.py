@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
@@ -329,7 +329,7 @@ class ListState(AppendingState[T, Iterable[T]]):
     @abstractmethod
     def add_all(self, values: list[T]) -> None: ...
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[T]:
         return iter(self.get())
 
 
@@ -368,7 +368,7 @@ class _ReadableMap(ABC, Generic[K, V]):
     def __contains__(self, key: K) -> bool:
         return self.contains(key)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[K]:
         return iter(self.keys())
 
 

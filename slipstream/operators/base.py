@@ -119,7 +119,7 @@ class KeyedStateBackend(Protocol):
     def get_state(self, descriptor: StateDescriptor[S], namespaced: bool = False) -> S: ...
 
     def value_accessors(
-        self, descriptor: StateDescriptor
+        self, descriptor: StateDescriptor[Any]
     ) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]: ...
 
     def set_current_key(self, key: Any) -> None: ...
@@ -202,7 +202,7 @@ class StreamRuntimeContext(RuntimeContext):
     def get_metrics_group(self) -> OperatorMetricGroup:
         return operator_metric_group(self._ctx)
 
-    def _backend(self, descriptor: StateDescriptor) -> KeyedStateBackend:
+    def _backend(self, descriptor: StateDescriptor[Any]) -> KeyedStateBackend:
         if self._ctx.keyed_backend is None:
             raise SlipstreamError(
                 f"operator '{self._ctx.name}' asked for keyed state {descriptor.name!r}, but keyed "
@@ -493,7 +493,7 @@ def _with_own_functions(transformation: Transformation) -> Transformation:
     return clone
 
 
-def split_outputs(results: Any, timestamp: int | None, values: list, timestamps: list | None,
+def split_outputs(results: Any, timestamp: int | None, values: list[Any], timestamps: list[Any] | None,
                   side: dict[OutputTag, RecordBatch]) -> None:
     """Sort what a process function yielded into main outputs and ``(OutputTag, value)`` side outputs."""
     if results is None:

@@ -117,7 +117,7 @@ class BatchEngine(Protocol):
     """Whether functions given to :meth:`co_group`/:meth:`co_group_vectorized` run in this process."""
 
     def co_group(self, first: pa.Table, second: pa.Table,
-                 function: Callable[[list, list], Iterable[Any] | None]) -> pa.Table:
+                 function: Callable[[list[Any], list[Any]], Iterable[Any] | None]) -> pa.Table:
         """Call ``function(first_values, second_values)`` once per key present on either side.
 
         ``first`` and ``second`` have the columns of :data:`CO_GROUP_COLUMNS`: ``key`` (an int64
@@ -195,7 +195,7 @@ def sorted_sides(table: pa.Table) -> pa.Table:
     return table.take(order)
 
 
-def run_co_group(first: pa.Table, second: pa.Table, function: Callable[[list, list], Iterable[Any] | None]
+def run_co_group(first: pa.Table, second: pa.Table, function: Callable[[list[Any], list[Any]], Iterable[Any] | None]
                  ) -> tuple[pa.Table, CoGroupFunctionError | None]:
     """:meth:`BatchEngine.co_group` in this process, over any subset of keys (engines call it per
     partition). Returns the outputs so far and, when the function failed for a key, the error

@@ -85,7 +85,7 @@ class BroadcastContext(_BroadcastContextBase):
     def get_current_key(self) -> Any:
         raise self._no_key("get_current_key()")
 
-    def apply_to_keyed_state(self, state_descriptor: StateDescriptor, function: Any) -> None:
+    def apply_to_keyed_state(self, state_descriptor: StateDescriptor[Any], function: Any) -> None:
         """Call ``function(key, state)`` (or ``function.process(key, state)``) for every key of this
         instance that has ``state_descriptor``'s state, with that key current."""
         backend = self._operator.ctx.keyed_backend
@@ -232,8 +232,8 @@ class BroadcastProcessOperator(OnTimerOperator):
         finally:
             self.held.close()
 
-    def _held_owned(self, held: list[tuple[list, list | None]], old_index: int,
-                    owns_key: Callable[[Any], bool]) -> list[tuple[list, list | None]]:
+    def _held_owned(self, held: list[tuple[list[Any], list[Any] | None]], old_index: int,
+                    owns_key: Callable[[Any], bool]) -> list[tuple[list[Any], list[Any] | None]]:
         if self.key_selector is None:
             return held if old_index % self.ctx.parallelism == self.ctx.subtask_index else []
         owned = []

@@ -20,7 +20,7 @@ from slipstream.datastream.state import BroadcastState, MapStateDescriptor, Read
 from slipstream.errors import CheckpointError, SlipstreamError
 
 
-class _BroadcastStateReader(ReadOnlyBroadcastState):
+class _BroadcastStateReader(ReadOnlyBroadcastState[Any, Any]):
     """Reading one broadcast state's entries (a dict owned by the :class:`BroadcastStateStore`)."""
 
     def __init__(self, entries: dict[Any, Any], name: str, operator_name: str) -> None:
@@ -78,7 +78,7 @@ class ReadOnlyBroadcastStateView(_BroadcastStateReader):
         self.remove(key)
 
 
-class HeapBroadcastState(_BroadcastStateReader, BroadcastState):
+class HeapBroadcastState(_BroadcastStateReader, BroadcastState[Any, Any]):
     """What ``process_broadcast_element`` gets: the writable broadcast state, kept in a dict."""
 
     def put(self, key: Any, value: Any) -> None:

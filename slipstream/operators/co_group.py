@@ -125,7 +125,7 @@ class CoGroupOperator(WindowOperator):
         self._input_selectors = _input_keys(transformation)
         self._input_types = list(transformation.input_types) + [None] * (2 - len(transformation.input_types))
         self._end_of_stream = is_end_of_stream_window(self.assigner, self.trigger)
-        self._pending: list[tuple[Window, Any, list, list]] = []  # vectorised evaluations of this step
+        self._pending: list[tuple[Window, Any, list[Any], list[Any]]] = []  # vectorised evaluations of this step
         self._frame_columns: list[Any] = [None, None]  # last columns seen per input, for empty sides
         self._columnar: list[ColumnarBuffer | None] = [None, None]  # per input, while it arrives as Arrow
         self._streamed = False  # whether any record went through the streaming path
@@ -159,7 +159,7 @@ class CoGroupOperator(WindowOperator):
         self._flush()
 
     # -- evaluation -------------------------------------------------------------------------------
-    def _evaluate(self, window: Window, inputs: list) -> None:
+    def _evaluate(self, window: Window, inputs: list[Any]) -> None:
         first = [value for tag, value in inputs if tag == 0]
         second = [value for tag, value in inputs if tag == 1]
         key = self.backend.get_current_key()
@@ -168,7 +168,7 @@ class CoGroupOperator(WindowOperator):
             return
         self.call(window, key, first, second)
 
-    def call(self, window: Window, key: Any, first: list, second: list) -> None:
+    def call(self, window: Window, key: Any, first: list[Any], second: list[Any]) -> None:
         """Run the co-group function for one key and window, naming both if it fails."""
         self._calling = (window, key)
         with self._key_guard:
@@ -179,7 +179,7 @@ class CoGroupOperator(WindowOperator):
         """One guard for every call of :meth:`call` (building one per key costs more than entering it)."""
         return key_guard(self, lambda: self._calling[0], lambda: self._calling[1])
 
-    def collect(self, window: Window, first: list, second: list) -> None:
+    def collect(self, window: Window, first: list[Any], second: list[Any]) -> None:
         """Run the co-group function over one key's groups (its key current) and collect its outputs."""
         split_outputs(self.function.co_group(first, second), window.max_timestamp(), self._values,
                       self._timestamps, self._side)
@@ -187,7 +187,7 @@ class CoGroupOperator(WindowOperator):
     def _flush(self) -> None:
         if self._pending:
             pending, self._pending = self._pending, []
-            by_window: dict[Window, tuple[list, list, list]] = {}
+            by_window: dict[Window, tuple[list[Any], list[Any], list[Any]]] = {}
             for window, key, first, second in pending:
                 keys, firsts, seconds = by_window.setdefault(window, ([], [], []))
                 keys.append(key)
@@ -197,9 +197,9 @@ class CoGroupOperator(WindowOperator):
                 self.call_vectorized(window, keys, firsts, seconds)
         super()._flush()
 
-    def call_vectorized(self, window: Window, keys: list, first: list, second: list) -> None:
+    def call_vectorized(self, window: Window, keys: list[Any], first: list[Any], second: list[Any]) -> None:
         """Run the vectorised function over DataFrames of ``first`` and ``second`` (many keys)."""
-        frames: list = []
+        frames: list[Any] = []
         shown = keys if len(keys) <= 5 else [*keys[:5], "…"]
         with user_code(self, lambda: window, what=f"{len(keys)} key(s) {shown}, window",
                        explain=lambda exc: _blind_frame_cause(exc, frames)):
@@ -210,7 +210,7 @@ class CoGroupOperator(WindowOperator):
         self._values.extend(rows)
         self._timestamps.extend([timestamp] * len(rows))
 
-    def frame(self, records: list, input_index: int) -> Any:
+    def frame(self, records: list[Any], input_index: int) -> Any:
         """The DataFrame of ``records`` of input ``input_index``, typed by the input's declared type;
         an empty one has the columns the input's last records had."""
         frame = records_to_frame(records, self._input_types[input_index], self._frame_columns[input_index])
@@ -222,7 +222,7 @@ class CoGroupOperator(WindowOperator):
     def set_current_key(self, key: Any) -> None:
         self.backend.set_current_key(key)
 
-    def outputs(self) -> tuple[list, list, dict]:
+    def outputs(self) -> tuple[list[Any], list[Any], dict[Any, Any]]:
         return self._values, self._timestamps, self._side
 
     def flush(self) -> None:
@@ -332,7 +332,7 @@ class CoGroupOperator(WindowOperator):
         super().close()
 
 
-def _blind_frame_cause(exc: Exception, frames: list) -> Exception:
+def _blind_frame_cause(exc: Exception, frames: list[Any]) -> Exception:
     """A vectorised function's failure, explained when an input's DataFrame had no columns to use."""
     blind = [i + 1 for i, frame in enumerate(frames) if not frame.columns]
     if not blind:

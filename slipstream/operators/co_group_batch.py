@@ -59,16 +59,16 @@ class CoGroupHost(NamesUserErrors, Protocol):
     def set_current_key(self, key: Any) -> None:
         """Make ``key`` current, so the function's keyed state is the key's."""
 
-    def collect(self, window: Window, first: list, second: list) -> None:
+    def collect(self, window: Window, first: list[Any], second: list[Any]) -> None:
         """Run the function over one key's groups (the key current) and collect its outputs."""
 
-    def call_vectorized(self, window: Window, keys: list, first: list, second: list) -> None:
+    def call_vectorized(self, window: Window, keys: list[Any], first: list[Any], second: list[Any]) -> None:
         """Run the vectorised function over DataFrames of the records of ``keys`` (failures name them)."""
 
-    def frame(self, records: list, input_index: int) -> Any:
+    def frame(self, records: list[Any], input_index: int) -> Any:
         """The polars DataFrame of ``records`` of input ``input_index``, typed as the input declares."""
 
-    def outputs(self) -> tuple[list, list, dict]:
+    def outputs(self) -> tuple[list[Any], list[Any], dict[Any, Any]]:
         """The output values, their timestamps and side outputs collected so far (appended to in place)."""
 
     def flush(self) -> None:

@@ -75,7 +75,7 @@ class _Partitions(ABC):
         return keys if self.counts_keys else None
 
     @abstractmethod
-    def partition(self, host: CoGroupHost, window: Window, tables: list, number: int) -> int:
+    def partition(self, host: CoGroupHost, window: Window, tables: list[Any], number: int) -> int:
         """Evaluate partition ``number`` (its table per input, None for an input without columns);
         the number of keys evaluated."""
 
@@ -85,7 +85,7 @@ class ColumnsVectorised(_Partitions):
 
     counts_keys = False
 
-    def partition(self, host: CoGroupHost, window: Window, tables: list, number: int) -> int:
+    def partition(self, host: CoGroupHost, window: Window, tables: list[Any], number: int) -> int:
         import polars as pl
         count = self.count
         what = "the keys of the backlog, window" if count == 1 else \
@@ -117,12 +117,12 @@ class ColumnsVectorised(_Partitions):
 class ColumnsPerKey(_Partitions):
     """The per-key function over every key of each partition, its rows built a chunk at a time."""
 
-    def partition(self, host: CoGroupHost, window: Window, tables: list, number: int) -> int:
+    def partition(self, host: CoGroupHost, window: Window, tables: list[Any], number: int) -> int:
         keys = self._per_key_partition(host, window, tables)
         host.flush()
         return keys
 
-    def _per_key_partition(self, host: CoGroupHost, window: Window, tables: list) -> int:
+    def _per_key_partition(self, host: CoGroupHost, window: Window, tables: list[Any]) -> int:
         """Run the per-key function over every key of one partition; returns the number of keys."""
         import numpy as np
         sides, runs = self._sorted_sides(host, tables)
@@ -154,9 +154,9 @@ class ColumnsPerKey(_Partitions):
                              counts[0][start:stop].tolist(), counts[1][start:stop].tolist())
             host.flush()
             start = stop
-        return key_count
+        return int(key_count)
 
-    def _sorted_sides(self, host: CoGroupHost, tables: list) -> tuple[list[Any], list[Any]]:
+    def _sorted_sides(self, host: CoGroupHost, tables: list[Any]) -> tuple[list[Any], list[Any]]:
         """Each input's table in key order (then timestamp order in BATCH mode) and its run of keys."""
         import polars as pl
         sides: list[Any] = []
@@ -183,7 +183,7 @@ class ColumnsPerKey(_Partitions):
         return sides, runs
 
     @staticmethod
-    def _call_chunk(host: CoGroupHost, window: Window, keys: list, rows: list[list],
+    def _call_chunk(host: CoGroupHost, window: Window, keys: list[Any], rows: list[list[Any]],
                     first_counts: list[int], second_counts: list[int]) -> None:
         """Call the function for each key of a chunk, its outputs collected at the window's timestamp."""
         co_group = host.function.co_group

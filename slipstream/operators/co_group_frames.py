@@ -12,7 +12,7 @@ from typing import Any
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, TupleTypeInfo
 
 
-def records_to_frame(records: list, type_info: Any, empty_like: Any) -> Any:
+def records_to_frame(records: list[Any], type_info: Any, empty_like: Any) -> Any:
     """A polars DataFrame of ``records``: typed by ``type_info`` (a row or tuple type) when
     given, else inferred — tuples and unnamed Rows as ``f0``, ``f1``, …, dicts and named
     Rows by field name, scalars as ``f0``. An empty list gives ``empty_like`` (or no columns).
@@ -58,7 +58,7 @@ def records_to_frame(records: list, type_info: Any, empty_like: Any) -> Any:
     return pl.DataFrame({name: list(column) for name, column in zip(names, columns)})
 
 
-def _columns(records: list, names: list[str]) -> list | None:
+def _columns(records: list[Any], names: list[str]) -> list[Any] | None:
     """The records' fields as columns, or None when the records do not all have ``names``."""
     if not records:
         return [[] for _ in names]
@@ -77,7 +77,7 @@ def _columns(records: list, names: list[str]) -> list | None:
     return columns
 
 
-def frame_rows(frame: Any, like: Any) -> list:
+def frame_rows(frame: Any, like: Any) -> list[Any]:
     """The rows of the DataFrame a vectorised function returned, shaped like the record ``like``:
     named Rows for Rows, dicts for dicts, tuples otherwise. None means no rows."""
     import polars as pl

@@ -130,7 +130,7 @@ class IntervalColumns:
     def __len__(self) -> int:
         return len(self.buffer)
 
-    def add(self, batch: pa.RecordBatch | pa.Table, timestamps: list | None, interval: int) -> bool:
+    def add(self, batch: pa.RecordBatch | pa.Table, timestamps: list[Any] | None, interval: int) -> bool:
         """Buffer an Arrow batch; False when it cannot be held so (the rows take it from here)."""
         if any(name in batch.schema.names for name in EXTRA_COLUMNS):
             return False
@@ -202,7 +202,7 @@ def records_of(frame: pl.DataFrame) -> pa.Table:
                        if name in (TS_COLUMN, RANK_COLUMN, *EXTRA_COLUMNS)]).to_arrow()
 
 
-def arrow_batches(frame: pl.DataFrame) -> Iterator[tuple[pa.RecordBatch, list | None]]:
+def arrow_batches(frame: pl.DataFrame) -> Iterator[tuple[pa.RecordBatch, list[Any] | None]]:
     """``frame``'s records as Arrow batches of up to :data:`OUTPUT_ROWS`, with their timestamps."""
     for start in range(0, frame.height, OUTPUT_ROWS):
         chunk = frame.slice(start, OUTPUT_ROWS).rechunk()

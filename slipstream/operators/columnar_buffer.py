@@ -176,7 +176,7 @@ class ColumnarBuffer:
         self.schema, self.key_name, self.kind = schema, name, kind
         return True
 
-    def add(self, batch: pa.RecordBatch | pa.Table, timestamps: list | None) -> bool:
+    def add(self, batch: pa.RecordBatch | pa.Table, timestamps: list[Any] | None) -> bool:
         """Buffer ``batch`` (its records' ``timestamps`` parallel, or None); False when it cannot be
         held columnar (another schema, a key column that is missing, of another type, or has nulls)."""
         if self._closed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import pyarrow as pa
 
@@ -39,7 +40,7 @@ class RecordBatch:
 
     __slots__ = ("_values", "arrow", "timestamps")
 
-    def __init__(self, values: list | None = None, timestamps: list | None = None,
+    def __init__(self, values: list[Any] | None = None, timestamps: list[Any] | None = None,
                  arrow: pa.RecordBatch | pa.Table | None = None) -> None:
         if values is None and arrow is None:
             raise ValueError("a RecordBatch needs values or an Arrow batch")
@@ -48,7 +49,7 @@ class RecordBatch:
         self.arrow = arrow
 
     @property
-    def values(self) -> list:
+    def values(self) -> list[Any]:
         if self._values is None:
             self._values = rows_from_arrow(self.arrow)
         return self._values
@@ -62,7 +63,8 @@ class RecordBatch:
         if self._values is not None:
             return len(self._values)
         assert self.arrow is not None  # a batch has values or Arrow columns
-        return self.arrow.num_rows
+        rows: int = self.arrow.num_rows
+        return rows
 
     def split(self, max_records: int) -> list[RecordBatch]:
         """This batch as consecutive batches of at most ``max_records`` records (itself when it
@@ -84,7 +86,8 @@ class RecordBatch:
         records, the sizes of a few records spread over the batch (each with what it directly
         holds), times the number of records."""
         if self.arrow is not None:
-            return self.arrow.nbytes
+            size: int = self.arrow.nbytes
+            return size
         values = self.values
         count = len(values)
         if not count:
@@ -102,7 +105,7 @@ class RecordBatch:
     def __repr__(self) -> str:
         return f"RecordBatch({len(self)} records{', columnar' if self.arrow is not None else ''})"
 
-    def __getstate__(self) -> tuple:
+    def __getstate__(self) -> tuple[Any, ...]:
         """Pickled (spilling channels, checkpoints) with its Arrow part as IPC bytes: pickling an
         Arrow slice directly would write the whole buffers it slices; rows built from it are dropped."""
         if self.arrow is None:
@@ -112,7 +115,7 @@ class RecordBatch:
             writer.write(self.arrow)
         return None, self.timestamps, (sink.getvalue(), isinstance(self.arrow, pa.Table))
 
-    def __setstate__(self, state: tuple) -> None:
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
         self._values, self.timestamps, arrow = state
         self.arrow = None
         if arrow is not None:

@@ -190,7 +190,7 @@ class PerRoundOperator(StreamOperator):
     def close(self) -> None:
         self.inner.close()
 
-    def user_functions(self) -> list:
+    def user_functions(self) -> list[Any]:
         return self.inner.user_functions()
 
     def snapshot_state(self) -> Any:
@@ -220,7 +220,7 @@ class _ListenerContext(IterationListener.Context):
     """What a listener gets: side outputs through ``output(tag, value)``."""
 
     def __init__(self) -> None:
-        self.side: dict[OutputTag, list] = {}
+        self.side: dict[OutputTag, list[Any]] = {}
 
     def output(self, output_tag: OutputTag, value: Any) -> None:
         if not isinstance(output_tag, OutputTag):
@@ -230,7 +230,7 @@ class _ListenerContext(IterationListener.Context):
 
 class _ListCollector(IterationListener.Collector):
     def __init__(self) -> None:
-        self.values: list = []
+        self.values: list[Any] = []
 
     def collect(self, value: Any) -> None:
         self.values.append(value)
@@ -304,7 +304,8 @@ def _dumps(state: Any) -> bytes:
     try:
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, AttributeError, TypeError):
-        return cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        data: bytes = cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        return data
 
 
 def restore_functions(operator: StreamOperator, states: list[bytes]) -> None:

@@ -61,7 +61,7 @@ class LoopHeadOperator(StreamOperator):
         self.feedback_tag = transformation.feedback_tag
         self._input_idle[FEEDBACK] = True  # never part of the watermark minimum
         self._final_watermark: Watermark | None = None
-        self._replay: list[tuple[list, list | None]] = []
+        self._replay: list[tuple[list[Any], list[Any] | None]] = []
 
     def open(self) -> None:
         """After a restore, first send round again what was going round at the checkpoint."""

@@ -41,7 +41,7 @@ class MapOperator(_RecordFunctionOperator):
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         method = self.method
-        out: list = []
+        out: list[Any] = []
         append = out.append
         value = None
         with user_code(self, lambda: value):
@@ -63,11 +63,11 @@ class FlatMapOperator(_RecordFunctionOperator):
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         method = self.method
-        out: list = []
+        out: list[Any] = []
         extend = out.extend
         timestamps_in = batch.timestamps
-        timestamps_out: list | None = None if timestamps_in is None else []
-        stamps_in = cast(list, timestamps_in)  # read only when timestamps_out is a list
+        timestamps_out: list[Any] | None = None if timestamps_in is None else []
+        stamps_in = cast(list[Any], timestamps_in)  # read only when timestamps_out is a list
         key_selector, backend = self.key_selector, cast(KeyedStateBackend, self.ctx.keyed_backend)  # set when keyed
         value = None
         with user_code(self, lambda: value):

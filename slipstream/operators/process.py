@@ -96,7 +96,7 @@ class ProcessContext(KeyedProcessFunction.OnTimerContext):
 ProcessFunction.Context.register(ProcessContext)
 
 
-def emit(operator: StreamOperator, values: list, timestamps: list | None, ctx: ProcessContext) -> None:
+def emit(operator: StreamOperator, values: list[Any], timestamps: list[Any] | None, ctx: ProcessContext) -> None:
     """Send the main outputs, then each side output, collected for one batch or timer."""
     if values:
         operator.output.collect_batch(RecordBatch(values, timestamps))
@@ -116,10 +116,10 @@ def run_process_function(operator: StreamOperator, method: Callable[[Any, Any], 
     needs to locals and checks the rare cases (side outputs, a non-iterable result)
     as cheaply as it can.
     """
-    values_out: list = []
+    values_out: list[Any] = []
     append = values_out.append
     timestamps_in = batch.timestamps
-    timestamps_out: list | None = None if timestamps_in is None else []
+    timestamps_out: list[Any] | None = None if timestamps_in is None else []
     backend = operator.ctx.keyed_backend
     set_key = backend.set_current_key if key_selector is not None and backend is not None else None
     key_of = cast(Callable[[Any], Any], key_selector)  # called only when set_key is
@@ -160,7 +160,7 @@ def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], ti
     names the timer if it fails."""
     ctx.current_time_domain = domain
     ctx.current_timestamp = timer.timestamp if domain is TimeDomain.EVENT_TIME else None
-    values: list = []
+    values: list[Any] = []
     with guard:
         results = on_timer(timer.timestamp, ctx)
         for out in results or ():
@@ -226,7 +226,7 @@ class ProcessOperator(StreamOperator):
 
     def __init__(self, transformation: ProcessTransformation) -> None:
         super().__init__(transformation)
-        self.function: ProcessFunction = transformation.function
+        self.function: ProcessFunction[Any, Any] = transformation.function
 
     def user_functions(self) -> list[Function]:
         return [self.function]
@@ -268,7 +268,7 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
 
     def __init__(self, transformation: KeyedProcessTransformation) -> None:
         super().__init__(transformation)
-        self.function: KeyedProcessFunction = transformation.function
+        self.function: KeyedProcessFunction[Any, Any, Any] = transformation.function
 
     def user_functions(self) -> list[Function]:
         return [self.function]
@@ -299,7 +299,7 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
             return
         super().buffer_backlog(batch, input_index)
 
-    def run_backlog(self, buffers: list) -> None:
+    def run_backlog(self, buffers: list[Any]) -> None:
         bootstrap, self._bootstrap = self._bootstrap, None
         if bootstrap is None:
             super().run_backlog(buffers)

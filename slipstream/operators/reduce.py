@@ -59,7 +59,7 @@ class KeyedReduceOperator(ColumnarBacklog):
 
     def __init__(self, transformation: ReduceTransformation) -> None:
         super().__init__(transformation)
-        self.function: ReduceFunction = transformation.function
+        self.function: ReduceFunction[Any] = transformation.function
         key_selector = transformation.key_selectors[0]
         if key_selector is None:
             raise SlipstreamError(f"reduce '{transformation.name}' needs a keyed stream (key_by before reduce)")
@@ -85,7 +85,7 @@ class KeyedReduceOperator(ColumnarBacklog):
         key_selector = self.key_selector
         set_key = self.keyed_backend().set_current_key
         get, put = self.keyed_backend().value_accessors(REDUCE_STATE)
-        out: list = []
+        out: list[Any] = []
         append = out.append
         value: Any = None
         with user_code(self, lambda: value):
@@ -108,11 +108,11 @@ class KeyedReduceOperator(ColumnarBacklog):
     def columnar_aggregation(self) -> tuple[str, int | str] | None:
         return self.transformation.aggregation
 
-    def run_columns(self, columns: IntervalColumns, frames: list) -> bool:
+    def run_columns(self, columns: IntervalColumns, frames: list[Any]) -> bool:
         """A columnar backlog runs as one polars query when its field allows."""
         return self._aggregate_columns(columns, frames, in_arrival_order=len(frames) == 1)
 
-    def _aggregate_columns(self, columns: IntervalColumns, frames: list, *, in_arrival_order: bool) -> bool:
+    def _aggregate_columns(self, columns: IntervalColumns, frames: list[Any], *, in_arrival_order: bool) -> bool:
         """The switch on columns: emit what the rolling reduce would have and install each key's
         accumulator. False (nothing done) when the field is not vectorisable or a key has state."""
         import polars as pl
@@ -175,8 +175,8 @@ class KeyedReduceOperator(ColumnarBacklog):
         if results is None:
             results = self._reduce_per_key(buffer)
         with_timestamps = buffer.has_timestamps
-        values: list = []
-        stamps: list = []
+        values: list[Any] = []
+        stamps: list[Any] = []
         for value, timestamp in results:
             values.append(value)
             stamps.append(timestamp)

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
+from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import SinkTransformation, Transformation
 from slipstream.errors import CheckpointError, SlipstreamError, user_code
 from slipstream.operators.backlog_path import streamed
@@ -75,7 +76,7 @@ class SinkOperator(StreamOperator):
         sink = cast(SinkTransformation, transformation).sink  # the registry pairs the two
         return OperatorAttributesBuilder().set_is_output_on_checkpoint(sink.is_transactional()).build()
 
-    def on_watermark(self, watermark) -> None:
+    def on_watermark(self, watermark: Watermark) -> None:
         """Sinks are the end of the line: watermarks stop here."""
 
     def finish(self) -> None:

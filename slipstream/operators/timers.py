@@ -164,17 +164,18 @@ class InternalTimerService:
     def num_processing_time_timers(self) -> int:
         return len(self._processing)
 
-    def snapshot(self) -> dict[str, list]:
+    def snapshot(self) -> dict[str, list[Any]]:
         return {"event": self._event.snapshot(), "processing": self._processing.snapshot()}
 
-    def restore(self, snapshot: dict[str, list]) -> None:
+    def restore(self, snapshot: dict[str, list[Any]]) -> None:
         self._event.restore(snapshot["event"])
         self._processing.restore(snapshot["processing"])
         for timestamp, _key, _namespace in snapshot["processing"]:
             self._schedule_wakeup(timestamp)
 
 
-def merge_timer_snapshots(snapshots: list[dict[str, list]], owns_key: Callable[[Any], bool]) -> dict[str, list]:
+def merge_timer_snapshots(snapshots: list[dict[str, list[Any]]],
+                          owns_key: Callable[[Any], bool]) -> dict[str, list[Any]]:
     """The timers of several subtasks' snapshots whose keys ``owns_key`` accepts (restoring at
     another parallelism: each new subtask takes the timers of the keys it now owns)."""
     return {domain: [timer for snapshot in snapshots for timer in snapshot[domain] if owns_key(timer[1])]

@@ -108,8 +108,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         self._assigner: TimestampAssigner
         self._generator: WatermarkGenerator
         self._wm_output = _OperatorWatermarkOutput(self)
-        self._pending_values: list = []
-        self._pending_timestamps: list = []
+        self._pending_values: list[Any] = []
+        self._pending_timestamps: list[Any] = []
         self._flushed = 0
         self._idle_timeout = strategy.get_idle_timeout()
         self._last_activity = 0

@@ -206,13 +206,13 @@ def builtin_aggregation(window: WindowTransformation) -> tuple[str, int | str] |
     return function.aggregation
 
 
-def _time_windows(assigner: WindowAssigner, trigger: Trigger, allowed_lateness: int) -> bool:
+def _time_windows(assigner: WindowAssigner[Any, Any], trigger: Trigger[Any, Any], allowed_lateness: int) -> bool:
     """Tumbling or sliding event-time windows with their own trigger and no allowed lateness."""
     return (type(assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
             and type(trigger) is EventTimeTrigger and not allowed_lateness)
 
 
-def _count_windows(assigner: WindowAssigner, trigger: Trigger) -> bool:
+def _count_windows(assigner: WindowAssigner[Any, Any], trigger: Trigger[Any, Any]) -> bool:
     """Tumbling or sliding count windows with their own trigger (purging, at the window's size)."""
     counted: Any = trigger  # its nested trigger and the count are read once the types match
     sized: Any = assigner

@@ -92,7 +92,7 @@ def merge_namespaces(state: InternalKvState, descriptor: StateDescriptor[Any], t
     """
     sources = [s for s in sources if s != target]
     if isinstance(state, ListState):
-        collected: list = []
+        collected: list[Any] = []
         for source in sources:
             state.set_current_namespace(source)
             collected.extend(state.get())
@@ -135,7 +135,7 @@ class MergingWindowSet:
     window of one of the windows it covers, and the others' state is folded into it.
     """
 
-    def __init__(self, assigner: MergingWindowAssigner, mapping: dict[Window, Window]) -> None:
+    def __init__(self, assigner: MergingWindowAssigner[Any, Any], mapping: dict[Window, Window]) -> None:
         self.assigner = assigner
         self.mapping = mapping
 
@@ -186,7 +186,7 @@ def _builtin_aggregation(transformation: WindowTransformation) -> tuple[str, int
     return builtin_aggregation(transformation)
 
 
-class _MergeCollector(MergingWindowAssigner.MergeCallback):
+class _MergeCollector(MergingWindowAssigner.MergeCallback[Window]):
     def __init__(self, merges: list[tuple[Window, list[Window]]]) -> None:
         self._merges = merges
 
@@ -205,9 +205,9 @@ class WindowOperator(ColumnarBacklog):
 
     def __init__(self, transformation: WindowTransformation) -> None:
         super().__init__(transformation)
-        self.assigner: WindowAssigner = transformation.assigner
-        self.trigger: Trigger = transformation.trigger or self.assigner.get_default_trigger()
-        self.evictor: Evictor | None = transformation.evictor
+        self.assigner: WindowAssigner[Any, Any] = transformation.assigner
+        self.trigger: Trigger[Any, Any] = transformation.trigger or self.assigner.get_default_trigger()
+        self.evictor: Evictor[Any, Any] | None = transformation.evictor
         self.allowed_lateness = transformation.allowed_lateness
         self.late_data_tag: OutputTag | None = transformation.late_data_tag
         self.kind = transformation.function_kind
@@ -221,9 +221,9 @@ class WindowOperator(ColumnarBacklog):
         self._event_time = self.assigner.is_event_time()
         self._contents_descriptor = self._make_contents_descriptor()
         self._aggregation = _builtin_aggregation(transformation)
-        self._restored_timers: dict[str, list] | None = None
-        self._values: list = []
-        self._timestamps: list = []
+        self._restored_timers: dict[str, list[Any]] | None = None
+        self._values: list[Any] = []
+        self._timestamps: list[Any] = []
         self._side: dict[OutputTag, RecordBatch] = {}
 
     @classmethod
@@ -257,7 +257,7 @@ class WindowOperator(ColumnarBacklog):
         return [f"its {' and '.join(users)} use processing time: during the backlog that is the clock at the "
                 "switch, so results that depend on it differ from streaming the backlog"]
 
-    def _make_contents_descriptor(self) -> StateDescriptor:
+    def _make_contents_descriptor(self) -> StateDescriptor[Any]:
         if self.evictor is not None or self.kind in ("process", "apply"):
             return ListStateDescriptor(CONTENTS_STATE)
         if self.kind == "reduce":
@@ -266,7 +266,7 @@ class WindowOperator(ColumnarBacklog):
             return AggregatingStateDescriptor(CONTENTS_STATE, self.function)
         raise SlipstreamError(f"unknown window function kind {self.kind!r}")
 
-    def user_functions(self) -> list:
+    def user_functions(self) -> list[Any]:
         return [fn for fn in (self.function, self.window_function) if fn is not None]
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -318,7 +318,7 @@ class WindowOperator(ColumnarBacklog):
     def columnar_aggregation(self) -> tuple[str, int | str] | None:
         return self._aggregation
 
-    def run_columns(self, columns: IntervalColumns, frames: list) -> bool:
+    def run_columns(self, columns: IntervalColumns, frames: list[Any]) -> bool:
         from slipstream.operators.vectorised_windows import run_columnar_window_aggregation
         return run_columnar_window_aggregation(self, columns, frames)
 
@@ -504,7 +504,7 @@ class WindowOperator(ColumnarBacklog):
 
     def _merging_window_set(self) -> MergingWindowSet:
         mapping = self.backend.get_state(_MERGING_DESCRIPTOR).value()
-        assigner = cast(MergingWindowAssigner, self.assigner)  # only merging windows ask for the set
+        assigner = cast(MergingWindowAssigner[Any, Any], self.assigner)  # only merging windows ask for the set
         return MergingWindowSet(assigner, dict(mapping) if mapping else {})
 
     def _persist(self, merging: MergingWindowSet) -> None:
@@ -555,7 +555,7 @@ class WindowOperator(ColumnarBacklog):
         self.contents.set_current_namespace(state_window)
         self.contents.update(elements)
 
-    def _combine(self, values: list) -> list:
+    def _combine(self, values: list[Any]) -> list[Any]:
         """With an evictor, reduce/aggregate run over the remaining elements when the window fires."""
         if self.kind == "reduce":
             return [functools.reduce(self.function.reduce, values)] if values else []
@@ -566,11 +566,11 @@ class WindowOperator(ColumnarBacklog):
             return [self.function.get_result(accumulator)]
         return values
 
-    def _evaluate(self, window: Window, inputs: list) -> None:
+    def _evaluate(self, window: Window, inputs: list[Any]) -> None:
         results = self._call_evaluator(self.backend.get_current_key(), window, inputs)
         split_outputs(results, window.max_timestamp(), self._values, self._timestamps, self._side)
 
-    def _evaluator_call(self) -> Callable[[Any, Window, list], Any]:
+    def _evaluator_call(self) -> Callable[[Any, Window, list[Any]], Any]:
         """``(key, window, inputs) -> results`` of the evaluator, its kind looked up once."""
         evaluator = self._evaluator()
         context = self.window_context
@@ -582,7 +582,7 @@ class WindowOperator(ColumnarBacklog):
             return lambda key, window, inputs: evaluator.apply(window, inputs)
         keyed = isinstance(evaluator, ProcessWindowFunction)
 
-        def process(key: Any, window: Window, inputs: list) -> Any:
+        def process(key: Any, window: Window, inputs: list[Any]) -> Any:
             context.current_window = window
             return evaluator.process(key, context, inputs) if keyed else evaluator.process(context, inputs)
         return process
@@ -671,7 +671,7 @@ class _StateStore(KeyedStateStore):
         return state
 
 
-class _WindowContext(ProcessWindowFunction.Context, ProcessAllWindowFunction.Context):
+class _WindowContext(ProcessWindowFunction.Context[Window], ProcessAllWindowFunction.Context[Window]):
     def __init__(self, operator: WindowOperator) -> None:
         self._operator = operator
         self.current_window: Window  # set before every call into the window function

@@ -170,7 +170,7 @@ def execute_job(env: StreamExecutionEnvironment, transformations: list[Transform
 
 
 def collect_job(env: StreamExecutionEnvironment, transformations: list[Transformation], job_name: str,
-                sink: CollectSink) -> CloseableIterator:
+                sink: CollectSink) -> CloseableIterator[Any]:
     """Plan a job and return an iterator that runs it as records are pulled (``execute_and_collect``):
     each record the sink made visible is handed out before the job takes another turn."""
     turns = JobDriver(env, transformations, job_name).turns()

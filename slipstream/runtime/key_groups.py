@@ -93,7 +93,8 @@ def assign_to_key_groups(keys: list[Any], max_parallelism: int) -> list[int]:
     mixed = pc.shift_right(pc.multiply(pc.bit_wise_xor(hashes, pc.shift_right(hashes, _HALF)), _GOLDEN), _HALF)
     count = pa.scalar(max_parallelism, pa.uint64())
     groups = pc.subtract(mixed, pc.multiply(pc.divide(mixed, count), count))  # mixed % count
-    return groups.to_pylist()
+    key_groups: list[int] = groups.to_pylist()
+    return key_groups
 
 
 def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:

@@ -213,7 +213,7 @@ class FeedbackLogBarrierHandler(BarrierHandler):
         super().__init__(task, listener, exactly_once)
         self._feedback_ids = {id(c) for c in task.feedback_inputs}
         self.logging_id: int | None = None
-        self._log: list[tuple[list, list | None]] = []
+        self._log: list[tuple[list[Any], list[Any] | None]] = []
         self._snapshots: list[Any] = []
         self._returned: set[int] = set()
 

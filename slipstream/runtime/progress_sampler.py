@@ -160,7 +160,7 @@ def _switched_after(run: JobRun | None, operators: list[_Operator]) -> float | N
         return None
     job_switch = run.metrics.get("job", {}).get("switched_ms")
     if job_switch is not None:
-        return job_switch / 1000
+        return float(job_switch) / 1000
     switched = [op.metrics["switched_at"] for op in operators if "switched_at" in op.metrics]
     return max(switched) - run.started_at if switched else None
 

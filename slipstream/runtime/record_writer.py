@@ -43,8 +43,8 @@ class RecordWriter:
         self.subtask_index = subtask_index
         self.channels = channels
         self.batch_size = batch_size
-        self._pending: list[list] = [[] for _ in channels]
-        self._pending_ts: list[list | None] = [None for _ in channels]
+        self._pending: list[list[Any]] = [[] for _ in channels]
+        self._pending_ts: list[list[Any] | None] = [None for _ in channels]
         self._next = subtask_index % len(channels)
         self._rng = random.Random(seed * 1_000_003 + subtask_index)
         self._downstream_parallelism = edge.target.parallelism

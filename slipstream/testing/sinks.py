@@ -41,7 +41,7 @@ class CollectingSink(CollectSink):
     def default_name(self) -> str:
         return "CollectingSink"
 
-    def entries(self, values: list, timestamps: list | None, subtask: int) -> list:
+    def entries(self, values: list[Any], timestamps: list[Any] | None, subtask: int) -> list[Any]:
         stamps = timestamps or itertools.repeat(None)
         return [CollectedRecord(value, ts, subtask) for value, ts in zip(values, stamps)]
 

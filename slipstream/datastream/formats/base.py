@@ -17,7 +17,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, BinaryIO
 
-from slipstream.datastream.columnar import named_row  # noqa: F401  (re-exported for the formats)
 from slipstream.datastream.connectors.base import SourceBatch
 from slipstream.datastream.connectors.errors import BadRecord, SourceFormatError
 from slipstream.errors import InvalidProgramError

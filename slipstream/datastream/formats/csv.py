@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from slipstream.datastream.columnar import column_values, rows_from_columns
+from slipstream.datastream.columnar import column_values, named_row, rows_from_columns
 from slipstream.datastream.connectors.errors import SinkFormatError, SourceFormatError
 from slipstream.datastream.formats.base import (
     SKIP,
@@ -41,7 +41,6 @@ from slipstream.datastream.formats.base import (
     FileRecordReader,
     LineRecordReader,
     StreamFormat,
-    named_row,
 )
 from slipstream.datastream.formats.blocks import BlockLineReader, Segments, lone_carriage_returns
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, TypeInformation, Types

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from slipstream.datastream.columnar import column_values, rows_from_columns
+from slipstream.datastream.columnar import column_values, named_row, rows_from_columns
 from slipstream.datastream.connectors.errors import SinkFormatError, SourceFormatError
 from slipstream.datastream.formats.base import (
     SKIP,
@@ -36,7 +36,6 @@ from slipstream.datastream.formats.base import (
     FileRecordReader,
     LineRecordReader,
     StreamFormat,
-    named_row,
 )
 from slipstream.datastream.formats.blocks import BlockLineReader, Segments, lone_carriage_returns
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, Types

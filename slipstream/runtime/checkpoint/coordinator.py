@@ -271,7 +271,7 @@ class CheckpointCoordinator:
                 if getattr(channel, "blocking", False) and not channel.ended:
                     return f"a BLOCKING edge into task {task} is in use"
             for operator in task.operators:
-                reason = operator.is_checkpoint_blocked()
+                reason: str | None = operator.is_checkpoint_blocked()
                 if reason:
                     return reason
         return None

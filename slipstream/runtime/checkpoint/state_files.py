@@ -243,7 +243,7 @@ def _field(name: str, shape: Any) -> pa.Field:
 
 def _from_arrow(column: pa.ChunkedArray, field: pa.Field) -> list[Any]:
     """The Python values of a column written by :func:`_to_arrow`, of the types they were written as."""
-    values = column.to_pylist()
+    values: list[Any] = column.to_pylist()
     if pa.types.is_map(column.type):  # read back as [(key, value), ...] in the written order
         return [None if value is None else dict(value) for value in values]
     if pa.types.is_struct(column.type):  # read back as {"0": ..., "1": ...} in field order
@@ -339,7 +339,8 @@ def decode_state_file(kind: str, data: bytes | memoryview) -> KeyedEntries:
     if kind == PICKLE:
         return _from_pickles(data)
     if kind == LEGACY_PICKLE:
-        return pickle.loads(data)
+        legacy: KeyedEntries = pickle.loads(data)
+        return legacy
     if kind != ARROW:
         raise CheckpointError(f"unknown keyed state file format {kind!r}")
     table = pa.ipc.open_file(pa.BufferReader(data)).read_all()

@@ -159,7 +159,7 @@ class HeapKeyedStateBackend:
         # the handle's class is the descriptor's kind (_STATE_CLASSES), or its TTL handle's
         return cast(S, self._ttl_handles.get((name, namespaced), handle) if self._ttl_handles else handle)
 
-    def _new_handle(self, descriptor: StateDescriptor, namespaced: bool) -> _HeapState:
+    def _new_handle(self, descriptor: StateDescriptor[Any], namespaced: bool) -> _HeapState:
         """The plain handle of a state, registered; a state with time-to-live gets its TTL handle
         over it (:mod:`~slipstream.runtime.state.ttl`), which reads and writes through it."""
         name, ttl = descriptor.name, descriptor.ttl_config
@@ -182,7 +182,9 @@ class HeapKeyedStateBackend:
                 self._key_listeners.append(cleanup.run)
         return handle
 
-    def value_accessors(self, descriptor: StateDescriptor) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
+    def value_accessors(
+        self, descriptor: StateDescriptor[Any]
+    ) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
         """``get(key)`` and ``put(key, value)`` of a value state by record key: the per-record
         fast path of built-in operators (the dict's own methods unless a snapshot is being
         written). Take them afresh for every batch. Users go through :meth:`get_state`."""
@@ -400,7 +402,7 @@ class _NoKey:
         return "<no key>"
 
 
-class _NamespacedKey(tuple):
+class _NamespacedKey(tuple[Any, ...]):
     """``(key, namespace)``: the table key of namespaced state."""
 
     __slots__ = ()
@@ -410,7 +412,7 @@ class _HeapState:
     """A state handle: reads and writes the table, or while frozen its delta (see the module docstring)."""
 
     def __init__(self, backend: HeapKeyedStateBackend, table: dict[Any, Any],
-                 descriptor: StateDescriptor, namespaced: bool) -> None:
+                 descriptor: StateDescriptor[Any], namespaced: bool) -> None:
         self._backend = backend
         self._table = table
         self._delta: dict[Any, Any] | None = None
@@ -477,7 +479,7 @@ class _HeapState:
         self._remove(self._entry_key())
 
 
-class HeapValueState(_HeapState, InternalValueState):
+class HeapValueState(_HeapState, InternalValueState[Any]):
     def value(self) -> Any:
         return self._read(self._entry_key())
 
@@ -512,8 +514,8 @@ class HeapKeyValueState(HeapValueState):
             self._table[key] = value
 
 
-class HeapListState(_HeapState, InternalListState):
-    def get(self) -> list:
+class HeapListState(_HeapState, InternalListState[Any]):
+    def get(self) -> list[Any]:
         values = self._read(self._entry_key())
         return [] if values is None else values
 
@@ -527,7 +529,7 @@ class HeapListState(_HeapState, InternalListState):
         else:
             current.append(value)
 
-    def add_all(self, values: list) -> None:
+    def add_all(self, values: list[Any]) -> None:
         if values:
             entry = self._entry_key()
             current = self._read(entry)
@@ -536,15 +538,15 @@ class HeapListState(_HeapState, InternalListState):
             else:
                 current.extend(values)
 
-    def update(self, values: list) -> None:
+    def update(self, values: list[Any]) -> None:
         if values:
             self._write(self._entry_key(), list(values))
         else:
             self.clear()
 
 
-class HeapMapState(_HeapState, InternalMapState):
-    def _map(self) -> dict:
+class HeapMapState(_HeapState, InternalMapState[Any, Any]):
+    def _map(self) -> dict[Any, Any]:
         mapping = self._read(self._entry_key())
         return {} if mapping is None else mapping
 
@@ -559,7 +561,7 @@ class HeapMapState(_HeapState, InternalMapState):
         else:
             mapping[key] = value
 
-    def put_all(self, dict_value: dict) -> None:
+    def put_all(self, dict_value: dict[Any, Any]) -> None:
         entry = self._entry_key()
         mapping = self._read(entry)
         if mapping is None:
@@ -591,7 +593,7 @@ class HeapMapState(_HeapState, InternalMapState):
         return not self._map()
 
 
-class HeapReducingState(_HeapState, InternalReducingState):
+class HeapReducingState(_HeapState, InternalReducingState[Any]):
     _descriptor: ReducingStateDescriptor
     def get(self) -> Any:
         return self._read(self._entry_key())
@@ -602,7 +604,7 @@ class HeapReducingState(_HeapState, InternalReducingState):
         self._write(entry, value if current is None else self._descriptor.reduce_function.reduce(current, value))
 
 
-class HeapAggregatingState(_HeapState, InternalAggregatingState):
+class HeapAggregatingState(_HeapState, InternalAggregatingState[Any, Any]):
     _descriptor: AggregatingStateDescriptor
     def get(self) -> Any:
         acc = self._read(self._entry_key())

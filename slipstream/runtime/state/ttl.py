@@ -168,7 +168,7 @@ class _TtlState(InternalKvState):
         return TtlValue(value, self._policy.now())
 
 
-class TtlValueState(_TtlState, InternalValueState):
+class TtlValueState(_TtlState, InternalValueState[Any]):
     def value(self) -> Any:
         item = self._checked_entry(self._entry())
         return None if item is None else item.value
@@ -180,10 +180,10 @@ class TtlValueState(_TtlState, InternalValueState):
             self._raw._write(self._entry(), self._stamped(value))
 
 
-class TtlListState(_TtlState, InternalListState):
+class TtlListState(_TtlState, InternalListState[Any]):
     _shape = list
 
-    def get(self) -> list:
+    def get(self) -> list[Any]:
         entry = self._entry()
         stored = self._stored(entry)
         if not stored:
@@ -204,7 +204,7 @@ class TtlListState(_TtlState, InternalListState):
             raise ValueError(f"list state {self._raw._descriptor.name!r}: cannot add None")
         self.add_all([value])
 
-    def add_all(self, values: list) -> None:
+    def add_all(self, values: list[Any]) -> None:
         if values:
             entry = self._entry()
             stamped = [self._stamped(value) for value in values]
@@ -214,14 +214,14 @@ class TtlListState(_TtlState, InternalListState):
             else:
                 current.extend(stamped)
 
-    def update(self, values: list) -> None:
+    def update(self, values: list[Any]) -> None:
         if values:
             self._raw._write(self._entry(), [self._stamped(value) for value in values])
         else:
             self.clear()
 
 
-class TtlMapState(_TtlState, InternalMapState):
+class TtlMapState(_TtlState, InternalMapState[Any, Any]):
     """Each map entry expires on its own; the state's entry goes when its last map entry does."""
 
     _shape = dict
@@ -249,7 +249,7 @@ class TtlMapState(_TtlState, InternalMapState):
     def put(self, key: Any, value: Any) -> None:
         self.put_all({key: value})
 
-    def put_all(self, dict_value: dict) -> None:
+    def put_all(self, dict_value: dict[Any, Any]) -> None:
         entry = self._entry()
         stamped = {key: self._stamped(value) for key, value in dict_value.items()}
         mapping = self._stored(entry)
@@ -295,7 +295,7 @@ class TtlMapState(_TtlState, InternalMapState):
         return not self.items()
 
 
-class TtlReducingState(_TtlState, InternalReducingState):
+class TtlReducingState(_TtlState, InternalReducingState[Any]):
     def get(self) -> Any:
         item = self._checked_entry(self._entry())
         return None if item is None else item.value
@@ -307,7 +307,7 @@ class TtlReducingState(_TtlState, InternalReducingState):
         self._raw._write(entry, self._stamped(reduced))
 
 
-class TtlAggregatingState(_TtlState, InternalAggregatingState):
+class TtlAggregatingState(_TtlState, InternalAggregatingState[Any, Any]):
     def get(self) -> Any:
         item = self._checked_entry(self._entry())
         return None if item is None else self._raw._descriptor.agg_function.get_result(item.value)
@@ -337,7 +337,7 @@ _TTL_CLASSES: dict[str, type[_TtlState]] = {
 }
 
 
-def ttl_state(descriptor: StateDescriptor, raw: Any, policy: TtlPolicy,
+def ttl_state(descriptor: StateDescriptor[Any], raw: Any, policy: TtlPolicy,
               entries: Callable[[], Iterable[Any]]) -> tuple[_TtlState, IncrementalCleanup | None]:
     """The TTL handle of ``descriptor`` over the heap handle ``raw``, and its incremental cleanup
     (None when there is none); ``entries`` lists the state's entry keys of the moment."""
