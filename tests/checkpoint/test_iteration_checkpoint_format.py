@@ -12,6 +12,7 @@ same final line as an uninterrupted run.
 
 from __future__ import annotations
 
+import io
 import pickle
 import shutil
 from pathlib import Path
@@ -97,7 +98,12 @@ def build(env: StreamExecutionEnvironment) -> None:
     numbers = env.from_collection([(x, rounds(x)) for x in range(1, N + 1)]).uid("numbers").set_parallelism(2)
     data = env.from_collection([(x, rounds(x)) for x in DATA]).uid("data")
     outputs = iterate_bounded_streams_until_termination(DataStreamList.of(numbers), DataStreamList.of(data), body)
-    outputs.get(0).add_sink(lambda line: RESULTS.append(line)).uid("sink")
+    outputs.get(0).add_sink(collect).uid("sink")
+
+
+def collect(line: tuple[int, int, int]) -> None:
+    """The sink: a module function, so every copy of the job appends to the one list."""
+    RESULTS.append(line)
 
 
 def expected() -> tuple[int, int, int]:
@@ -111,20 +117,52 @@ def make_env() -> StreamExecutionEnvironment:
     return env.configure(scheduler_seed=0, batch_size=8, channel_capacity=2, quantum=2)
 
 
-def region_state(path: Path) -> dict:
+class TickClock:
+    """Processing time that moves 1 ms every time it is read: checkpoints every few scheduler turns."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def now_ms(self) -> int:
+        self.now += 1
+        return self.now
+
+    def is_manual(self) -> bool:
+        return True
+
+
+class AsWritten:
+    """Stands in for RoundRecord while a checkpoint is read: keeps the state as it was written."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+
+class AsWrittenUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("slipstream.runtime.termination", "RoundRecord"):
+            return AsWritten
+        return super().find_class(module, name)
+
+
+def persisted_strings(path: Path) -> tuple[list[Any], list[Any]]:
+    """The queued commands and the round decisions of the iteration checkpointed at ``path``, as written."""
     checkpoint = CheckpointStorage(str(path.parent)).read_verified(str(path), None)
     (entry,) = [e for e in checkpoint.manifest.operators.values() if e.kind == REGION_KIND]
-    return pickle.loads(checkpoint.files[entry.subtasks[0].operator])
+    data = checkpoint.files[entry.subtasks[0].operator]
+    assert b"HeadCommand" not in data and b"RoundDecision" not in data and b"HeadRole" not in data
+    state = AsWrittenUnpickler(io.BytesIO(data)).load()
+    commands = [command for task in state["tasks"] if "commands" in task["protocol"]
+                for command, _ in task["protocol"]["commands"]]
+    return commands, [r.state["decision"] for r in state["coordinator"][0]["progress"]["rounds"]]
 
 
 def test_the_fixtures_hold_commands_and_decisions_as_strings() -> None:
     """What the restore test must read: every command and both decisions, persisted as plain strings."""
     commands, decisions = [], []
     for name in CHECKPOINTS:
-        state = region_state(FIXTURES / name)
-        decisions += [r.decision for r in state["coordinator"][0]["progress"]["rounds"]]
-        commands += [command for task in state["tasks"] if "commands" in task["protocol"]
-                     for command, _ in task["protocol"]["commands"]]
+        more_commands, more_decisions = persisted_strings(FIXTURES / name)
+        commands, decisions = commands + more_commands, decisions + more_decisions
     assert set(commands) == {"inject", "release", "terminate"} and {type(c) for c in commands} == {str}
     assert set(decisions) == {"next", "terminate"} and {type(d) for d in decisions} == {str}
 
@@ -138,12 +176,21 @@ def test_an_iteration_checkpoint_written_before_the_enums_restores_to_the_uninte
     env = make_env().configure(scheduler_seed=seed)
     build(env)
     env.execute("restored", restore_from=str(tmp_path / "chk" / name))
-    assert RESULTS == [expected()]
+    assert [expected()] == RESULTS
 
 
-def test_an_uninterrupted_run_gives_the_oracle() -> None:
+def test_checkpoints_write_commands_and_decisions_as_the_strings_they_always_were(tmp_path: Path) -> None:
+    """A run checkpointing every 20 ticks gives the oracle, and its checkpoints hold plain strings."""
     RESULTS.clear()
-    env = make_env()
+    env = make_env().configure(clock=TickClock())
+    env.get_checkpoint_config().set_checkpoint_interval(20).set_checkpoint_storage_dir(
+        str(tmp_path / "chk")).set_num_retained_checkpoints(1000)
     build(env)
-    env.execute("uninterrupted")
-    assert RESULTS == [expected()]
+    env.execute("checkpointed")
+    assert [expected()] == RESULTS
+    commands, decisions = [], []
+    for path in sorted((tmp_path / "chk").glob("chk-*")):
+        more_commands, more_decisions = persisted_strings(path)
+        commands, decisions = commands + more_commands, decisions + more_decisions
+    assert {"inject", "terminate"} <= set(commands) and {type(c) for c in commands} == {str}
+    assert set(decisions) == {"next", "terminate"} and {type(d) for d in decisions} == {str}
