@@ -83,11 +83,11 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from slipstream.attributes import Boundedness
-from slipstream.datastream.scope import ROOT_SCOPE, StreamScope
+from slipstream.datastream.feedback_scope import FeedbackScopeBuilder, added_by
+from slipstream.datastream.scope import ROOT_SCOPE
 from slipstream.datastream.transformations import (
-    FeedbackTailTransformation,
+    HeadRole,
     IterationHeadTransformation,
-    LoopExitTransformation,
     SinkTransformation,
     SourceTransformation,
     Transformation,
@@ -291,15 +291,11 @@ class IterationBody(ABC):
         if scope.get_level() == 0:
             raise InvalidProgramError("IterationBody.for_each_round builds part of an iteration body; its "
                                       f"inputs ({streams}) are not inside one")
-        env = streams.get(0).get_execution_environment()
-        start = len(env._transformations)
         build = sub_body.process if isinstance(sub_body, PerRoundSubBody) else sub_body
         if not callable(build):
             raise InvalidProgramError(f"for_each_round expects a PerRoundSubBody or a callable, got {sub_body!r}")
-        result = build(streams)
-        for transformation in env._transformations[start:]:
-            if not transformation.is_virtual:
-                transformation.per_round = True
+        result, created = added_by(streams.get(0).get_execution_environment(), build, streams)
+        _run_per_round(created)
         from slipstream.datastream.data_stream import DataStream
         return DataStreamList.of(result) if isinstance(result, DataStream) else _as_list(result, "for_each_round")
 
@@ -446,22 +442,36 @@ def _body_fn(body: Any, what: str) -> Callable[[DataStreamList, DataStreamList],
                               f"got {body!r}")
 
 
-def _body_name(body: Any) -> str:
-    name = getattr(body, "__qualname__", None) or type(body).__name__
-    return "lambda" if name == "<lambda>" else name
-
-
 def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], body: Any, *, bounded: bool,
              life_cycle: OperatorLifeCycle, what: str,
              feedback_reading: FeedbackReading = FeedbackReading.FEEDBACK_FIRST) -> DataStreamList:
-    from slipstream.datastream.data_stream import DataStream
+    """Build an iteration: heads for the variables and the data, the body, its feedback, criteria and outputs."""
     variables = _as_list(init_variable_streams, f"{what} variables").get_data_streams()
     build = _body_fn(body, what)
     if not variables:
         raise InvalidProgramError(f"{what}: an iteration needs at least one initial variable stream")
-    env = variables[0].get_execution_environment()
-    inputs = variables + [stream for stream, _ in data]
-    parent: StreamScope = variables[0].get_scope()
+    _check_inputs(variables + [stream for stream, _ in data], what, bounded)
+    builder = FeedbackScopeBuilder(
+        variables[0].get_execution_environment(), variables[0].get_scope(), what, body,
+        closing="end an iteration with",
+        returned_rule="it must be built inside the iteration body (scope {scope}) from the streams the body received")
+    when_full = feedback_reading is FeedbackReading.FEEDBACK_FIRST_WHEN_FULL
+    variable_heads = [_add_head(builder, stream, HeadRole.VARIABLE, index, False, bounded, when_full)
+                      for index, stream in enumerate(variables)]
+    data_heads = [_add_head(builder, stream, HeadRole.DATA, index, replay, bounded, when_full)
+                  for index, (stream, replay) in enumerate(data)]
+    result, created = builder.build_body(build, _streams_of(builder, variable_heads), _streams_of(builder, data_heads))
+    _check_body(created, builder)
+    feedback, criteria = _returned_streams(result, variables, builder)
+    if life_cycle is OperatorLifeCycle.PER_ROUND:
+        _run_per_round(created)
+    _close_feedback(builder, feedback, variable_heads, criteria, bounded)
+    return _add_outputs(builder, result.output_streams)
+
+
+def _check_inputs(inputs: list[DataStream], what: str, bounded: bool) -> None:
+    """An iteration's inputs: of one environment, not inside a loop, bounded for a bounded iteration."""
+    env = inputs[0].get_execution_environment()
     for stream in inputs:
         env._check_same_environment(stream, "iterate over")
         if stream.get_scope() != ROOT_SCOPE:
@@ -476,44 +486,49 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
                     f"{what} needs bounded inputs, but '{stream.get_name()}' reads the unbounded source(s) "
                     f"{', '.join(repr(n) for n in unbounded)}; use iterate_unbounded_streams for live data")
 
-    scope = parent.nest()
 
-    def head(stream: DataStream, role: str, index: int, replay: bool = False) -> IterationHeadTransformation:
-        transformation = env._add_transformation(
-            IterationHeadTransformation, f"Iteration Head {scope} {role} {index}", [stream.get_transformation()],
-            output_type=stream.get_type(), role=role, replay=replay, bounded=bounded,
-            feedback_first_when_full=feedback_reading is FeedbackReading.FEEDBACK_FIRST_WHEN_FULL)
-        transformation.scope = scope
-        transformation.parallelism = stream.get_parallelism()
-        return transformation
+def _add_head(builder: FeedbackScopeBuilder, stream: DataStream, role: HeadRole, index: int, replay: bool,
+              bounded: bool, feedback_first_when_full: bool) -> IterationHeadTransformation:
+    """Where a variable or a data stream enters the iteration."""
+    return builder.add_head(
+        IterationHeadTransformation, f"Iteration Head {builder.scope} {role.value} {index}",
+        [stream.get_transformation()], stream.get_parallelism(), output_type=stream.get_type(), role=role,
+        replay=replay, bounded=bounded, feedback_first_when_full=feedback_first_when_full)
 
-    variable_heads = [head(stream, "variable", i) for i, stream in enumerate(variables)]
-    data_heads = [head(stream, "data", i, replay) for i, (stream, replay) in enumerate(data)]
-    start = len(env._transformations)
-    result = build(DataStreamList(DataStream(env, h) for h in variable_heads),
-                   DataStreamList(DataStream(env, h) for h in data_heads))
-    created = env._transformations[start:]
-    _check_body(created, scope, what, body)
+
+def _streams_of(builder: FeedbackScopeBuilder, heads: list[IterationHeadTransformation]) -> DataStreamList:
+    """What the body receives: the streams of the heads."""
+    from slipstream.datastream.data_stream import DataStream
+    return DataStreamList(DataStream(builder.env, head) for head in heads)
+
+
+def _returned_streams(result: Any, variables: list[DataStream], builder: FeedbackScopeBuilder
+                      ) -> tuple[list[DataStream], DataStream | None]:
+    """What the body returned, checked: its feedback streams (one per variable) and its criteria stream."""
+    from slipstream.datastream.data_stream import DataStream
+    what, name = builder.what, builder.body_name
     if not isinstance(result, IterationBodyResult):
-        raise InvalidProgramError(f"{what}: the body {_body_name(body)!r} must return an IterationBodyResult, "
-                                  f"got {result!r}")
+        raise InvalidProgramError(f"{what}: the body {name!r} must return an IterationBodyResult, got {result!r}")
     feedback = result.feedback_variable_streams.get_data_streams()
     if len(feedback) != len(variables):
         raise InvalidProgramError(
-            f"{what}: the body {_body_name(body)!r} returned {len(feedback)} feedback stream(s) for "
+            f"{what}: the body {name!r} returned {len(feedback)} feedback stream(s) for "
             f"{len(variables)} variable stream(s); it must return one per variable stream, in order")
     criteria = result.termination_criteria
     if criteria is not None and not isinstance(criteria, DataStream):
         raise InvalidProgramError(f"{what}: the termination criteria must be a DataStream, got {criteria!r}")
-    roles = [("feedback", s) for s in feedback] + [("output", s) for s in result.output_streams] + \
-        ([("termination criteria", criteria)] if criteria is not None else [])
-    for role, stream in roles:
-        env._check_same_environment(stream, "end an iteration with")
-        if stream.get_scope() != scope:
-            raise InvalidProgramError(
-                f"{what}: the {role} stream '{stream.get_name()}' returned by {_body_name(body)!r} is in scope "
-                f"{stream.get_scope()}, but it must be built inside the iteration body (scope {scope}) from the "
-                "streams the body received")
+    for stream in feedback:
+        builder.check_returned("feedback", stream)
+    for stream in result.output_streams:
+        builder.check_returned("output", stream)
+    if criteria is not None:
+        builder.check_returned("termination criteria", criteria)
+    _check_feedback_parallelism(feedback, variables, what)
+    return feedback, criteria
+
+
+def _check_feedback_parallelism(feedback: list[DataStream], variables: list[DataStream], what: str) -> None:
+    """A variable goes round at its initial parallelism."""
     for index, (stream, initial) in enumerate(zip(feedback, variables)):
         if stream.get_parallelism() != initial.get_parallelism():
             raise InvalidProgramError(
@@ -521,50 +536,50 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
                 f"but initial variable stream {index} ('{initial.get_name()}') has {initial.get_parallelism()}; "
                 "a variable goes round at its initial parallelism (give the initial stream the same one with "
                 "set_parallelism(n); from_collection is one subtask, as PyFlink's)")
-    if life_cycle is OperatorLifeCycle.PER_ROUND:
-        for transformation in created:
-            if not transformation.is_virtual:
-                transformation.per_round = True
-    for index, (stream, variable_head) in enumerate(zip(feedback, variable_heads)):
-        tail = env._add_transformation(FeedbackTailTransformation, f"Iteration Tail {scope} variable {index}",
-                                       [stream.get_transformation()], output_type=stream.get_type(),
-                                       head=variable_head)
-        tail.parallelism = variable_head.parallelism
-        variable_head.feedback = tail
+
+
+def _run_per_round(transformations: list[Transformation]) -> None:
+    """Operators created afresh each round (PER_ROUND)."""
+    for transformation in transformations:
+        if not transformation.is_virtual:
+            transformation.per_round = True
+
+
+def _add_outputs(builder: FeedbackScopeBuilder, streams: DataStreamList) -> DataStreamList:
+    """The streams that leave the iteration: what the entry points return."""
+    return DataStreamList(
+        builder.add_exit(stream, f"Iteration Output {builder.scope} {index}", stream.get_parallelism())
+        for index, stream in enumerate(streams))
+
+
+def _close_feedback(builder: FeedbackScopeBuilder, feedback: list[DataStream],
+                    variable_heads: list[IterationHeadTransformation], criteria: DataStream | None,
+                    bounded: bool) -> None:
+    """Each feedback stream goes back to its variable's head; the criteria stream to a head that counts it."""
+    for index, (stream, head) in enumerate(zip(feedback, variable_heads)):
+        builder.close_feedback(head, stream, f"Iteration Tail {builder.scope} variable {index}", stream.get_type())
     if criteria is not None:
-        criteria_head = env._add_transformation(IterationHeadTransformation, f"Iteration Criteria {scope}", [],
-                                                role="criteria", bounded=bounded)
-        criteria_head.scope = scope
-        criteria_head.parallelism = criteria.get_parallelism()
-        tail = env._add_transformation(FeedbackTailTransformation, f"Iteration Criteria Tail {scope}",
-                                       [criteria.get_transformation()], head=criteria_head)
-        tail.parallelism = criteria_head.parallelism
-        criteria_head.feedback = tail
-    outputs: list[DataStream] = []
-    for index, stream in enumerate(result.output_streams):
-        exit_ = env._add_transformation(LoopExitTransformation, f"Iteration Output {scope} {index}",
-                                        [stream.get_transformation()], output_type=stream.get_type())
-        exit_.scope = parent
-        exit_.parallelism = stream.get_parallelism()
-        outputs.append(DataStream(env, exit_))
-    return DataStreamList(outputs)
+        criteria_head = builder.add_head(IterationHeadTransformation, f"Iteration Criteria {builder.scope}", [],
+                                         criteria.get_parallelism(), role=HeadRole.CRITERIA, bounded=bounded)
+        builder.close_feedback(criteria_head, criteria, f"Iteration Criteria Tail {builder.scope}")
 
 
-def _check_body(created: list[Transformation], scope: StreamScope, what: str, body: Any) -> None:
+def _check_body(created: list[Transformation], builder: FeedbackScopeBuilder) -> None:
     """What a body may not build: sources, sinks, nested iterations, operators on outside streams."""
+    what, name, scope = builder.what, builder.body_name, builder.scope
     for transformation in created:
         if isinstance(transformation, SourceTransformation):
-            raise InvalidProgramError(f"{what}: the body {_body_name(body)!r} created the source "
+            raise InvalidProgramError(f"{what}: the body {name!r} created the source "
                                       f"'{transformation.name}'; an iteration body has no sources")
         if isinstance(transformation, SinkTransformation):
-            raise InvalidProgramError(f"{what}: the body {_body_name(body)!r} added the sink '{transformation.name}'; "
+            raise InvalidProgramError(f"{what}: the body {name!r} added the sink '{transformation.name}'; "
                                       "an iteration body has no sinks: return the stream as an output stream")
         if isinstance(transformation, IterationHeadTransformation):
-            raise InvalidProgramError(f"{what}: the body {_body_name(body)!r} builds an iteration "
+            raise InvalidProgramError(f"{what}: the body {name!r} builds an iteration "
                                       f"('{transformation.name}'); nesting iterations is not supported yet")
         if transformation.scope != scope and not transformation.scope.is_inner_of(scope):
             outside = next((t for t in transformation.inputs if t.scope != scope), None)
-            name = outside.name if outside is not None else transformation.name
+            outside_name = outside.name if outside is not None else transformation.name
             raise InvalidProgramError(
-                f"{what}: the body {_body_name(body)!r} used the stream '{name}' from outside the iteration "
+                f"{what}: the body {name!r} used the stream '{outside_name}' from outside the iteration "
                 f"(scope {transformation.scope}, the body is scope {scope}); pass it in as a data stream")

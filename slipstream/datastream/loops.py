@@ -34,13 +34,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from slipstream.datastream.feedback_scope import FeedbackScopeBuilder
 from slipstream.datastream.output_tag import OutputTag
-from slipstream.datastream.scope import StreamScope
 from slipstream.datastream.transformations import (
-    FeedbackTailTransformation,
-    LoopExitTransformation,
     LoopHeadTransformation,
     SideOutputTransformation,
+    Transformation,
 )
 from slipstream.errors import InvalidProgramError
 
@@ -86,53 +85,42 @@ def _body(fn: Any, cls: type, method: str, what: str) -> Callable[[Any], Any]:
     return fn
 
 
-def _fn_name(fn: Any) -> str:
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    return "lambda" if name == "<lambda>" else name
+def _declared_parallelism(transformation: Transformation) -> int | None:
+    """An operator's own parallelism; None (the planner decides) for a partitioning, union or side output."""
+    return None if transformation.is_virtual else transformation.parallelism
 
 
-def _open_loop(stream: DataStream, what: str) -> tuple[LoopHeadTransformation, StreamScope]:
-    """The head of a new loop nested in ``stream``'s scope, fed by ``stream``."""
-    env = stream.get_execution_environment()
+def _open_loop(stream: DataStream, what: str, fn: Any) -> tuple[FeedbackScopeBuilder, LoopHeadTransformation]:
+    """A new loop nested in ``stream``'s scope, and its head, fed by ``stream``."""
     upstream = stream.get_transformation()
-    scope = upstream.scope.nest()
-    head = env._add_transformation(LoopHeadTransformation, f"Loop Head {scope}", [upstream],
-                                   output_type=stream.get_type())
-    head.scope = scope
-    if not upstream.is_virtual and upstream.parallelism is not None:
-        head.parallelism = upstream.parallelism
-    return head, scope
+    builder = FeedbackScopeBuilder(
+        stream.get_execution_environment(), upstream.scope, what, fn, closing="close a loop with",
+        returned_rule="a loop's {role} must be built inside the loop body (scope {scope}) from the stream "
+                      "the loop function received")
+    head = builder.add_head(LoopHeadTransformation, f"Loop Head {builder.scope}", [upstream],
+                            _declared_parallelism(upstream), output_type=stream.get_type())
+    return builder, head
 
 
-def _close_loop(env: Any, head: LoopHeadTransformation, scope: StreamScope, result: Any, fn: Any,
-                what: str) -> DataStream:
-    """Check what the loop function returned, add the feedback tail and the exit."""
+def _returned_streams(result: Any, builder: FeedbackScopeBuilder) -> tuple[DataStream, DataStream]:
+    """What the loop function returned: ``(feedback, output)``, both built in the loop."""
     from slipstream.datastream.data_stream import DataStream
     if not (isinstance(result, tuple) and len(result) == 2
             and all(isinstance(s, DataStream) for s in result)):
         raise InvalidProgramError(
-            f"{what}: the loop function {_fn_name(fn)!r} must return a tuple "
+            f"{builder.what}: the loop function {builder.body_name!r} must return a tuple "
             f"(feedback_stream, output_stream) of DataStreams, got {result!r}")
     feedback, output = result
-    for role, stream in (("feedback", feedback), ("output", output)):
-        env._check_same_environment(stream, "close a loop with")
-        if stream.get_scope() != scope:
-            raise InvalidProgramError(
-                f"{what}: the {role} stream '{stream.get_name()}' returned by {_fn_name(fn)!r} is in "
-                f"scope {stream.get_scope()}, but a loop's {role} must be built inside the loop body "
-                f"(scope {scope}) from the stream the loop function received")
-    tail = env._add_transformation(FeedbackTailTransformation, f"Feedback Tail {scope}",
-                                   [feedback.get_transformation()], output_type=feedback.get_type(),
-                                   head=head)
-    tail.parallelism = head.parallelism
-    head.feedback = tail
-    exit_ = env._add_transformation(LoopExitTransformation, f"Loop Exit {scope}",
-                                    [output.get_transformation()], output_type=output.get_type())
-    exit_.scope = scope.unnest()
-    source = output.get_transformation()
-    if not source.is_virtual and source.parallelism is not None:
-        exit_.parallelism = source.parallelism
-    return DataStream(env, exit_)
+    builder.check_returned("feedback", feedback)
+    builder.check_returned("output", output)
+    return feedback, output
+
+
+def _close_loop(builder: FeedbackScopeBuilder, head: LoopHeadTransformation, result: Any) -> DataStream:
+    """Check what the loop function returned, add the feedback tail and the exit."""
+    feedback, output = _returned_streams(result, builder)
+    builder.close_feedback(head, feedback, f"Feedback Tail {builder.scope}", feedback.get_type())
+    return builder.add_exit(output, f"Loop Exit {builder.scope}", _declared_parallelism(output.get_transformation()))
 
 
 def iterate(stream: DataStream, loop_fn: LoopFunction | Callable[[DataStream], Any]) -> DataStream:
@@ -140,10 +128,9 @@ def iterate(stream: DataStream, loop_fn: LoopFunction | Callable[[DataStream], A
     from slipstream.datastream.data_stream import DataStream
     what = "DataStream.iterate"
     body = _body(loop_fn, LoopFunction, "loop", what)
-    env = stream.get_execution_environment()
-    head, scope = _open_loop(stream, what)
-    result = body(DataStream(env, head))
-    return _close_loop(env, head, scope, result, loop_fn, what)
+    builder, head = _open_loop(stream, what, loop_fn)
+    result = body(DataStream(builder.env, head))
+    return _close_loop(builder, head, result)
 
 
 def iterate_with_feedback(stream: DataStream,
@@ -153,11 +140,11 @@ def iterate_with_feedback(stream: DataStream,
     from slipstream.datastream.data_stream import ConnectedStreams, DataStream
     what = "DataStream.iterate_with_feedback"
     body = _body(co_loop_fn, CoLoopFunction, "co_loop", what)
-    env = stream.get_execution_environment()
-    head, scope = _open_loop(stream, what)
+    builder, head = _open_loop(stream, what, co_loop_fn)
+    env = builder.env
     tag = OutputTag(f"__slipstream_loop_feedback_{head.id}", feedback_type)
     head.feedback_tag = tag
-    fed_back = env._add_transformation(SideOutputTransformation, f"Feedback {scope}", [head],
+    fed_back = env._add_transformation(SideOutputTransformation, f"Feedback {builder.scope}", [head],
                                        output_type=feedback_type, tag=tag)
     result = body(ConnectedStreams(DataStream(env, head), DataStream(env, fed_back)))
-    return _close_loop(env, head, scope, result, co_loop_fn, what)
+    return _close_loop(builder, head, result)

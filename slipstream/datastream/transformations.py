@@ -244,24 +244,30 @@ class LoopExitTransformation(Transformation):
     """Records leaving a loop: its input is in the loop's scope, it is in the enclosing one."""
 
 
+class HeadRole(Enum):
+    """Which input of a FLIP-176 iteration a head lets in; the value names the head."""
+
+    VARIABLE = "variable"  # an initial variable stream, closed by the feedback of the same index
+    DATA = "data"  # a data stream: no feedback
+    CRITERIA = "criteria"  # no input: counts the termination-criteria stream, which reaches it as feedback
+
+
 @dataclass(eq=False, repr=False)
 class IterationHeadTransformation(LoopHeadTransformation):
-    """Where one input of a FLIP-176 iteration enters the iteration's scope.
+    """Where one input of a FLIP-176 iteration enters the iteration's scope, in a :class:`HeadRole`.
 
-    ``role`` is "variable" (an initial variable stream, closed by the feedback of the same
-    index), "data" (a data stream: no feedback; ``replay`` sends it again every round,
-    ``bounded`` False gives its records the maximum epoch) or "criteria" (no input: it
-    counts the records of the termination-criteria stream, which reach it as feedback).
+    A data head's ``replay`` sends its stream again every round; ``bounded`` False gives its
+    records the maximum epoch.
     """
 
-    role: str = "variable"
+    role: HeadRole = HeadRole.VARIABLE
     replay: bool = False
     bounded: bool = True
     feedback_first_when_full: bool = False  # FeedbackReading.FEEDBACK_FIRST_WHEN_FULL: see IterationConfig
 
     @property
     def expects_feedback(self) -> bool:
-        return self.role != "data"
+        return self.role is not HeadRole.DATA
 
 
 @dataclass(eq=False, repr=False)

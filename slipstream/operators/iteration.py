@@ -40,7 +40,7 @@ from slipstream.datastream.iteration import IterationListener
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import State
 from slipstream.datastream.time import Watermark
-from slipstream.datastream.transformations import IterationHeadTransformation, Transformation
+from slipstream.datastream.transformations import HeadRole, IterationHeadTransformation, Transformation
 from slipstream.errors import CheckpointError, SlipstreamError, user_code
 from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import StreamOperator
@@ -69,13 +69,13 @@ class IterationHeadOperator(LoopHeadOperator):
         super().setup(ctx)
         if self.replay:
             self._cache = ReplayCache(ctx.sort_memory_budget, f"the replay cache of '{ctx.name}'", ctx.spill_dir)
-        if self.role == "variable":
+        if self.role is HeadRole.VARIABLE:
             self._held = ReplayCache(ctx.channel_memory_budget, f"the feedback held at '{ctx.name}'", ctx.spill_dir)
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         """Records of the input go into the body; what comes back waits for its round (see
         :meth:`on_epoch`); the criteria stream ends here (its task counted it)."""
-        if self.role == "criteria":
+        if self.role is HeadRole.CRITERIA:
             return
         if input_index == FEEDBACK:
             self._held.append(batch)  # type: ignore[union-attr]  # only a variable head has feedback

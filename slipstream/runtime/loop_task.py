@@ -8,21 +8,22 @@ sends end of input into the body — but keeps reading its feedback until that e
 too, failing loudly on any record that still comes back.
 
 With checkpointing on, the head's task takes its snapshot as FLINK-3257 proposes
-(:class:`FeedbackLogBarrierHandler`): it logs what comes back round the loop between
-forwarding a barrier and receiving it back, and that log is part of its snapshot.
+(:class:`slipstream.runtime.checkpoint.feedback_log.FeedbackLogBarrierHandler`): it logs
+what comes back round the loop between forwarding a barrier and receiving it back, and
+that log is part of its snapshot.
 """
 
 from __future__ import annotations
 
-import pickle
 import time
-from dataclasses import replace
+from collections.abc import Callable
 from typing import Any, cast
 
-from slipstream.datastream.transformations import IterationHeadTransformation
-from slipstream.errors import CheckpointError, SlipstreamError
+from slipstream.datastream.transformations import HeadRole, IterationHeadTransformation
+from slipstream.errors import SlipstreamError
 from slipstream.operators.elements import RecordBatch, TerminationAttempt
-from slipstream.runtime.checkpoint.barriers import BarrierHandler, CheckpointBarrier
+from slipstream.runtime.checkpoint.barriers import BarrierHandler
+from slipstream.runtime.checkpoint.feedback_log import FeedbackLogBarrierHandler
 from slipstream.runtime.task import SourceTask, StreamTask
 from slipstream.runtime.termination import (
     Broadcast,
@@ -41,7 +42,7 @@ class LoopHeadTask(StreamTask):
     """A loop head's subtask: reads feedback first, and runs the head side of the protocol."""
 
     control: HeadControl
-    barrier_handler_class: type = BarrierHandler  # FeedbackLogBarrierHandler, set below
+    barrier_handler_class: type[BarrierHandler] = FeedbackLogBarrierHandler
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -106,7 +107,7 @@ class IterationHeadTask(LoopHeadTask):
             if source.input_index == FEEDBACK_INPUT:
                 if self.scope_terminated:
                     return
-            elif self.control.role == "data":
+            elif self.control.role is HeadRole.DATA:
                 self.control.count(len(element))
         super()._dispatch(source, element)
 
@@ -141,49 +142,63 @@ class EpochHook:
 def attach_termination(tasks: list[StreamTask]) -> TerminationCoordinator:
     """Give every task reading channels its part of the termination protocol; one coordinator."""
     coordinator = TerminationCoordinator()
-    iterations: dict[Any, bool] = {}  # iteration scope -> whether it has a termination-criteria stream
+    iterations = _iteration_scopes(tasks)
+    for scope, has_criteria in iterations.items():
+        coordinator.add_iteration(scope, has_criteria)
+    for task in tasks:
+        if not isinstance(task, SourceTask):
+            _attach(task, coordinator, iterations)
+    return coordinator
+
+
+def _iteration_scopes(tasks: list[StreamTask]) -> dict[Any, bool]:
+    """Each iteration scope of the job, and whether it has a termination-criteria stream."""
+    iterations: dict[Any, bool] = {}
     for task in tasks:
         if isinstance(task, IterationHeadTask):
             transformation = cast(IterationHeadTransformation, task.head.transformation)
             iterations[transformation.scope] = iterations.get(transformation.scope, False) or \
-                transformation.role == "criteria"
-    for scope, has_criteria in iterations.items():
-        coordinator.add_iteration(scope, has_criteria)
-    for task in tasks:
-        if isinstance(task, SourceTask):
-            continue
-        scope = task.head.transformation.scope
-        broadcast = _broadcaster(task)
+                transformation.role is HeadRole.CRITERIA
+    return iterations
 
-        def busy(task: StreamTask = task) -> bool:
-            return task.timers.next_deadline() is not None
 
-        in_iteration = any(lies_within(scope, s) for s in iterations)
-        if in_iteration:
-            task.iteration = EpochHook(task)
-        if isinstance(task, IterationHeadTask):
-            transformation = cast(IterationHeadTransformation, task.head.transformation)
-            task.control = task.termination = IterationHeadControl(
-                task.name, task.subtask_index, scope, task.regular_inputs, task.feedback_inputs,
-                coordinator, broadcast, busy, task.terminate_scope, transformation.role,
-                transformation.bounded, task.iteration.on_epoch)
-        elif isinstance(task, LoopHeadTask):
-            task.control = task.termination = HeadControl(
-                task.name, task.subtask_index, scope, task.regular_inputs, task.feedback_inputs,
-                coordinator, broadcast, busy, task.terminate_scope,
-                task.iteration.on_epoch if in_iteration else None)
-        else:
-            on_aligned = None
-            if in_iteration:
-                def on_aligned(baton: TerminationAttempt, hook: EpochHook = task.iteration) -> None:
-                    if baton.scope in iterations:
-                        hook.on_epoch(baton.attempt_id)
+def _attach(task: StreamTask, coordinator: TerminationCoordinator, iterations: dict[Any, bool]) -> None:
+    """``task``'s part: a head's control (an iteration's or a loop's), or a plain task's alignment."""
+    scope = task.head.transformation.scope
+    broadcast = _broadcaster(task)
 
-            def finished(task: StreamTask = task) -> bool:
-                return task.finished
+    def busy() -> bool:
+        return task.timers.next_deadline() is not None
 
-            task.termination = TaskTermination(scope, task.inputs, broadcast, busy, finished, on_aligned, iterations)
-    return coordinator
+    in_iteration = any(lies_within(scope, s) for s in iterations)
+    if in_iteration:
+        task.iteration = EpochHook(task)
+    if isinstance(task, IterationHeadTask):
+        transformation = cast(IterationHeadTransformation, task.head.transformation)
+        task.control = task.termination = IterationHeadControl(
+            task.name, task.subtask_index, scope, task.regular_inputs, task.feedback_inputs,
+            coordinator, broadcast, busy, task.terminate_scope, transformation.role,
+            transformation.bounded, task.iteration.on_epoch)
+    elif isinstance(task, LoopHeadTask):
+        task.control = task.termination = HeadControl(
+            task.name, task.subtask_index, scope, task.regular_inputs, task.feedback_inputs,
+            coordinator, broadcast, busy, task.terminate_scope,
+            task.iteration.on_epoch if in_iteration else None)
+    else:
+        task.termination = TaskTermination(scope, task.inputs, broadcast, busy, lambda: task.finished,
+                                           _epoch_on_aligned(task, iterations) if in_iteration else None,
+                                           iterations)
+
+
+def _epoch_on_aligned(task: StreamTask, iterations: dict[Any, bool]) -> Callable[[TerminationAttempt], None]:
+    """A plain task in an iteration: an aligned epoch baton is its epoch watermark."""
+    hook: EpochHook = task.iteration
+
+    def on_aligned(baton: TerminationAttempt) -> None:
+        if baton.scope in iterations:
+            hook.on_epoch(baton.attempt_id)
+
+    return on_aligned
 
 
 def _broadcaster(task: StreamTask) -> Broadcast:
@@ -194,106 +209,3 @@ def _broadcaster(task: StreamTask) -> Broadcast:
             writer.broadcast_event(baton)
 
     return broadcast
-
-
-class FeedbackLogBarrierHandler(BarrierHandler):
-    """Checkpoints in a cycle, as FLINK-3257 proposes, at a loop head's task.
-
-    A barrier is aligned on the head's regular inputs only (waiting for the feedback
-    would wait for itself). Then the head snapshots its chain, forwards the barrier
-    into the body and starts logging: every record that comes back through the feedback
-    until the barrier has come back through every feedback channel is kept — these are
-    the records that were going round at the checkpoint's cut. They are processed as
-    usual too. When the barrier is back, the log becomes the head operator's state in
-    the snapshot, and the task acknowledges; on restore the head replays the log before
-    anything else (:meth:`LoopHeadOperator.open`). Feedback channels are never blocked.
-    """
-
-    def __init__(self, task: LoopHeadTask, listener: Any, exactly_once: bool) -> None:
-        super().__init__(task, listener, exactly_once)
-        self._feedback_ids = {id(c) for c in task.feedback_inputs}
-        self.logging_id: int | None = None
-        self._log: list[tuple[list[Any], list[Any] | None]] = []
-        self._snapshots: list[Any] = []
-        self._returned: set[int] = set()
-
-    def on_barrier(self, channel: Any, barrier: CheckpointBarrier) -> None:
-        if id(channel) not in self._feedback_ids:
-            super().on_barrier(channel, barrier)
-        elif barrier.checkpoint_id == self.logging_id:
-            self._returned.add(id(channel))
-            self._check_returned()
-
-    def on_channel_ended(self, channel: Any) -> None:
-        if id(channel) not in self._feedback_ids:
-            super().on_channel_ended(channel)
-        elif self.logging_id is not None:
-            self._check_returned()
-
-    def log(self, channel: Any, batch: RecordBatch) -> None:
-        """A feedback record arrived: keep it while a checkpoint waits for its barrier to come back
-        through that channel (what follows the barrier is produced again after a restore)."""
-        if self.logging_id is not None and len(batch) and id(channel) not in self._returned:
-            self._log.append((list(batch.values), None if batch.timestamps is None else list(batch.timestamps)))
-
-    def abort(self, checkpoint_id: int) -> None:
-        super().abort(checkpoint_id)
-        if self.logging_id == checkpoint_id:
-            self._stop_logging()
-
-    def _check_complete(self) -> None:
-        if self.pending_id is None:
-            return
-        for channel in self.task.regular_inputs:
-            if not channel.ended and id(channel) not in self._delivered:
-                return
-        self._complete()
-
-    def _complete(self) -> None:
-        """The barrier is aligned on the regular inputs: snapshot, forward it, start logging."""
-        from slipstream.runtime.checkpoint.snapshot import snapshot_task
-
-        checkpoint_id = self.pending_id
-        assert checkpoint_id is not None  # completing the pending checkpoint
-        task = self.task
-        live = not task.finished and not task.scope_terminated
-        if live:
-            for operator in task.operators:
-                operator.prepare_snapshot_pre_barrier(checkpoint_id)
-        self._snapshots = snapshot_task(task)
-        if live:
-            barrier = CheckpointBarrier(checkpoint_id, self.pending_timestamp)
-            for writer in task.writers:
-                writer.broadcast_event(barrier)
-        self._release()
-        self.pending_id = None
-        self.last_done_id = checkpoint_id
-        self.logging_id = checkpoint_id
-        self._log = []
-        self._returned = set()
-        self._check_returned()
-
-    def _check_returned(self) -> None:
-        for channel in self.task.feedback_inputs:
-            if not channel.ended and id(channel) not in self._returned:
-                return
-        checkpoint_id, snapshots = self.logging_id, self._snapshots
-        assert checkpoint_id is not None  # the feedback of this checkpoint is being logged
-        head = snapshots[0]
-        try:
-            state = pickle.dumps({"feedback_log": self._log}, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:
-            raise CheckpointError(f"loop head '{self.task.name}', subtask {self.task.subtask_index + 1}: "
-                                  f"the records going round its loop cannot be written to a checkpoint: "
-                                  f"{type(exc).__name__}: {exc}") from exc
-        self._stop_logging()
-        self.listener.acknowledge(self.task, checkpoint_id, [replace(head, state=state), *snapshots[1:]])
-
-    def _stop_logging(self) -> None:
-        self.logging_id = None
-        self._log = []
-        self._snapshots = []
-        self._returned = set()
-
-
-LoopHeadTask.barrier_handler_class = FeedbackLogBarrierHandler

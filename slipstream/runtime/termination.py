@@ -70,9 +70,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
 from slipstream.datastream.scope import StreamScope
+from slipstream.datastream.transformations import HeadRole
 from slipstream.errors import SlipstreamError
 from slipstream.operators.elements import TerminationAttempt, TerminationStatus
 
@@ -81,6 +83,23 @@ Broadcast = Callable[[TerminationAttempt], None]
 
 ScopeMap = Callable[[StreamScope], StreamScope]
 """A scope of a checkpointed run -> the same scope in this run (scopes are numbered as a job is built)."""
+
+
+class HeadCommand(Enum):
+    """What the coordinator tells a head subtask to do on its next turn. The values are what a
+    checkpoint of an iteration holds for a queued command (see :meth:`HeadControl.snapshot`)."""
+
+    INJECT = "inject"  # send the baton of a new attempt (a loop) or round (an iteration)
+    RELEASE = "release"  # send the oldest epoch held at this loop on, into its body
+    TERMINATE = "terminate"  # end the scope: completion baton, then end of input
+
+
+class RoundDecision(Enum):
+    """What an iteration does after a round; the values are what its checkpoints hold."""
+
+    TERMINATE = "terminate"
+    NEXT = "next"
+    PARK = "park"  # nothing happened while an input is open: the next record starts the next round
 
 
 def lies_within(task_scope: StreamScope, scope: StreamScope) -> bool:
@@ -232,7 +251,7 @@ class HeadControl:
         self._broadcast = broadcast
         self._busy = busy
         self._terminate = terminate
-        self._commands: deque[tuple[str, int]] = deque()
+        self._commands: deque[tuple[HeadCommand, int]] = deque()
         self._in_flight: dict[tuple[StreamScope, int], int] = {}  # attempt -> feedback records seen
         self._held_epochs: deque[TerminationAttempt] = deque()  # of the iteration around: until this loop is quiet
         self._on_epoch = on_epoch  # a loop in an iteration: its chain's epoch watermark, as an epoch goes on
@@ -263,7 +282,7 @@ class HeadControl:
         if not self.ready and all(c.ended for c in self._regular.channels):
             self.ready = True
             if self.enclosing_complete:
-                self._commands.append(("terminate", 0))
+                self._commands.append((HeadCommand.TERMINATE, 0))
             else:
                 self.coordinator.ready(self)
 
@@ -286,11 +305,11 @@ class HeadControl:
     def run_commands(self) -> None:
         while self._commands and not self.terminated:
             command, attempt_id = self._commands.popleft()
-            if command == "inject":
+            if command is HeadCommand.INJECT:
                 self._in_flight[(self.scope, attempt_id)] = 0
                 status = TerminationStatus.BUSY if self._busy() else TerminationStatus.IDLE
                 self._broadcast(TerminationAttempt(self.scope, attempt_id, self.level, self.level - 1, status))
-            elif command == "release":
+            elif command is HeadCommand.RELEASE:
                 epoch = self._held_epochs.popleft()
                 if self._on_epoch is not None:
                     self._on_epoch(epoch.attempt_id)
@@ -306,13 +325,13 @@ class HeadControl:
     # -- checkpoints of iterations (runtime.checkpoint.iteration_region) --------------------------
     def snapshot(self) -> dict[str, Any]:
         """This head subtask's protocol state: commands not run yet, attempts in flight, held epochs."""
-        return {"commands": list(self._commands), "in_flight": dict(self._in_flight),
+        return {"commands": [(command.value, n) for command, n in self._commands], "in_flight": dict(self._in_flight),
                 "held_epochs": list(self._held_epochs), "enclosing_complete": self.enclosing_complete,
                 "ready": self.ready, "terminated": self.terminated,
                 "regular": self._regular.snapshot(), "feedback": self._feedback.snapshot()}
 
     def restore(self, state: dict[str, Any], in_this_run: ScopeMap) -> None:
-        self._commands = deque(state["commands"])
+        self._commands = deque((HeadCommand(command), n) for command, n in state["commands"])
         self._in_flight = {(in_this_run(scope), attempt): seen for (scope, attempt), seen in state["in_flight"].items()}
         self._held_epochs = deque(replace(baton, scope=in_this_run(baton.scope)) for baton in state["held_epochs"])
         self.enclosing_complete, self.ready = state["enclosing_complete"], state["ready"]
@@ -322,14 +341,14 @@ class HeadControl:
 
     # -- from the coordinator ---------------------------------------------------------------------
     def command_inject(self, attempt_id: int) -> None:
-        self._commands.append(("inject", attempt_id))
+        self._commands.append((HeadCommand.INJECT, attempt_id))
 
     def command_terminate(self, attempt_id: int) -> None:
-        self._commands.append(("terminate", attempt_id))
+        self._commands.append((HeadCommand.TERMINATE, attempt_id))
 
     def command_release(self, epoch: int) -> None:
         """This loop is quiet: the oldest epoch held at it goes on into its body (and out)."""
-        self._commands.append(("release", epoch))
+        self._commands.append((HeadCommand.RELEASE, epoch))
 
     # -- internals --------------------------------------------------------------------------------
     def _on_regular_baton(self, baton: TerminationAttempt) -> None:
@@ -473,17 +492,17 @@ class TerminationCoordinator:
             return
         del self._round_reports[(scope, epoch)]
         progress = self.iterations[scope]
-        counts = {"variable": 0, "criteria": 0, "data": 0}
+        counts = dict.fromkeys(HeadRole, 0)
         for reporter, count in reports.values():
             counts[reporter.role] += count
         inputs_ended = all(h.inputs_ended for h in heads)  # type: ignore[attr-defined]
         pending = sum(h.pending_records() for h in heads)  # type: ignore[attr-defined]
         decision = progress.decide(epoch, counts, inputs_ended, pending)
-        if decision == "terminate":
+        if decision is RoundDecision.TERMINATE:
             self.completed.append(scope)
             for own in heads:
                 own.command_terminate(epoch)
-        elif decision == "next":
+        elif decision is RoundDecision.NEXT:
             self._start(scope, epoch + 1)
 
     def snapshot_scopes(self, scopes: list[StreamScope]) -> list[dict[str, Any]]:
@@ -550,7 +569,14 @@ class RoundRecord:
     feedback_records: int
     criteria_records: int
     data_records: int
-    decision: str
+    decision: RoundDecision
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Checkpoints hold the decision's value, the string they always held."""
+        return dict(vars(self), decision=self.decision.value)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state, decision=RoundDecision(state["decision"]))
 
 
 class EpochProgress:
@@ -598,24 +624,25 @@ class EpochProgress:
         self.terminated = False
         self.rounds: list[RoundRecord] = []
 
-    def decide(self, epoch: int, counts: dict[str, int], inputs_ended: bool, pending: int) -> str:
+    def decide(self, epoch: int, counts: dict[HeadRole, int], inputs_ended: bool, pending: int) -> RoundDecision:
         """Round ``epoch`` is over (``counts``: records per head role): terminate, next or park."""
         self.epoch_watermark = epoch
         if inputs_ended and self.ends_after(counts):
-            decision = "terminate"
+            decision = RoundDecision.TERMINATE
             self.terminated = True
-        elif counts["variable"] or counts["criteria"] or counts["data"] or pending or inputs_ended:
-            decision = "next"
+        elif any(counts.values()) or pending or inputs_ended:
+            decision = RoundDecision.NEXT
         else:
-            decision = "park"
+            decision = RoundDecision.PARK
             self.parked = True
-        self.rounds.append(RoundRecord(epoch, counts["variable"], counts["criteria"], counts["data"], decision))
+        self.rounds.append(RoundRecord(epoch, counts[HeadRole.VARIABLE], counts[HeadRole.CRITERIA],
+                                       counts[HeadRole.DATA], decision))
         return decision
 
-    def ends_after(self, counts: dict[str, int]) -> bool:
+    def ends_after(self, counts: dict[HeadRole, int]) -> bool:
         """FLIP-176's rule for a round whose inputs are consumed: no record went round through the
         feedback, or (with a criteria stream) none reached the criteria stream — either suffices."""
-        return counts["variable"] == 0 or (self.has_criteria and counts["criteria"] == 0)
+        return counts[HeadRole.VARIABLE] == 0 or (self.has_criteria and counts[HeadRole.CRITERIA] == 0)
 
 
 class IterationHeadControl(HeadControl):
@@ -633,7 +660,7 @@ class IterationHeadControl(HeadControl):
 
     def __init__(self, name: str, subtask_index: int, scope: StreamScope, regular: Iterable[Any],
                  feedback: Iterable[Any], coordinator: TerminationCoordinator, broadcast: Broadcast,
-                 busy: Callable[[], bool], terminate: Callable[[], None], role: str, bounded: bool,
+                 busy: Callable[[], bool], terminate: Callable[[], None], role: HeadRole, bounded: bool,
                  on_epoch: Callable[[int], None]) -> None:
         super().__init__(name, subtask_index, scope, regular, feedback, coordinator, broadcast, busy, terminate)
         self.role = role
@@ -653,7 +680,7 @@ class IterationHeadControl(HeadControl):
     def start(self) -> None:
         """Deployed: a head with no input (criteria), or whose records have the maximum epoch
         (unbounded data), is ready for round 1 at once."""
-        if not self.ready and (not self._regular.channels or (self.role == "data" and not self.bounded)):
+        if not self.ready and (not self._regular.channels or (self.role is HeadRole.DATA and not self.bounded)):
             self.ready = True
             self.coordinator.ready(self)
 
@@ -678,7 +705,7 @@ class IterationHeadControl(HeadControl):
     def run_commands(self) -> None:
         while self._commands and not self.terminated:
             command, epoch = self._commands.popleft()
-            if command == "inject":
+            if command is HeadCommand.INJECT:
                 self._on_epoch(epoch)
                 self._broadcast(TerminationAttempt(self.scope, epoch, self.level, self.level - 1))
                 if not self._feedback.channels:  # nothing comes back to a data head: report at once

@@ -87,7 +87,7 @@ class BarrierHandler:
 
     def log(self, channel: Any, batch: Any) -> None:
         """A record came back round a loop: only a loop head checkpointed by FLINK-3257 keeps it
-        (``runtime.loop_task.FeedbackLogBarrierHandler``); everyone else needs nothing of it."""
+        (``runtime.checkpoint.feedback_log.FeedbackLogBarrierHandler``); everyone else needs nothing of it."""
 
     # -- internals --------------------------------------------------------------------------------
     def _check_complete(self) -> None:
@@ -100,23 +100,31 @@ class BarrierHandler:
         self._complete()
 
     def _complete(self) -> None:
+        checkpoint_id = self.pending_id
+        assert checkpoint_id is not None  # completing the pending checkpoint
+        snapshots = self._snapshot_and_forward(live=not self.task.finished)
+        self.listener.acknowledge(self.task, checkpoint_id, snapshots)
+
+    def _snapshot_and_forward(self, live: bool) -> list[OperatorSnapshot]:
+        """The aligned barrier's cut at this task: snapshot its chain and, while it runs (``live``),
+        send the barrier on; the checkpoint is done here."""
         from slipstream.runtime.checkpoint.snapshot import snapshot_task
 
         checkpoint_id = self.pending_id
         assert checkpoint_id is not None  # completing the pending checkpoint
         task = self.task
-        if not task.finished:
+        if live:
             for operator in task.operators:
                 operator.prepare_snapshot_pre_barrier(checkpoint_id)
         snapshots = snapshot_task(task)
-        if not task.finished:
+        if live:
             barrier = CheckpointBarrier(checkpoint_id, self.pending_timestamp)
             for writer in task.writers:
                 writer.broadcast_event(barrier)
         self._release()
         self.pending_id = None
         self.last_done_id = checkpoint_id
-        self.listener.acknowledge(task, checkpoint_id, snapshots)
+        return snapshots
 
     def _release(self) -> None:
         for channel in self.task.inputs:

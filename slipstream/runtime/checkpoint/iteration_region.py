@@ -1,7 +1,7 @@
 """Checkpoints of FLIP-176 iterations: every task of an iteration is captured at one instant.
 
 A loop (FLIP-15) checkpoints as FLINK-3257 proposes: its head logs what comes back round
-the loop until the barrier returns (:class:`slipstream.runtime.loop_task.FeedbackLogBarrierHandler`).
+the loop until the barrier returns (:class:`slipstream.runtime.checkpoint.feedback_log.FeedbackLogBarrierHandler`).
 An iteration keeps more state in its cycle than records: epoch batons travelling between
 them, batons half-aligned at every task, the rounds each head counted and the
 coordinator's decisions. Cutting all of that consistently with barriers would need the
