@@ -96,7 +96,7 @@ class JobMonitor:
 def start_monitor(driver: JobDriver) -> JobMonitor | None:
     """A started monitor for ``driver``'s job when anyone watches it (listeners, web view, metrics
     endpoint), else None."""
-    options = driver.env.runtime_options
+    options = driver.spec.runtime_options
     if not options.progress_listeners and options.ui_port is None and options.metrics_port is None:
         return None
     monitor = JobMonitor(driver, options.progress_listeners, options.progress_interval)
