@@ -308,11 +308,12 @@ def chain(graph: StreamGraph, spec: JobSpec) -> JobGraph:
 
 def run_pass(planning_pass: Pass, graph: StreamGraph, spec: JobSpec) -> StreamGraph:
     """Run one pass on ``graph``, logging (at debug level) its name and what it changed."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return planning_pass(graph, spec)
     before = _outline(graph)
     graph = planning_pass(graph, spec)
-    if log.isEnabledFor(logging.DEBUG):
-        changes = _changes(before, _outline(graph))
-        log.debug("planning pass %s: %s", planning_pass.__name__, "; ".join(changes) or "no change")
+    changes = _changes(before, _outline(graph))
+    log.debug("planning pass %s: %s", planning_pass.__name__, "; ".join(changes) or "no change")
     return graph
 
 
