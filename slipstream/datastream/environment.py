@@ -1,7 +1,8 @@
 """``StreamExecutionEnvironment``: where a job is built and from where it runs.
 
 As ``pyflink.datastream.StreamExecutionEnvironment``. The environment owns the
-job's logical graph; ``execute`` hands it to the embedded runtime.
+job's logical graph; ``execute`` freezes it, with every setting, into one
+:class:`~slipstream.datastream.job_spec.JobSpec` and hands that to the embedded runtime.
 """
 
 from __future__ import annotations
