@@ -108,8 +108,8 @@ class JobDriver:
         finally:
             self.status = ended
             if monitor is not None:
-                failure = self.error if ended is JobStatus.FAILED else None
-                monitor.stop(ended.name, None if failure is None else f"{type(failure).__name__}: {failure}")
+                error = self.error if ended is JobStatus.FAILED else None
+                monitor.stop(ended.name, None if error is None else f"{type(error).__name__}: {error}")
 
     def _runs(self) -> Generator[None, None, None]:
         """The job's runs: one, or one per attempt while failed runs restart."""

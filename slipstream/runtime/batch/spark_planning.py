@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from slipstream.datastream.connectors.spark import SparkSource, TableSource
-from slipstream.datastream.job_spec import RuntimeExecutionMode
 from slipstream.datastream.fields import FieldKey
+from slipstream.datastream.job_spec import RuntimeExecutionMode
 from slipstream.datastream.time import MAX_TIMESTAMP
 from slipstream.datastream.transformations import (
     CoGroupTransformation,
