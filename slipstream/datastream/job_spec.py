@@ -113,7 +113,7 @@ class JobExecutionResult:
         return f"JobExecutionResult(job_id={self._job_id!r}, net_runtime={self._net_runtime} ms)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class JobSpec:
     """One job as the runtime sees it: its logical graph and every setting that shapes its runs.
 
