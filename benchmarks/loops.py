@@ -63,7 +63,7 @@ def run_job(build: Callable[[StreamExecutionEnvironment, list[float]], None], pa
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
     arrivals: list[float] = []
     build(env, arrivals)
-    run = JobRun(env, plan_job(env, env._take_graph()), "benchmark")
+    run = JobRun(spec := env._take_job("benchmark"), plan_job(spec))
     started = time.perf_counter()
     run.open()
     run.scheduler.run()

@@ -23,6 +23,7 @@ def test_import_layers_hold() -> None:
     result = subprocess.run(command + ["--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "BROKEN" not in result.stdout and " KEPT" in result.stdout
+    assert "the runtime reads the frozen JobSpec, never the environment KEPT" in result.stdout
 
 
 def _all_subclasses(cls: type) -> set[type]:

@@ -21,7 +21,8 @@ import click
 from slipstream.cli.control import SAVEPOINT_DIR, ControlFile
 from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR
 from slipstream.datastream.context import execution_context
-from slipstream.datastream.environment import JobExecutionResult, StreamExecutionEnvironment
+from slipstream.datastream.environment import StreamExecutionEnvironment
+from slipstream.datastream.job_spec import JobExecutionResult
 from slipstream.runtime.job_client import JobClient
 
 CANCEL_GRACE_S = 2.0

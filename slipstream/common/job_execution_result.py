@@ -1,5 +1,5 @@
 """``pyflink.common.job_execution_result``: ``JobExecutionResult`` (see :mod:`slipstream.datastream.environment`)."""
 
-from slipstream.datastream.environment import JobExecutionResult
+from slipstream.datastream.job_spec import JobExecutionResult
 
 __all__ = ["JobExecutionResult"]

@@ -24,11 +24,7 @@ from slipstream.datastream.data_stream import (
     DataStreamSink,
     KeyedStream,
 )
-from slipstream.datastream.environment import (
-    JobExecutionResult,
-    RuntimeExecutionMode,
-    StreamExecutionEnvironment,
-)
+from slipstream.datastream.environment import StreamExecutionEnvironment
 from slipstream.datastream.execution_config import ExecutionConfig
 from slipstream.datastream.functions import (
     AggregateFunction,
@@ -50,6 +46,7 @@ from slipstream.datastream.functions import (
     TimeDomain,
     TimerService,
 )
+from slipstream.datastream.job_spec import JobExecutionResult, RuntimeExecutionMode
 from slipstream.datastream.loops import CoLoopFunction, LoopFunction
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.restart_strategy import RestartStrategies

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from slipstream.datastream.environment import JobExecutionResult, StreamExecutionEnvironment
+    from slipstream.datastream.environment import StreamExecutionEnvironment
+    from slipstream.datastream.job_spec import JobExecutionResult
 
 
 class ExecutionContext(Protocol):

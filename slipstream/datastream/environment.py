@@ -1,15 +1,14 @@
 """``StreamExecutionEnvironment``: where a job is built and from where it runs.
 
 As ``pyflink.datastream.StreamExecutionEnvironment``. The environment owns the
-job's logical graph; ``execute`` hands it to the embedded runtime.
+job's logical graph; ``execute`` freezes it, with every setting, into one
+:class:`~slipstream.datastream.job_spec.JobSpec` and hands that to the embedded runtime.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from slipstream.datastream import python_dependencies
@@ -19,6 +18,7 @@ from slipstream.datastream.connectors.base import Source
 from slipstream.datastream.context import current_context
 from slipstream.datastream.data_stream import CloseableIterator, DataStream
 from slipstream.datastream.execution_config import ExecutionConfig
+from slipstream.datastream.job_spec import JobExecutionResult, JobSpec, RuntimeExecutionMode, RuntimeOptions
 from slipstream.datastream.pipeline_options import PipelineSettings, apply_configuration
 from slipstream.datastream.progress_listener import JobProgressListener
 from slipstream.datastream.restart_strategy import RestartStrategyConfiguration
@@ -30,94 +30,13 @@ from slipstream.errors import InvalidProgramError
 from slipstream.filesystem import normalize
 
 if TYPE_CHECKING:
-    from slipstream.runtime.job_client import JobClient
+    from slipstream.runtime.entry import JobClient
 
 TransformationT = TypeVar("TransformationT", bound=Transformation)
 
 
 ALREADY_RUN = ("was already handed to an earlier execute() or execute_and_collect(), which takes the "
                "graph built so far and leaves the environment empty (as Flink's execute does)")
-
-
-class RuntimeExecutionMode(Enum):
-    """STREAMING processes record by record; BATCH as sorted batch work; AUTOMATIC picks by sources.
-
-    Until the backlog issue lands, BATCH and AUTOMATIC run the same way as STREAMING.
-    """
-
-    STREAMING = 0
-    BATCH = 1
-    AUTOMATIC = 2
-
-
-@dataclass
-class RuntimeOptions:
-    """Knobs of the embedded runtime (slipstream's own; Flink has no equivalent).
-
-    ``scheduler_seed`` fixes the interleaving of subtasks, so a run can be repeated and
-    tests can explore other interleavings. ``batch_size`` is how many records travel
-    together; ``channel_capacity`` how many batches a channel holds before its
-    producer waits (backpressure); ``quantum`` how many batches a task takes per turn;
-    ``clock`` a processing-time clock (``slipstream.testing.ManualClock`` in tests).
-    BLOCKING and FEEDBACK channels never make their producer wait: past
-    ``channel_memory_budget`` records or ``channel_memory_budget_bytes`` bytes they spill.
-    """
-
-    scheduler_seed: int = 0
-    batch_size: int = 1024
-    channel_capacity: int = 8
-    quantum: int = 4
-    clock: Any = None  # processing time source; None means the wall clock
-    channel_memory_budget: int = 100_000  # records an unbounded (blocking or feedback) channel keeps in memory
-    channel_memory_budget_bytes: int = 64 * 1024 * 1024  # and bytes (estimated) it keeps in memory
-    # FLIP-327: operators with an internal sorter buffer their backlog and run it as sorted batch
-    # work (polars) at the switch where that is faster than streaming it (in STREAMING mode the
-    # planner streams the kinds it is not for, and explain() says why); "always" sorts every one;
-    # False processes backlog record by record instead.
-    backlog_sorting: bool | str = True
-    # records a sorting operator (or a replay cache) holds in memory before spilling
-    sort_memory_budget: int = 1_000_000
-    spill_dir: str | None = None  # where operators spill (a private 0700 dir inside); None: temp dir
-    show_progress: bool = True  # on a terminal, show the backlog phase live (never when output is piped)
-    # the engine of the sorted backlog work: "polars" (embedded), "spark", or a BatchEngine object;
-    # engine_options are the keyword arguments of the named engine (e.g. master for Spark)
-    batch_engine: Any = "polars"
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    # who watches the job (slipstream.runtime.monitor): listeners get its progress every
-    # progress_interval seconds; ui_port serves the web view, metrics_port Prometheus metrics,
-    # both on 127.0.0.1 only (0: any free port)
-    progress_listeners: list[Any] = field(default_factory=list)
-    progress_interval: float = 1.0
-    ui_port: int | None = None
-    metrics_port: int | None = None
-
-
-class JobExecutionResult:
-    """What ``execute`` returns: the job's id, its run time, and accumulated metrics."""
-
-    def __init__(self, job_id: str, job_name: str, net_runtime_ms: int,
-                 metrics: dict[str, dict[str, Any]]) -> None:
-        self._job_id = job_id
-        self.job_name = job_name
-        self._net_runtime = net_runtime_ms
-        self.metrics = metrics
-
-    def get_job_id(self) -> str:
-        return self._job_id
-
-    def get_net_runtime(self) -> int:
-        """Milliseconds the job ran."""
-        return self._net_runtime
-
-    def get_all_accumulator_results(self) -> dict[str, dict[str, Any]]:
-        """Per operator, its counters (records in and out, and operator-specific ones)."""
-        return {name: dict(values) for name, values in self.metrics.items()}
-
-    def get_accumulator_result(self, name: str) -> Any:
-        return self.metrics.get(name)
-
-    def __repr__(self) -> str:
-        return f"JobExecutionResult(job_id={self._job_id!r}, net_runtime={self._net_runtime} ms)"
 
 
 def _restore_point(restore_from: str | None) -> str | None:
@@ -276,8 +195,7 @@ class StreamExecutionEnvironment:
 
     def get_batch_engine(self) -> str:
         """The name of the batch engine chosen with :meth:`set_batch_engine` ("polars" by default)."""
-        engine = self.runtime_options.batch_engine
-        return engine if isinstance(engine, str) else getattr(engine, "name", type(engine).__name__)
+        return self.runtime_options.batch_engine_name
 
     # -- checkpoints and restarts ------------------------------------------------------------------
     def enable_checkpointing(self, interval: int,
@@ -504,50 +422,57 @@ class StreamExecutionEnvironment:
         checkpoint directory. When not given, the ``SLIPSTREAM_RESTORE_FROM`` environment
         variable is read, so the same script restarts from the command line.
         """
-        from slipstream.runtime.driver import execute_job
+        from slipstream.runtime import entry
         context = current_context()
         if context is not None:
             return context.execute(self, job_name, restore_from)
-        return execute_job(self, self._take_graph(), job_name or "slipstream job",
-                           restore_from=_restore_point(restore_from))
+        return entry.execute(self._take_job(job_name), _restore_point(restore_from))
 
     def execute_async(self, job_name: str | None = None, restore_from: str | None = None) -> JobClient:
         """Start the job on a thread of its own and return its ``JobClient`` at once: its status,
         metrics so far, ``cancel()``, ``stop_with_savepoint()`` and ``get_job_execution_result()``
         (see :mod:`slipstream.runtime.job_client`). ``restore_from`` as for :meth:`execute`.
         """
-        from slipstream.runtime.driver import JobDriver
-        from slipstream.runtime.job_client import submit_job
+        from slipstream.runtime import entry
         context = current_context()
         if context is not None:
             context.submit(self)
-        return submit_job(JobDriver(self, self._take_graph(), job_name or "slipstream job",
-                                    _restore_point(restore_from)))
+        return entry.execute_async(self._take_job(job_name), _restore_point(restore_from))
 
     def _execute_collecting(self, sink: Any, job_name: str | None) -> CloseableIterator:
-        from slipstream.runtime.driver import collect_job
+        from slipstream.runtime import entry
         context = current_context()
         if context is not None:
             context.submit(self)
-        return collect_job(self, self._take_graph(), job_name or "slipstream job", sink)
+        return entry.execute_and_collect(self._take_job(job_name), sink)
 
     def get_execution_plan(self) -> str:
         """The job graph this environment would run, as Flink's JSON plan (``nodes`` with ``id``,
         ``type``, ``pact``, ``contents``, ``parallelism`` and ``predecessors`` with ``id`` and
         ``ship_strategy``), which Flink's plan visualiser draws; :meth:`explain` says more, as text."""
-        from slipstream.runtime.job_graph import execution_plan_json
-        from slipstream.runtime.planner import plan_job
-        return execution_plan_json(plan_job(self, list(self._transformations)))
+        from slipstream.runtime import entry
+        return entry.execution_plan(self._job_spec(list(self._transformations)))
 
     def explain(self, format: str = "text") -> str:
         """The job graph as text: tasks, chained operators, parallelism and edges; ``format``
         "json", "mermaid" or "dot" gives the same plan as a document or a picture
         (see :mod:`slipstream.runtime.plan_formats`)."""
-        from slipstream.runtime.plan_formats import FORMATS, render_plan
-        from slipstream.runtime.planner import plan_job
-        if format not in FORMATS:
-            raise InvalidProgramError(f"explain's format must be one of {', '.join(FORMATS)}, got {format!r}")
-        return render_plan(plan_job(self, list(self._transformations)), format)
+        from slipstream.runtime import entry
+        return entry.explain(self._job_spec(list(self._transformations)), format)
+
+    def _job_spec(self, transformations: list[Transformation], job_name: str | None = None) -> JobSpec:
+        """``transformations`` and this environment's settings as they are now, frozen for the runtime."""
+        return JobSpec(
+            job_name=job_name or "slipstream job", transformations=tuple(transformations),
+            parallelism=self._parallelism, max_parallelism=self._max_parallelism, runtime_mode=self._runtime_mode,
+            chaining_enabled=self._pipeline.chaining_enabled, configuration=self._pipeline.configuration,
+            job_parameters=self._config.get_global_job_parameters(), checkpoint_config=self._checkpoint_config,
+            restart_strategy=self._restart_strategy, state_backend=self._pipeline.state_backend,
+            runtime_options=self.runtime_options)
+
+    def _take_job(self, job_name: str | None = None) -> JobSpec:
+        """Hand the graph built so far to a run, as a frozen job (see :meth:`_take_graph`)."""
+        return self._job_spec(self._take_graph(), job_name)
 
     def _take_graph(self) -> list[Transformation]:
         """Hand the graph to a run; the environment starts afresh, as Flink clears it on execute."""

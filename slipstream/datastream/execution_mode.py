@@ -1,8 +1,8 @@
 """``pyflink.datastream.execution_mode``: ``RuntimeExecutionMode`` (STREAMING, BATCH, AUTOMATIC).
 
-The enum lives in :mod:`slipstream.datastream.environment`; this module gives it PyFlink's import path.
+The enum lives in :mod:`slipstream.datastream.job_spec`; this module gives it PyFlink's import path.
 """
 
-from slipstream.datastream.environment import RuntimeExecutionMode
+from slipstream.datastream.job_spec import RuntimeExecutionMode
 
 __all__ = ["RuntimeExecutionMode"]

@@ -125,7 +125,7 @@ Apply = Callable[["StreamExecutionEnvironment", str, str, Configuration], None]
 
 
 def _runtime_mode(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
-    from slipstream.datastream.environment import RuntimeExecutionMode
+    from slipstream.datastream.job_spec import RuntimeExecutionMode
     env.set_runtime_mode(_enum_member(RuntimeExecutionMode, text, key))
 
 

@@ -16,23 +16,6 @@ from slipstream.attributes import OperatorAttributes
 from slipstream.datastream.scope import ROOT_SCOPE, StreamScope
 
 
-def _no_attributes(transformation: Transformation) -> OperatorAttributes:
-    return OperatorAttributes()
-
-
-_attribute_resolver: Callable[[Transformation], OperatorAttributes] = _no_attributes
-
-
-def set_attribute_resolver(resolver: Callable[[Transformation], OperatorAttributes]) -> None:
-    """Let the operators package tell transformations their operator's attributes.
-
-    The user API cannot import the operators (imports point the other way), so the
-    operators package installs this resolver when it is imported.
-    """
-    global _attribute_resolver
-    _attribute_resolver = resolver
-
-
 class Partitioning(Enum):
     """How records of an edge are distributed over the downstream subtasks."""
 
@@ -78,8 +61,14 @@ class Transformation:
         return any(k is not None for k in self.key_selectors)
 
     def get_operator_attributes(self) -> OperatorAttributes:
-        """The attributes of the operator that implements this transformation (FLIP-327)."""
-        return _attribute_resolver(self)
+        """The attributes of the operator that implements this transformation (FLIP-327).
+
+        Its operator kind declares them, so they are asked of it here, at call time (the one
+        way back from the user API to the operators besides ``execute``): the answer never
+        depends on what was imported before.
+        """
+        from slipstream.operators.base import operator_attributes  # importing the package registers every kind
+        return operator_attributes(self)
 
     def get_is_output_on_eof(self) -> bool:
         return self.get_operator_attributes().is_output_on_eof()

@@ -21,7 +21,7 @@ from slipstream.datastream.metrics import OperatorMetricGroup
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import S, StateDescriptor
 from slipstream.datastream.time import MIN_TIMESTAMP, Watermark
-from slipstream.datastream.transformations import Transformation, set_attribute_resolver
+from slipstream.datastream.transformations import Transformation
 from slipstream.errors import SlipstreamError, UserFunctionError, user_code
 from slipstream.operators.backlog_path import BacklogDeclaration
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
@@ -465,9 +465,6 @@ def operator_attributes(transformation: Transformation) -> OperatorAttributes:
         output_on_eof=any(a.is_output_on_eof() for a in attributes),
         output_on_checkpoint=any(a.is_output_on_checkpoint() for a in attributes),
         internal_sorter=any(a.has_internal_sorter() for a in attributes))
-
-
-set_attribute_resolver(operator_attributes)
 
 
 def _with_own_functions(transformation: Transformation) -> Transformation:

@@ -1,14 +1,16 @@
 """The driver: the one place that opens, drives and closes the runs of a job.
 
-Every way of running a job is a client of :class:`JobDriver`: ``execute`` drains its
-turns (:func:`execute_job`), ``execute_and_collect`` hands out the collect sink's
+Every way of running a job is a client of :class:`JobDriver`, which takes the job's frozen
+:class:`~slipstream.datastream.job_spec.JobSpec`: ``execute`` drains its turns
+(:meth:`JobDriver.run`), ``execute_and_collect`` hands out the collect sink's
 records between them (:func:`collect_job`), and a failed run restarts inside the same
 loop, from the latest checkpoint, while the restart strategy allows
 (:class:`~slipstream.runtime.checkpoint.recovery.Recovery`). So checkpoints, restarts
 and restores apply to every job alike, and one error path closes every run.
 
 A live job (:mod:`slipstream.runtime.job_client`) drives the same turns on a thread of its own
-and may ask, between two turns, for a savepoint and a stop (:class:`SavepointRequest`).
+and may ask, between two turns, for a savepoint and a stop (:class:`SavepointRequest`). The
+driver keeps the job's status and the error it failed with, which every client reads.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.data_stream import CloseableIterator
@@ -31,8 +34,22 @@ from slipstream.runtime.planner import plan_job
 
 if TYPE_CHECKING:
     from slipstream.datastream.connectors.sinks import CollectSink
-    from slipstream.datastream.environment import JobExecutionResult, StreamExecutionEnvironment
-    from slipstream.datastream.transformations import Transformation
+    from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
+
+
+class JobStatus(Enum):
+    """The states of a job, as Flink's ``JobStatus`` (those a job of the embedded runtime passes)."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    CANCELLING = "CANCELLING"
+    CANCELED = "CANCELED"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+
+    def is_globally_terminal_state(self) -> bool:
+        """Whether the job has ended (finished, failed or was cancelled) and will not change again."""
+        return self in (JobStatus.CANCELED, JobStatus.FINISHED, JobStatus.FAILED)
 
 
 @dataclass
@@ -55,34 +72,43 @@ class JobDriver:
     when :meth:`turns` is first advanced.
     """
 
-    def __init__(self, env: StreamExecutionEnvironment, transformations: list[Transformation], job_name: str,
-                 restore_from: str | None = None, fs: FileSystem | None = None) -> None:
-        self.env = env
-        self.job_name = job_name
-        self.graph = plan_job(env, transformations)
-        self.recovery = Recovery(env, self.graph, job_name, restore_from, fs)
+    def __init__(self, spec: JobSpec, restore_from: str | None = None, fs: FileSystem | None = None) -> None:
+        self.spec = spec
+        self.job_name = spec.job_name
+        self.graph = plan_job(spec)
+        self.recovery = Recovery(spec, self.graph, restore_from, fs)
         self.result: JobExecutionResult | None = None
         self.job_id = uuid.uuid4().hex  # one id for every run of the job, as Flink's across restarts
         self.current_run: JobRun | None = None  # the current run: its metrics are the job's so far
         self.savepoint_request: SavepointRequest | None = None  # set by a JobClient, read between turns
         self.monitor: JobMonitor | None = None  # while watched: samples the job's progress on its own thread
+        self.status = JobStatus.CREATED
+        self.error: BaseException | None = None  # what the job failed with, once it has
 
     def turns(self) -> Generator[None, None, None]:
         """Run the job, yielding after every scheduler turn, until it ends (then :attr:`result`
-        holds its result) or fails past its restarts (raised). Closing the iterator cancels the job.
+        holds its result) or fails past its restarts (raised, and kept in :attr:`error`).
+        Closing the iterator, or an interrupt, cancels the job; :attr:`status` says which.
 
         While it runs, a monitor (:mod:`slipstream.runtime.monitor`) reports its progress to
         whoever watches it: listeners, the web view, the metrics endpoint."""
         monitor = self.monitor = self.monitor or start_monitor(self)
-        status, error = "CANCELED", None  # stays so when the iterator is closed (a cancel)
+        self.status = JobStatus.RUNNING
+        ended = JobStatus.CANCELED  # stays so when the iterator is closed (a cancel)
         try:
             yield from self._runs()
-            status = "FINISHED"
-        except Exception as failure:
-            status, error = "FAILED", f"{type(failure).__name__}: {failure}"
+            ended = JobStatus.FINISHED
+        except GeneratorExit:
+            raise
+        except BaseException as failure:
+            self.error = failure
+            if isinstance(failure, Exception):
+                ended = JobStatus.FAILED
             raise
         finally:
-            monitor.stop(status, error)
+            self.status = ended
+            error = self.error if ended is JobStatus.FAILED else None
+            monitor.stop(ended.name, None if error is None else f"{type(error).__name__}: {error}")
 
     def _runs(self) -> Generator[None, None, None]:
         """The job's runs: one, or one per attempt while failed runs restart."""
@@ -90,7 +116,7 @@ class JobDriver:
         try:
             recovery.open()
             while True:
-                run = self.current_run = JobRun(self.env, self.graph, self.job_name)
+                run = self.current_run = JobRun(self.spec, self.graph)
                 run.job_id = self.job_id
                 coordinator = None
                 try:
@@ -163,17 +189,10 @@ def _savepoint_taken(request: SavepointRequest, coordinator: CheckpointCoordinat
     return False
 
 
-def execute_job(env: StreamExecutionEnvironment, transformations: list[Transformation], job_name: str,
-                restore_from: str | None = None) -> JobExecutionResult:
-    """Plan and run a job to its end (``execute``)."""
-    return JobDriver(env, transformations, job_name, restore_from).run()
-
-
-def collect_job(env: StreamExecutionEnvironment, transformations: list[Transformation], job_name: str,
-                sink: CollectSink) -> CloseableIterator[Any]:
+def collect_job(spec: JobSpec, sink: CollectSink) -> CloseableIterator[Any]:
     """Plan a job and return an iterator that runs it as records are pulled (``execute_and_collect``):
     each record the sink made visible is handed out before the job takes another turn."""
-    turns = JobDriver(env, transformations, job_name).turns()
+    turns = JobDriver(spec).turns()
 
     def records() -> Iterator[Any]:
         buffer = sink.buffer
@@ -186,4 +205,4 @@ def collect_job(env: StreamExecutionEnvironment, transformations: list[Transform
     return CloseableIterator(records(), turns.close)
 
 
-__all__ = ["JobDriver", "SavepointRequest", "collect_job", "execute_job"]
+__all__ = ["JobDriver", "JobStatus", "SavepointRequest", "collect_job"]

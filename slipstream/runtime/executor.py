@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import slipstream.operators  # noqa: F401  (registers every operator kind)
-from slipstream.datastream.environment import JobExecutionResult, RuntimeExecutionMode, RuntimeOptions
+from slipstream.datastream.job_spec import JobExecutionResult, JobSpec, RuntimeExecutionMode, RuntimeOptions
 from slipstream.datastream.transformations import (
     IterationHeadTransformation,
     LoopHeadTransformation,
@@ -31,21 +31,17 @@ from slipstream.runtime.scheduler import Scheduler
 from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
 from slipstream.runtime.task import InputChannel, SourceTask, StreamTask, TaskProcessingTimeService
 
-if TYPE_CHECKING:
-    from slipstream.datastream.environment import StreamExecutionEnvironment
-
 
 class JobRun:
-    """One run of a job graph: its tasks, their scheduler, and the metrics they count."""
+    """One run of a job graph (planned from ``spec``): its tasks, their scheduler, and the metrics they count."""
 
-    def __init__(self, env: StreamExecutionEnvironment, graph: JobGraph, job_name: str,
-                 clock: Clock | None = None) -> None:
-        self.env = env
+    def __init__(self, spec: JobSpec, graph: JobGraph, clock: Clock | None = None) -> None:
+        self.spec = spec
         self.graph = graph
-        self.job_name = job_name
+        self.job_name = spec.job_name
         self.job_id = uuid.uuid4().hex
-        self.clock = clock or env.runtime_options.clock or SystemClock()
-        options = env.runtime_options
+        options = spec.runtime_options
+        self.clock = clock or options.clock or SystemClock()
         self.metrics: dict[str, dict[str, Any]] = {}
         self.checkpoint_coordinator: Any = None  # set by Recovery.prepare when the job checkpoints
         self.task_metrics: dict[StreamTask, list[dict[str, Any]]] = {}
@@ -96,6 +92,7 @@ class JobRun:
             writers_by_edge[edge] = RecordWriter(edge, subtask, [channels[(edge, subtask, j)] for j in targets],
                                                  batch_size, seed)
         timers = TaskProcessingTimeService(self.clock)
+        options = self.spec.runtime_options
         operators = [create_operator(node.transformation) for node in vertex.nodes]
         node_metrics = [self._metrics_for(node.name, node.uid) for node in vertex.nodes]
         for position, (node, operator) in enumerate(zip(vertex.nodes, operators)):
@@ -114,12 +111,12 @@ class JobRun:
             operator.setup(OperatorContext(
                 name=node.name, uid=node.uid, subtask_index=subtask, parallelism=node.parallelism,
                 max_parallelism=node.max_parallelism, output=output, processing_time_service=timers,
-                keyed_backend=backend, job_parameters=self.env.get_config().get_global_job_parameters(),
+                keyed_backend=backend, job_parameters=dict(self.spec.job_parameters),
                 metrics=node_metrics[position], batch_engine=None if node.backlog_streamed else self.batch_engine,
                 batch_mode=self.graph.mode is RuntimeExecutionMode.BATCH,
-                sort_memory_budget=self.env.runtime_options.sort_memory_budget,
-                channel_memory_budget=self.env.runtime_options.channel_memory_budget,
-                spill_dir=self.env.runtime_options.spill_dir))
+                sort_memory_budget=options.sort_memory_budget,
+                channel_memory_budget=options.channel_memory_budget,
+                spill_dir=options.spill_dir))
         writers = list(writers_by_edge.values())
         task = self._make_task(vertex, subtask, operators, writers, timers, channels, quantum)
         self.task_metrics[task] = node_metrics
@@ -130,9 +127,8 @@ class JobRun:
                    channels: dict[tuple[StreamEdge, int, int], Channel], quantum: int) -> StreamTask:
         name = vertex.name
         if isinstance(vertex.head.transformation, SourceTransformation):
-            options = self.env.runtime_options
             return SourceTask(name, subtask, operators, writers, timers, self.clock, quantum,
-                              options.batch_size)
+                              self.spec.runtime_options.batch_size)
         # feedback first (FLIP-15); an iteration may ask for it only when the feedback buffer is full;
         # an operator may name an input to read first (a broadcast operator's broadcast input)
         when_full = getattr(vertex.head.transformation, "feedback_first_when_full", False)

@@ -11,31 +11,15 @@ sorted batch work of the backlog, which a cancel or a savepoint waits for.
 from __future__ import annotations
 
 import threading
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.progress_listener import JobProgress
 from slipstream.errors import InvalidProgramError, JobCancelledError, JobExecutionError
-from slipstream.runtime.driver import JobDriver, SavepointRequest
+from slipstream.runtime.driver import JobDriver, JobStatus, SavepointRequest
 from slipstream.runtime.monitor import start_monitor
 
 if TYPE_CHECKING:
-    from slipstream.datastream.environment import JobExecutionResult
-
-
-class JobStatus(Enum):
-    """The states of a job, as Flink's ``JobStatus`` (those a job of the embedded runtime passes)."""
-
-    CREATED = "CREATED"
-    RUNNING = "RUNNING"
-    CANCELLING = "CANCELLING"
-    CANCELED = "CANCELED"
-    FINISHED = "FINISHED"
-    FAILED = "FAILED"
-
-    def is_globally_terminal_state(self) -> bool:
-        """Whether the job has ended (finished, failed or was cancelled) and will not change again."""
-        return self in (JobStatus.CANCELED, JobStatus.FINISHED, JobStatus.FAILED)
+    from slipstream.datastream.job_spec import JobExecutionResult
 
 
 class JobClient:
@@ -43,9 +27,7 @@ class JobClient:
 
     def __init__(self, driver: JobDriver) -> None:
         self._driver = driver
-        self._status = JobStatus.CREATED
         self._cancel_requested = False
-        self._error: BaseException | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._drive, name=f"slipstream job '{driver.job_name}'",
                                         daemon=True)
@@ -55,19 +37,16 @@ class JobClient:
         self._thread.start()
 
     def _drive(self) -> None:
-        """The job's thread: run the driver's turns until the job ends or a cancel is seen."""
+        """The job's thread: run the driver's turns until the job ends or a cancel is seen. How
+        it ended (and what it failed with) is the driver's to say, as for every other client."""
         turns = self._driver.turns()
         try:
-            self._status = JobStatus.RUNNING
             for _ in turns:
                 if self._cancel_requested:
                     turns.close()
-                    self._status = JobStatus.CANCELED
                     return
-            self._status = JobStatus.FINISHED
-        except BaseException as error:  # noqa: BLE001 - handed to get_job_execution_result
-            self._error = error
-            self._status = JobStatus.FAILED
+        except BaseException:  # noqa: BLE001 - kept by the driver, raised by get_job_execution_result
+            pass
         finally:
             self._done.set()
 
@@ -76,7 +55,10 @@ class JobClient:
         return self._driver.job_id
 
     def get_job_status(self) -> JobStatus:
-        return self._status
+        status = self._driver.status
+        if self._cancel_requested and not status.is_globally_terminal_state():
+            return JobStatus.CANCELLING
+        return status
 
     def get_metrics(self) -> dict[str, dict[str, Any]]:
         """Per operator, its counters so far (records in and out, and operator-specific ones); once
@@ -105,7 +87,6 @@ class JobClient:
         seconds (None: until it has stopped) and says whether it has. Checkpoints already taken
         stay, so the job can be restored from the latest one."""
         if not self._done.is_set():
-            self._status = JobStatus.CANCELLING
             self._cancel_requested = True
         return self._done.wait(timeout)
 
@@ -118,8 +99,9 @@ class JobClient:
         so the savepoint waits for it to end. A job that ends first returns its final checkpoint.
         """
         if self._done.is_set():
-            raise InvalidProgramError(f"the job has already ended ({self._status.name}): no savepoint to take")
-        config = self._driver.env.get_checkpoint_config()
+            raise InvalidProgramError(f"the job has already ended ({self.get_job_status().name}): "
+                                      "no savepoint to take")
+        config = self._driver.spec.checkpoint_config
         if not config.is_checkpointing_enabled():
             raise InvalidProgramError("stop_with_savepoint needs checkpointing: env.enable_checkpointing(...)")
         if path is None and config.get_checkpoint_storage_dir() is None:
@@ -137,9 +119,9 @@ class JobClient:
         """Wait until the job ends; its result, or the error it failed with (:class:`JobCancelledError`
         when it was cancelled)."""
         self._done.wait()
-        if self._error is not None:
-            raise self._error
-        if self._status is JobStatus.CANCELED:
+        if self._driver.error is not None:
+            raise self._driver.error
+        if self._driver.status is JobStatus.CANCELED:
             raise JobCancelledError(f"job '{self._driver.job_name}' ({self.get_job_id()}) was cancelled")
         assert self._driver.result is not None
         return self._driver.result
@@ -149,7 +131,7 @@ class JobClient:
         return self._done.wait(timeout)
 
     def __repr__(self) -> str:
-        return f"JobClient(job_id={self.get_job_id()!r}, status={self._status.name})"
+        return f"JobClient(job_id={self.get_job_id()!r}, status={self.get_job_status().name})"
 
 
 def submit_job(driver: JobDriver) -> JobClient:

@@ -110,7 +110,7 @@ def start_monitor(driver: JobDriver) -> JobMonitor:
     """A started monitor for ``driver``'s job: its progress goes to the user's listeners, to the live
     display on a terminal (else to the ``logging`` module), and to the web view and metrics
     endpoint when asked for."""
-    options = driver.env.runtime_options
+    options = driver.spec.runtime_options
     monitor = JobMonitor(driver, [*options.progress_listeners, own_display(options.show_progress)],
                          options.progress_interval)
     try:

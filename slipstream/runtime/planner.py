@@ -1,28 +1,38 @@
-"""Planning: the logical graph becomes a job graph through an ordered list of pure passes.
+"""Planning: a frozen job (:class:`~slipstream.datastream.job_spec.JobSpec`) becomes a job graph.
 
-1. ``build_stream_graph``: one stream node per non-virtual transformation; partitioning,
-   union and side outputs resolved into edges; parallelism and uids fixed; a watermark
-   strategy on a source lowered into a chained timestamps operator.
-   A loop's feedback edge (tail -> head, kind FEEDBACK) closes a cycle: it is added after
-   every node exists, so the other passes still see nodes in topological order.
-2. ``validate_loops``: feedback edges keep their head's parallelism; no operator that
+:func:`build_stream_graph` lowers the job's transformations into a stream graph: one stream
+node per non-virtual transformation; partitioning, union and side outputs resolved into
+edges; parallelism and uids fixed; a watermark strategy on a source lowered into a chained
+timestamps operator. A loop's feedback edge (tail -> head, kind FEEDBACK) closes a cycle: it
+is added after every node exists, so the passes still see nodes in topological order.
+
+Then the passes of :data:`PASSES` run in order, each a function ``(graph, spec) -> graph``
+that can be run (and tested) alone on a hand-built graph; each run is logged at debug level
+on the ``slipstream.planner`` logger with what it changed:
+
+1. ``resolve_mode``: AUTOMATIC becomes BATCH or STREAMING by the sources' boundedness.
+2. ``plan_spark_queries``: with the Spark batch engine, a vectorisable ``from_spark`` backlog
+   subgraph becomes one Spark query (:mod:`slipstream.runtime.batch.spark_planning`).
+3. ``validate_loops``: feedback edges keep their head's parallelism; no operator that
    emits only at end of input feeds a loop.
-3. ``mark_blocking_edges`` (FLIP-327), never on a feedback edge nor inside a loop.
-   (Before them, ``plan_spark_queries`` folds a vectorisable from_spark backlog subgraph into
-   one Spark query when the batch engine is Spark: :mod:`slipstream.runtime.batch.spark_planning`.)
-4. ``chain``: forward edges between nodes of equal parallelism and scope become direct
-   calls inside one task (a feedback edge never is one).
+4. ``mark_blocking_edges`` (FLIP-327), never on a feedback edge nor inside a loop.
+5. ``choose_backlog_paths``: which sorting operators stream their backlog instead.
+
+Last, :func:`chain` groups the nodes into job vertices: forward edges between nodes of equal
+parallelism and scope become direct calls inside one task (a feedback edge never is one).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import slipstream.operators  # noqa: F401  (registers operator kinds and their attributes)
+import slipstream.operators  # noqa: F401  (registers every operator kind)
 from slipstream.attributes import Boundedness
-from slipstream.datastream.environment import RuntimeExecutionMode
+from slipstream.datastream.job_spec import JobSpec, RuntimeExecutionMode
 from slipstream.datastream.scope import ROOT_SCOPE
 from slipstream.datastream.transformations import (
     LoopHeadTransformation,
@@ -40,16 +50,20 @@ from slipstream.runtime.batch.spark_planning import plan_spark_queries
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge, StreamNode
 from slipstream.runtime.key_groups import DEFAULT_MAX_PARALLELISM
 
-if TYPE_CHECKING:
-    from slipstream.datastream.environment import StreamExecutionEnvironment
-
+log = logging.getLogger("slipstream.planner")
 
 
 @dataclass
 class StreamGraph:
-    """Stream nodes in topological order (inputs before consumers)."""
+    """Stream nodes in topological order (inputs before consumers), and the execution mode the
+    graph is planned for (None until :func:`resolve_mode` has run)."""
 
     nodes: list[StreamNode]
+    mode: RuntimeExecutionMode | None = None
+
+
+Pass = Callable[[StreamGraph, JobSpec], StreamGraph]
+"""A planning pass: reads the graph and the job's settings, returns the graph it made."""
 
 
 @dataclass
@@ -80,8 +94,8 @@ def default_max_parallelism(parallelism: int) -> int:
     return min(max(power, DEFAULT_MAX_PARALLELISM), 32768)
 
 
-def _parallelism(transformation: Transformation, env: StreamExecutionEnvironment) -> int:
-    parallelism = transformation.parallelism or env.get_parallelism()
+def _parallelism(transformation: Transformation, spec: JobSpec) -> int:
+    parallelism = transformation.parallelism or spec.parallelism
     if isinstance(transformation, SourceTransformation) and not transformation.parallelism_fixed:
         limit = transformation.source.max_parallelism()
         if limit is not None:
@@ -89,16 +103,17 @@ def _parallelism(transformation: Transformation, env: StreamExecutionEnvironment
     return parallelism
 
 
-def build_stream_graph(env: StreamExecutionEnvironment, transformations: list[Transformation]) -> StreamGraph:
-    """Pass 1: physical nodes and the edges between them."""
+def build_stream_graph(spec: JobSpec) -> StreamGraph:
+    """The lowering before the passes: physical nodes of ``spec``'s transformations and the edges
+    between them."""
     ids = itertools.count(1)
     nodes: list[StreamNode] = []
     node_of: dict[Transformation, StreamNode] = {}
-    env_max = env.get_max_parallelism()
+    transformations = spec.transformations
 
     def add_node(transformation: Transformation, parallelism: int) -> StreamNode:
-        max_parallelism = transformation.max_parallelism or (env_max if env_max > 0 else
-                                                             default_max_parallelism(parallelism))
+        max_parallelism = transformation.max_parallelism or spec.max_parallelism or \
+            default_max_parallelism(parallelism)
         if parallelism > max_parallelism:
             raise InvalidProgramError(f"operator '{transformation.name}' has parallelism {parallelism} "
                                       f"above its max parallelism {max_parallelism}")
@@ -131,7 +146,7 @@ def build_stream_graph(env: StreamExecutionEnvironment, transformations: list[Tr
     for transformation in transformations:
         if transformation.is_virtual:
             continue
-        node = add_node(transformation, _parallelism(transformation, env))
+        node = add_node(transformation, _parallelism(transformation, spec))
         node_of[transformation] = node
         for input_index, upstream in enumerate(transformation.inputs):
             for route in _routes(upstream):
@@ -173,60 +188,23 @@ def _chainable(edge: StreamEdge) -> bool:
             and downstream.transformation.chaining == "always")
 
 
-def chain(graph: StreamGraph, enabled: bool = True) -> JobGraph:
-    """Pass 2: group nodes joined by chainable edges into job vertices (each node its own vertex
-    when chaining is disabled: ``env.disable_operator_chaining()``)."""
-    vertices: list[JobVertex] = []
-    vertex_of: dict[StreamNode, JobVertex] = {}
-    for node in graph.nodes:
-        upstream = vertex_of.get(node.in_edges[0].source) if enabled and len(node.in_edges) == 1 else None
-        # a feedback tail whose whole loop would chain into one task keeps a task of its own: the
-        # feedback edge must stay a channel between tasks
-        if upstream is not None and _chainable(node.in_edges[0]) and \
-                not any(edge.target in upstream.nodes for edge in node.out_edges):
-            vertex = upstream
-            vertex.nodes.append(node)
-        else:
-            vertex = JobVertex(len(vertices) + 1, [node])
-            vertices.append(vertex)
-        vertex_of[node] = vertex
-    return JobGraph(vertices, vertex_of)
-
-
-def effective_mode(env: StreamExecutionEnvironment, graph: StreamGraph) -> RuntimeExecutionMode:
-    """BATCH or STREAMING: AUTOMATIC means BATCH exactly when every source is bounded.
-
-    BATCH with an unbounded source is refused, as Flink does.
-    """
-    mode = env.get_runtime_mode()
+def resolve_mode(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
+    """Pass: the mode the job runs in, BATCH or STREAMING: AUTOMATIC means BATCH exactly when
+    every source is bounded. BATCH with an unbounded source is refused, as Flink does."""
+    mode = spec.runtime_mode
     unbounded = [node.name for node in graph.nodes
                  if isinstance(node.transformation, SourceTransformation)
                  and node.transformation.source.get_boundedness() is not Boundedness.BOUNDED]
     if mode is RuntimeExecutionMode.AUTOMATIC:
-        return RuntimeExecutionMode.STREAMING if unbounded else RuntimeExecutionMode.BATCH
-    if mode is RuntimeExecutionMode.BATCH and unbounded:
+        mode = RuntimeExecutionMode.STREAMING if unbounded else RuntimeExecutionMode.BATCH
+    elif mode is RuntimeExecutionMode.BATCH and unbounded:
         raise InvalidProgramError(f"runtime mode BATCH needs bounded sources; {', '.join(unbounded)} "
                                   "is unbounded (use STREAMING or AUTOMATIC)")
-    return mode
-
-
-def mark_blocking_edges(graph: StreamGraph, mode: RuntimeExecutionMode) -> StreamGraph:
-    """Pass: edges leaving an ``is_output_on_eof`` operator block (FLIP-327); in BATCH mode every
-    edge that is not chained does. A blocking edge is never chained."""
-    for node in graph.nodes:
-        output_on_eof = node.transformation.get_is_output_on_eof()
-        for edge in node.out_edges:
-            if edge.kind is EdgeKind.FEEDBACK:
-                continue
-            # inside a loop every edge streams: a loop's tasks cannot wait for one another to finish
-            in_loop = edge.source.transformation.scope != ROOT_SCOPE or \
-                edge.target.transformation.scope != ROOT_SCOPE
-            if output_on_eof or (mode is RuntimeExecutionMode.BATCH and not in_loop and not _chainable(edge)):
-                edge.kind = EdgeKind.BLOCKING
+    graph.mode = mode
     return graph
 
 
-def validate_loops(graph: StreamGraph, env: StreamExecutionEnvironment) -> StreamGraph:
+def validate_loops(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
     """Pass: what a loop needs of the graph around it (FLIP-15), checked before anything runs."""
     feedback_edges = [edge for node in graph.nodes for edge in node.in_edges if edge.kind is EdgeKind.FEEDBACK]
     if not feedback_edges:
@@ -267,28 +245,107 @@ def _reachable_feedback_tail(start: StreamNode) -> StreamEdge | None:
     return None
 
 
-def plan_job(env: StreamExecutionEnvironment, transformations: list[Transformation]) -> JobGraph:
-    """Run every planning pass in order."""
-    graph = build_stream_graph(env, transformations)
-    mode = effective_mode(env, graph)  # folding keeps every source bounded: the mode stays
-    graph = plan_spark_queries(graph, env, mode)
-    job_graph = chain(mark_blocking_edges(validate_loops(graph, env), mode), env.is_chaining_enabled())
-    job_graph.mode = mode
-    job_graph.batch_engine = env.get_batch_engine()
-    job_graph.backlog_sorting = env.runtime_options.backlog_sorting
-    return choose_backlog_paths(job_graph, env.runtime_options.backlog_sorting)
+def mark_blocking_edges(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
+    """Pass: edges leaving an ``is_output_on_eof`` operator block (FLIP-327); in BATCH mode every
+    edge that is not chained does. A blocking edge is never chained."""
+    batch = graph.mode is RuntimeExecutionMode.BATCH
+    for node in graph.nodes:
+        output_on_eof = node.transformation.get_is_output_on_eof()
+        for edge in node.out_edges:
+            if edge.kind is EdgeKind.FEEDBACK:
+                continue
+            # inside a loop every edge streams: a loop's tasks cannot wait for one another to finish
+            in_loop = edge.source.transformation.scope != ROOT_SCOPE or \
+                edge.target.transformation.scope != ROOT_SCOPE
+            if output_on_eof or (batch and not in_loop and not _chainable(edge)):
+                edge.kind = EdgeKind.BLOCKING
+    return graph
 
 
-def choose_backlog_paths(job_graph: JobGraph, backlog_sorting: bool | str) -> JobGraph:
-    """Give every operator the backlog path its kind declares for it (sorted, vectorised or streamed:
-    :meth:`~slipstream.operators.base.StreamOperator.backlog_path`), under ``backlog_sorting``: in
-    STREAMING mode a kind that sorts slower than it streams streams; ``backlog_sorting="always"`` and
-    BATCH mode sort every kind that can (there sorting is the semantics, not a speed knob); False sorts none."""
-    batch_mode = job_graph.mode is RuntimeExecutionMode.BATCH
-    for vertex in job_graph.vertices:
-        for node in vertex.nodes:
-            operator_cls = StreamOperator.registry.get(type(node.transformation))
-            if operator_cls is not None:
-                choice = operator_cls.backlog_path(node.transformation).choose(backlog_sorting, batch_mode)
-                node.backlog_path, node.backlog_streamed = choice.path, choice.reason
-    return job_graph
+def choose_backlog_paths(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
+    """Pass: give every operator the backlog path its kind declares for it (sorted, vectorised or
+    streamed: :meth:`~slipstream.operators.base.StreamOperator.backlog_path`), under ``backlog_sorting``:
+    in STREAMING mode a kind that sorts slower than it streams streams; ``backlog_sorting="always"`` and
+    BATCH mode sort every kind that can (there sorting is the semantics, not a speed knob); False sorts
+    none."""
+    batch_mode = graph.mode is RuntimeExecutionMode.BATCH
+    sorting = spec.runtime_options.backlog_sorting
+    for node in graph.nodes:
+        operator_cls = StreamOperator.registry.get(type(node.transformation))
+        if operator_cls is not None:
+            choice = operator_cls.backlog_path(node.transformation).choose(sorting, batch_mode)
+            node.backlog_path, node.backlog_streamed = choice.path, choice.reason
+    return graph
+
+
+PASSES: tuple[Pass, ...] = (resolve_mode, plan_spark_queries, validate_loops, mark_blocking_edges,
+                            choose_backlog_paths)
+"""The planning passes, in the order they run between lowering and chaining."""
+
+
+def chain(graph: StreamGraph, spec: JobSpec) -> JobGraph:
+    """After the passes: group nodes joined by chainable edges into job vertices (each node its own
+    vertex when chaining is disabled: ``env.disable_operator_chaining()``)."""
+    vertices: list[JobVertex] = []
+    vertex_of: dict[StreamNode, JobVertex] = {}
+    for node in graph.nodes:
+        upstream = vertex_of.get(node.in_edges[0].source) \
+            if spec.chaining_enabled and len(node.in_edges) == 1 else None
+        # a feedback tail whose whole loop would chain into one task keeps a task of its own: the
+        # feedback edge must stay a channel between tasks
+        if upstream is not None and _chainable(node.in_edges[0]) and \
+                not any(edge.target in upstream.nodes for edge in node.out_edges):
+            vertex = upstream
+            vertex.nodes.append(node)
+        else:
+            vertex = JobVertex(len(vertices) + 1, [node])
+            vertices.append(vertex)
+        vertex_of[node] = vertex
+    options = spec.runtime_options
+    return JobGraph(vertices, vertex_of, mode=graph.mode, batch_engine=options.batch_engine_name,
+                    backlog_sorting=options.backlog_sorting)
+
+
+def run_pass(planning_pass: Pass, graph: StreamGraph, spec: JobSpec) -> StreamGraph:
+    """Run one pass on ``graph``, logging (at debug level) its name and what it changed."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return planning_pass(graph, spec)
+    before = _outline(graph)
+    graph = planning_pass(graph, spec)
+    changes = _changes(before, _outline(graph))
+    log.debug("planning pass %s: %s", planning_pass.__name__, "; ".join(changes) or "no change")
+    return graph
+
+
+def plan_job(spec: JobSpec, passes: tuple[Pass, ...] = PASSES) -> JobGraph:
+    """Lower ``spec``'s transformations, run every pass in order, and chain the result."""
+    graph = build_stream_graph(spec)
+    for planning_pass in passes:
+        graph = run_pass(planning_pass, graph, spec)
+    return chain(graph, spec)
+
+
+# -- what a pass changed, for the log -----------------------------------------------------------------
+def _outline(graph: StreamGraph) -> dict[str, str]:
+    """What a pass may change, as text by item: the mode, each node's operator and backlog path,
+    each edge's kind."""
+    outline = {"mode": getattr(graph.mode, "name", "unresolved")}
+    for node in graph.nodes:
+        outline[f"node '{node.name}' (#{node.id})"] = type(node.transformation).__name__ + \
+            (f", streams its backlog: {node.backlog_streamed}" if node.backlog_streamed else "") + \
+            "".join(f", {note}" for note in node.notes)
+        for edge in node.out_edges:
+            side = f" side output '{edge.side_tag.tag_id}'" if edge.side_tag is not None else ""
+            outline[f"edge #{node.id}->#{edge.target.id} input {edge.input_index}{side}"] = edge.kind.value
+    return outline
+
+
+def _changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Each item of two outlines that was added, removed or changed."""
+    changes = [f"{item} removed" for item in before if item not in after]
+    for item, text in after.items():
+        if item not in before:
+            changes.append(f"{item} added: {text}")
+        elif before[item] != text:
+            changes.append(f"{item}: {before[item]} -> {text}")
+    return changes

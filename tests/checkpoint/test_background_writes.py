@@ -50,7 +50,7 @@ def test_the_job_goes_on_while_a_checkpoint_is_written(tmp_path) -> None:
     env = build("counts", str(tmp_path / "out"), str(tmp_path / "chk"), n, interval_ms=None, records=20_000,
                 fail=counting, async_writes=True)
     fs = HoldingFileSystem(counting, more=5_000)
-    result = JobDriver(env, env._take_graph(), "held", fs=fs).run()
+    result = JobDriver(env._take_job("held"), fs=fs).run()
     assert fs.held is True
     stats = result.get_accumulator_result("checkpoints")
     assert stats["completed"] >= 2 and stats["failed"] == 0

@@ -229,13 +229,12 @@ def test_latest_falls_back_when_no_sink_committed_past_the_older_checkpoint(tmp_
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
     counter = FaultInjectingFileSystem()
     env = build("counts", str(tmp_path / "o"), str(tmp_path / "c"), n, interval_ms=None, records=500)
-    JobDriver(env, env._take_graph(), "count", fs=counter).run()
+    JobDriver(env._take_job("count"), fs=counter).run()
     manifest_renames = [i for i, op in enumerate(counter.operations, 1) if op.endswith("-> _manifest.json")]
     # Crash right after the third checkpoint's manifest is in place, before any sink committed it.
     env = build("counts", out, chk, n, interval_ms=None, records=500)
     with pytest.raises(SimulatedCrash):
-        JobDriver(env, env._take_graph(), "crash",
-                      fs=FaultInjectingFileSystem(manifest_renames[2])).run()
+        JobDriver(env._take_job("crash"), fs=FaultInjectingFileSystem(manifest_renames[2])).run()
     ids = checkpoint_dirs(chk)
     older, latest = os.path.join(chk, ids[-2]), os.path.join(chk, ids[-1])
     _damage_biggest(latest)
@@ -307,13 +306,12 @@ def test_crash_points_during_a_running_job_lose_and_duplicate_nothing(tmp_path):
     n = 3_000
     counter = FaultInjectingFileSystem()
     env = build("counts", str(tmp_path / "o"), str(tmp_path / "c"), n, interval_ms=None, records=1000)
-    JobDriver(env, env._take_graph(), "count", fs=counter).run()
+    JobDriver(env._take_job("count"), fs=counter).run()
     per_checkpoint = len(counter.operations) // 4  # around four checkpoints with the final one
     for crash_after in range(1, 2 * per_checkpoint + 2):
         out, chk = str(tmp_path / f"out{crash_after}"), str(tmp_path / f"chk{crash_after}")
         env = build("counts", out, chk, n, interval_ms=None, records=1000)
         with pytest.raises(SimulatedCrash):
-            JobDriver(env, env._take_graph(), "crash",
-                          fs=FaultInjectingFileSystem(crash_after)).run()
+            JobDriver(env._take_job("crash"), fs=FaultInjectingFileSystem(crash_after)).run()
         build("counts", out, chk, n, interval_ms=None, records=1000).execute("recover", restore_from="latest")
         assert committed_output(out) == oracle("counts", n), f"crash after operation {crash_after}"

@@ -99,7 +99,7 @@ def test_disk_full_while_writing_a_checkpoint_is_a_typed_error_and_a_restart_los
     env = build("counts", out, chk, n, interval_ms=None, records=1000)
     fs = FaultInjectingFileSystem(disk_full_after=12)  # inside the second checkpoint
     with pytest.raises(DiskFullError) as caught:
-        JobDriver(env, env._take_graph(), "full", fs=fs).run()
+        JobDriver(env._take_job("full"), fs=fs).run()
     assert caught.value.path.startswith(chk) and "no space left" in str(caught.value)
     # No half-written checkpoint: every checkpoint directory left is complete.
     for name in os.listdir(chk):
@@ -117,7 +117,7 @@ def test_tolerable_checkpoint_failures_keep_the_job_running(tmp_path):
     env = build("counts", out, chk, n, interval_ms=None, records=1000)
     env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(1)
     fs = FaultInjectingFileSystem(disk_full_after=12)
-    result = JobDriver(env, env._take_graph(), "tolerant", fs=fs).run()
+    result = JobDriver(env._take_job("tolerant"), fs=fs).run()
     stats = result.get_accumulator_result("checkpoints")
     assert stats["failed"] == 1 and stats["completed"] >= 2
     assert committed_output(out) == oracle("counts", n)

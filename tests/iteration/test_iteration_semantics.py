@@ -128,7 +128,7 @@ def run_iteration(*, variables: int, data: int, rounds: int, sync: bool, replay:
         body)
     got: Counter = Counter()
     outputs.get(0).add_sink(lambda record: got.update([record]))
-    run = JobRun(env, plan_job(env, env._take_graph()), "iteration-property")
+    run = JobRun(spec := env._take_job("iteration-property"), plan_job(spec))
     try:
         run.open()
         run.scheduler.run()

@@ -175,7 +175,7 @@ def test_disabling_operator_chaining_plans_every_operator_as_its_own_task() -> N
     def build(env: StreamExecutionEnvironment) -> list[list[str]]:
         env.from_collection([1, 2, 3]).set_parallelism(2).map(lambda x: x + 1).filter(bool) \
             .sink_to(CollectSink())
-        return [[node.name for node in vertex.nodes] for vertex in plan_job(env, list(env._transformations)).vertices]
+        return [[node.name for node in vertex.nodes] for vertex in plan_job(env._job_spec(list(env._transformations))).vertices]
 
     chained = new_env()
     assert chained.is_chaining_enabled() and len(build(chained)) == 1

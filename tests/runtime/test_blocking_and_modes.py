@@ -37,14 +37,14 @@ class BacklogFlags(ProcessFunction):
 
 
 def edge_kinds(env: StreamExecutionEnvironment) -> list[EdgeKind]:
-    graph = plan_job(env, list(env._transformations))
+    graph = plan_job(env._job_spec(list(env._transformations)))
     return [edge.kind for vertex in graph.vertices for edge in vertex.in_edges]
 
 
 def test_output_on_eof_operator_gets_blocking_unchained_output() -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.from_collection(["a b"]).flat_map(Tokens()).map(str.upper).print()
-    graph = plan_job(env, list(env._transformations))
+    graph = plan_job(env._job_spec(list(env._transformations)))
     assert [v.name for v in graph.vertices] == ["Collection Source -> FlatMap", "Map -> Sink: Print to Std. Out"]
     assert graph.vertices[1].in_edges[0].kind is EdgeKind.BLOCKING
     assert "emits only at end of input" in graph.explain()

@@ -28,7 +28,7 @@ def make_env(parallelism: int, seed: int, mode: RuntimeExecutionMode = RuntimeEx
 def run_watching(env: StreamExecutionEnvironment) -> list[SpillingChannel]:
     """Run the job to its end; its spilling channels (FEEDBACK edges in a loop, BLOCKING edges in
     BATCH mode), with what they held."""
-    run = JobRun(env, plan_job(env, env._take_graph()), "budget")
+    run = JobRun(spec := env._take_job("budget"), plan_job(spec))
     run.open()
     try:
         run.scheduler.run()
@@ -105,7 +105,7 @@ def test_large_records_are_bounded_by_the_byte_budget() -> None:
 def test_spilling_channels_spill_under_the_configured_spill_dir(tmp_path: Any) -> None:
     env = make_env(1, 0).configure(spill_dir=str(tmp_path))
     env.from_collection([(i, 2) for i in range(3)]).iterate(countdown).add_sink(lambda record: None)
-    run = JobRun(env, plan_job(env, env._take_graph()), "spill dir")
+    run = JobRun(spec := env._take_job("spill dir"), plan_job(spec))
     run.open()
     try:
         run.scheduler.run()

@@ -24,8 +24,9 @@ def env_with(parallelism: int = 1) -> StreamExecutionEnvironment:
 
 
 def plan(env: StreamExecutionEnvironment) -> tuple[StreamGraph, JobGraph]:
-    graph = build_stream_graph(env, env._transformations)
-    return graph, chain(graph)
+    spec = env._job_spec(list(env._transformations))
+    graph = build_stream_graph(spec)
+    return graph, chain(graph, spec)
 
 
 def node(graph: StreamGraph, name: str):  # noqa: ANN201 - a StreamNode
@@ -188,7 +189,7 @@ def test_explicit_forward_between_different_parallelisms_is_refused() -> None:
     env.from_collection([1]).forward().map(lambda x: x).name("m").set_parallelism(3) \
         .sink_to(CollectSink())
     with pytest.raises(InvalidProgramError, match="forward partitioning from 'Collection Source'"):
-        build_stream_graph(env, env._transformations)
+        build_stream_graph(env._job_spec(list(env._transformations)))
 
 
 def test_explicit_forward_at_equal_parallelism_chains() -> None:
@@ -244,7 +245,7 @@ def test_parallelism_above_max_parallelism_is_refused() -> None:
     env = env_with(8).set_max_parallelism(4)
     env.from_collection([1]).sink_to(CollectSink())
     with pytest.raises(InvalidProgramError, match="above its max parallelism 4"):
-        build_stream_graph(env, env._transformations)
+        build_stream_graph(env._job_spec(list(env._transformations)))
 
 
 # -- explain and uids -------------------------------------------------------------------------------

@@ -310,7 +310,7 @@ def _region_records(run: JobRun, scope: StreamScope) -> int:
 def run_checked(env: StreamExecutionEnvironment) -> tuple[JobRun, list[Any]]:
     """Run turn by turn; whenever a head ends its scope, its scope must hold no record."""
     out: list[Any] = []
-    run = JobRun(env, plan_job(env, env._take_graph()), "checked")
+    run = JobRun(spec := env._take_job("checked"), plan_job(spec))
     heads = [task for task in run.tasks if isinstance(task, LoopHeadTask)]
     ended: set[int] = set()
     run.open()
@@ -393,7 +393,7 @@ def test_a_loop_never_deadlocks_on_backpressure_and_its_feedback_spills() -> Non
         return children.filter(lambda r: r[1] > 0), children.filter(lambda r: r[1] <= 0)
 
     env.from_collection([(i, 6) for i in range(4)]).iterate(doubling).add_sink(got.append)
-    run = JobRun(env, plan_job(env, env._take_graph()), "spill")
+    run = JobRun(spec := env._take_job("spill"), plan_job(spec))
     feedback = [channel for channel in run.channels if isinstance(channel, SpillingChannel)]
     writers = [w for task in run.tasks for w in task.writers if w.edge.kind is EdgeKind.FEEDBACK]
     run.open()

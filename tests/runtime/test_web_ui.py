@@ -57,7 +57,7 @@ def watched_job(released: threading.Event, parallelism: int = 2) -> StreamExecut
 
 def test_the_picture_has_every_operator_edge_kinds_and_loop_boxes_around_exactly_their_operators():
     env = watched_job(threading.Event())
-    document = plan_document(plan_job(env, list(env._transformations)))
+    document = plan_document(plan_job(env._job_spec(list(env._transformations))))
     root = ET.fromstring(plan_svg(document))
     boxes = {g.get("data-uid"): g.find(f"{SVG}rect") for g in root.iter(f"{SVG}g")
              if "operator" in (g.get("class") or "").split()}
@@ -91,7 +91,7 @@ def get(url: str) -> tuple[str, bytes]:
 def test_the_page_plan_progress_and_metrics_are_served_over_loopback(capsys):
     released = threading.Event()
     env = watched_job(released)
-    expected_plan = plan_document(plan_job(env, list(env._transformations)))
+    expected_plan = plan_document(plan_job(env._job_spec(list(env._transformations))))
     client = env.execute_async("served")
     try:
         url = client.get_urls()["web view"]

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from slipstream.datastream.connectors.spark import SparkSource, TableSource
-from slipstream.datastream.environment import RuntimeExecutionMode
 from slipstream.datastream.fields import FieldKey
+from slipstream.datastream.job_spec import RuntimeExecutionMode
 from slipstream.datastream.time import MAX_TIMESTAMP
 from slipstream.datastream.transformations import (
     CoGroupTransformation,
@@ -51,7 +51,7 @@ from slipstream.datastream.window import is_end_of_stream_window
 from slipstream.errors import SlipstreamError, UserFunctionError
 
 if TYPE_CHECKING:
-    from slipstream.datastream.environment import StreamExecutionEnvironment
+    from slipstream.datastream.job_spec import JobSpec
     from slipstream.runtime.job_graph import StreamNode
     from slipstream.runtime.planner import StreamGraph
 
@@ -232,11 +232,11 @@ def _spark_input(node: Any) -> Any:
     return transformation.source.dataframe
 
 
-def plan_spark_queries(graph: StreamGraph, env: StreamExecutionEnvironment,
-                       mode: RuntimeExecutionMode | None = None) -> StreamGraph:
-    """Pass: fold ``from_spark`` x2 -> vectorised EndOfStreamWindows co_group, and (``mode``
-    BATCH) ``from_spark`` -> built-in keyed aggregation, into one Spark query each."""
-    options = env.runtime_options
+def plan_spark_queries(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
+    """Pass: fold ``from_spark`` x2 -> vectorised EndOfStreamWindows co_group, and (the graph's
+    mode BATCH) ``from_spark`` -> built-in keyed aggregation, into one Spark query each."""
+    options = spec.runtime_options
+    mode = graph.mode
     if options.batch_engine != "spark" or not options.backlog_sorting:
         return graph
     removed: set[int] = set()

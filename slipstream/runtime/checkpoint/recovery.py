@@ -30,7 +30,7 @@ from slipstream.runtime.checkpoint.snapshot import check_restore, job_fingerprin
 from slipstream.runtime.checkpoint.storage import CheckpointStorage, VerifiedCheckpoint
 
 if TYPE_CHECKING:
-    from slipstream.datastream.environment import JobExecutionResult, StreamExecutionEnvironment
+    from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
     from slipstream.runtime.executor import JobRun
     from slipstream.runtime.job_graph import JobGraph
 
@@ -75,13 +75,13 @@ class Recovery:
     succeeded and :meth:`release` at the very end, whatever happened.
     """
 
-    def __init__(self, env: StreamExecutionEnvironment, graph: JobGraph, job_name: str,
-                 restore_from: str | None, fs: FileSystem | None = None) -> None:
-        self.config = env.get_checkpoint_config()
+    def __init__(self, spec: JobSpec, graph: JobGraph, restore_from: str | None,
+                 fs: FileSystem | None = None) -> None:
+        self.config = spec.checkpoint_config
         self.enabled = self.config.is_checkpointing_enabled()
-        self.strategy = env.get_restart_strategy()
+        self.strategy = spec.restart_strategy
         self.max_restarts = self.strategy.max_restarts() if self.strategy is not None else 0
-        self.job_name = job_name
+        self.job_name = spec.job_name
         self.restore_from = restore_from
         self.fingerprint = job_fingerprint(graph) if self.enabled or restore_from is not None else ""
         self.storage: CheckpointStorage | None = None

@@ -1,0 +1,53 @@
+"""The runtime's one entry: what the environment calls, always with a frozen :class:`JobSpec`.
+
+``StreamExecutionEnvironment`` imports nothing else of the runtime (an import-linter contract
+in ``pyproject.toml`` holds it), and no runtime module imports the environment: the job
+description (:mod:`slipstream.datastream.job_spec`) is the seam between them. Every way of
+running a job goes through the one driver (:mod:`slipstream.runtime.driver`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from slipstream.datastream.data_stream import CloseableIterator
+from slipstream.errors import InvalidProgramError
+from slipstream.runtime.driver import JobDriver, collect_job
+from slipstream.runtime.job_client import JobClient, submit_job
+from slipstream.runtime.job_graph import execution_plan_json
+from slipstream.runtime.plan_formats import FORMATS, render_plan
+from slipstream.runtime.planner import plan_job
+
+if TYPE_CHECKING:
+    from slipstream.datastream.connectors.sinks import CollectSink
+    from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
+
+
+def execute(spec: JobSpec, restore_from: str | None = None) -> JobExecutionResult:
+    """Plan and run the job to its end (``env.execute``)."""
+    return JobDriver(spec, restore_from).run()
+
+
+def execute_async(spec: JobSpec, restore_from: str | None = None) -> JobClient:
+    """Plan the job, start it on a thread of its own and return its client (``env.execute_async``)."""
+    return submit_job(JobDriver(spec, restore_from))
+
+
+def execute_and_collect(spec: JobSpec, sink: CollectSink) -> CloseableIterator[Any]:
+    """Plan the job and return an iterator over ``sink``'s records that runs it as they are pulled."""
+    return collect_job(spec, sink)
+
+
+def explain(spec: JobSpec, format: str = "text") -> str:
+    """The job's plan as ``format`` (see :mod:`slipstream.runtime.plan_formats`)."""
+    if format not in FORMATS:
+        raise InvalidProgramError(f"explain's format must be one of {', '.join(FORMATS)}, got {format!r}")
+    return render_plan(plan_job(spec), format)
+
+
+def execution_plan(spec: JobSpec) -> str:
+    """The job's plan as Flink's JSON execution plan."""
+    return execution_plan_json(plan_job(spec))
+
+
+__all__ = ["JobClient", "execute", "execute_and_collect", "execute_async", "execution_plan", "explain"]

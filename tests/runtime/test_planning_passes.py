@@ -1,0 +1,249 @@
+"""Each planning pass run alone on a small hand-built stream graph, with a hand-built JobSpec:
+what it changes, what it leaves, what it refuses, and what it logs."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from slipstream.attributes import OperatorAttributes, OperatorAttributesBuilder
+from slipstream.datastream.connectors.iterator import CollectionSource, IteratorSource
+from slipstream.datastream.connectors.sinks import CollectSink
+from slipstream.datastream.functions import FlatMapFunction, KeyedProcessFunction
+from slipstream.datastream.job_spec import JobSpec, RuntimeExecutionMode, RuntimeOptions
+from slipstream.datastream.scope import ROOT_SCOPE
+from slipstream.datastream.transformations import (
+    FlatMapTransformation,
+    KeyedProcessTransformation,
+    Partitioning,
+    SinkTransformation,
+    SourceTransformation,
+    Transformation,
+)
+from slipstream.errors import InvalidProgramError
+from slipstream.runtime.job_graph import EdgeKind, StreamEdge, StreamNode
+from slipstream.runtime.planner import (
+    PASSES,
+    StreamGraph,
+    chain,
+    choose_backlog_paths,
+    mark_blocking_edges,
+    plan_job,
+    plan_spark_queries,
+    resolve_mode,
+    run_pass,
+    validate_loops,
+)
+
+
+class EmitsAtEnd(FlatMapFunction):
+    """Declares that it emits only at end of input (the declaration is what the passes read)."""
+
+    def flat_map(self, value: Any) -> Iterator[Any]:
+        yield value
+
+    def get_operator_attributes(self) -> OperatorAttributes:
+        return OperatorAttributesBuilder().set_is_output_on_eof(True).build()
+
+
+class PassThrough(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
+        yield value
+
+
+_ids = itertools.count(1)
+
+
+def source(bounded: bool = True) -> SourceTransformation:
+    return SourceTransformation(id=next(_ids), name="source", source=IteratorSource([1, 2], bounded=bounded))
+
+
+def spec(*, mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING, **options: Any) -> JobSpec:
+    return JobSpec(job_name="hand-built", transformations=(), runtime_mode=mode,
+                   runtime_options=RuntimeOptions(**options))
+
+
+def node(transformation: Transformation, parallelism: int = 1) -> StreamNode:
+    return StreamNode(transformation.id, transformation, parallelism, 128, f"uid-{transformation.id}")
+
+
+def connect(upstream: StreamNode, downstream: StreamNode, input_index: int = 0,
+            partitioning: Partitioning = Partitioning.FORWARD, kind: EdgeKind = EdgeKind.PIPELINED) -> StreamEdge:
+    edge = StreamEdge(upstream, downstream, input_index, partitioning, kind=kind)
+    upstream.out_edges.append(edge)
+    downstream.in_edges.append(edge)
+    return edge
+
+
+def line(*transformations: Transformation, partitioning: Partitioning = Partitioning.FORWARD) -> StreamGraph:
+    """The nodes of ``transformations`` joined one after the other."""
+    nodes = [node(t) for t in transformations]
+    for upstream, downstream in itertools.pairwise(nodes):
+        connect(upstream, downstream, partitioning=partitioning)
+    return StreamGraph(nodes)
+
+
+def kinds(graph: StreamGraph) -> list[EdgeKind]:
+    return [edge.kind for n in graph.nodes for edge in n.out_edges]
+
+
+def sink() -> SinkTransformation:
+    return SinkTransformation(id=next(_ids), name="sink", sink=CollectSink())
+
+
+def flat_map(function: Any = None) -> FlatMapTransformation:
+    return FlatMapTransformation(id=next(_ids), name="flat_map", function=function or (lambda x: [x]))
+
+
+# -- resolve_mode --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("mode", "bounded", "expected"), [
+    (RuntimeExecutionMode.AUTOMATIC, True, RuntimeExecutionMode.BATCH),
+    (RuntimeExecutionMode.AUTOMATIC, False, RuntimeExecutionMode.STREAMING),
+    (RuntimeExecutionMode.STREAMING, True, RuntimeExecutionMode.STREAMING),
+    (RuntimeExecutionMode.BATCH, True, RuntimeExecutionMode.BATCH),
+])
+def test_resolve_mode_sets_the_graphs_mode_from_the_specs_and_the_sources(
+        mode: RuntimeExecutionMode, bounded: bool, expected: RuntimeExecutionMode) -> None:
+    graph = line(source(bounded), sink())
+    assert resolve_mode(graph, spec(mode=mode)).mode is expected
+    assert kinds(graph) == [EdgeKind.PIPELINED]
+
+
+def test_resolve_mode_refuses_batch_with_an_unbounded_source_naming_it() -> None:
+    graph = line(source(bounded=False), sink())
+    with pytest.raises(InvalidProgramError, match="BATCH needs bounded sources; source is unbounded"):
+        resolve_mode(graph, spec(mode=RuntimeExecutionMode.BATCH))
+
+
+# -- mark_blocking_edges ---------------------------------------------------------------------------------
+def test_mark_blocking_edges_blocks_only_the_output_of_an_operator_that_emits_at_end() -> None:
+    graph = line(source(), flat_map(), flat_map(EmitsAtEnd()), sink())
+    graph.mode = RuntimeExecutionMode.STREAMING
+    mark_blocking_edges(graph, spec())
+    assert kinds(graph) == [EdgeKind.PIPELINED, EdgeKind.PIPELINED, EdgeKind.BLOCKING]
+
+
+def test_mark_blocking_edges_in_batch_mode_blocks_unchainable_edges_but_not_inside_a_loop() -> None:
+    graph = line(source(), flat_map(), sink(), partitioning=Partitioning.REBALANCE)
+    graph.nodes[2].transformation.scope = ROOT_SCOPE.nest()  # the sink's input edge is in a loop
+    graph.mode = RuntimeExecutionMode.BATCH
+    mark_blocking_edges(graph, spec())
+    assert kinds(graph) == [EdgeKind.BLOCKING, EdgeKind.PIPELINED]
+
+
+def test_mark_blocking_edges_leaves_a_feedback_edge_alone() -> None:
+    head, tail = node(flat_map(EmitsAtEnd())), node(flat_map())
+    connect(head, tail)
+    feedback = connect(tail, head, input_index=1, kind=EdgeKind.FEEDBACK)
+    graph = StreamGraph([head, tail], RuntimeExecutionMode.BATCH)
+    mark_blocking_edges(graph, spec())
+    assert head.out_edges[0].kind is EdgeKind.BLOCKING and feedback.kind is EdgeKind.FEEDBACK
+
+
+# -- validate_loops --------------------------------------------------------------------------------------
+def test_validate_loops_refuses_a_feedback_edge_that_changes_parallelism() -> None:
+    head, tail = node(flat_map(), parallelism=2), node(flat_map(), parallelism=1)
+    connect(head, tail, partitioning=Partitioning.REBALANCE)
+    connect(tail, head, input_index=1, partitioning=Partitioning.REBALANCE, kind=EdgeKind.FEEDBACK)
+    with pytest.raises(InvalidProgramError, match="has parallelism 1, its head 2"):
+        validate_loops(StreamGraph([head, tail]), spec())
+
+
+def test_validate_loops_refuses_an_operator_emitting_at_end_inside_its_loop() -> None:
+    inner = ROOT_SCOPE.nest()
+    head, body = node(flat_map()), node(flat_map(EmitsAtEnd()))
+    head.transformation.scope = body.transformation.scope = inner
+    connect(head, body)
+    connect(body, head, input_index=1, kind=EdgeKind.FEEDBACK)
+    with pytest.raises(InvalidProgramError, match="emits only at the end of its input"):
+        validate_loops(StreamGraph([head, body]), spec())
+
+
+def test_validate_loops_passes_a_graph_without_loops_unchanged() -> None:
+    graph = line(source(), flat_map(EmitsAtEnd()), sink())
+    assert validate_loops(graph, spec()) is graph and kinds(graph) == [EdgeKind.PIPELINED] * 2
+
+
+# -- choose_backlog_paths --------------------------------------------------------------------------------
+def keyed_process() -> KeyedProcessTransformation:
+    return KeyedProcessTransformation(id=next(_ids), name="process", function=PassThrough(),
+                                      key_selectors=[lambda x: x])
+
+
+@pytest.mark.parametrize(("mode", "sorting", "streamed"), [
+    (RuntimeExecutionMode.STREAMING, True, True),
+    (RuntimeExecutionMode.STREAMING, "always", False),
+    (RuntimeExecutionMode.BATCH, True, False),
+])
+def test_choose_backlog_paths_streams_a_keyed_process_functions_backlog_only_in_streaming_mode(
+        mode: RuntimeExecutionMode, sorting: bool | str, streamed: bool) -> None:
+    graph = line(source(), keyed_process(), sink(), partitioning=Partitioning.HASH)
+    graph.mode = mode
+    choose_backlog_paths(graph, spec(backlog_sorting=sorting))
+    process = graph.nodes[1]
+    assert bool(process.backlog_streamed) is streamed
+    assert not graph.nodes[0].backlog_streamed and not graph.nodes[2].backlog_streamed
+    if streamed:
+        assert "called once per record either way" in str(process.backlog_streamed)
+
+
+# -- plan_spark_queries ----------------------------------------------------------------------------------
+def test_plan_spark_queries_changes_nothing_with_the_polars_engine() -> None:
+    graph = line(source(), flat_map(), sink())
+    graph.mode = RuntimeExecutionMode.BATCH
+    before = [(n.transformation, [e.target for e in n.out_edges]) for n in graph.nodes]
+    assert plan_spark_queries(graph, spec(batch_engine="polars")) is graph
+    assert [(n.transformation, [e.target for e in n.out_edges]) for n in graph.nodes] == before
+
+
+# -- chaining, the order, the log -----------------------------------------------------------------------
+def test_chain_follows_the_specs_chaining_setting() -> None:
+    def graph() -> StreamGraph:
+        return line(source(), flat_map(), sink())
+
+    chained = chain(graph(), spec())
+    assert [len(v.nodes) for v in chained.vertices] == [3]
+    unchained = chain(graph(), JobSpec(job_name="no chaining", transformations=(), chaining_enabled=False))
+    assert [len(v.nodes) for v in unchained.vertices] == [1, 1, 1]
+
+
+def test_the_passes_run_in_their_documented_order() -> None:
+    assert [p.__name__ for p in PASSES] == ["resolve_mode", "plan_spark_queries", "validate_loops",
+                                           "mark_blocking_edges", "choose_backlog_paths"]
+
+
+def test_plan_job_runs_the_passes_it_is_given_in_order() -> None:
+    seen: list[str] = []
+
+    def first(graph: StreamGraph, job: JobSpec) -> StreamGraph:
+        seen.append("first")
+        return resolve_mode(graph, job)
+
+    def second(graph: StreamGraph, job: JobSpec) -> StreamGraph:
+        seen.append(f"second sees {graph.mode.name}")
+        return graph
+
+    src = SourceTransformation(id=1, name="numbers", source=CollectionSource([1, 2]))
+    out = SinkTransformation(id=2, name="sink", inputs=[src], sink=CollectSink())
+    job = plan_job(JobSpec(job_name="two passes", transformations=(src, out),
+                           runtime_mode=RuntimeExecutionMode.AUTOMATIC), passes=(first, second))
+    assert seen == ["first", "second sees BATCH"] and job.mode is RuntimeExecutionMode.BATCH
+
+
+def test_each_pass_logs_its_name_and_what_it_changed(caplog: pytest.LogCaptureFixture) -> None:
+    graph = line(source(), flat_map(EmitsAtEnd()), sink())
+    with caplog.at_level(logging.DEBUG, logger="slipstream.planner"):
+        run_pass(resolve_mode, graph, spec(mode=RuntimeExecutionMode.AUTOMATIC))
+        run_pass(mark_blocking_edges, graph, spec())
+        run_pass(validate_loops, graph, spec())
+    messages = [record.getMessage() for record in caplog.records]
+    second, third = (f"#{n.id}" for n in graph.nodes[1:])
+    assert messages == [
+        "planning pass resolve_mode: mode: unresolved -> BATCH",
+        f"planning pass mark_blocking_edges: edge {second}->{third} input 0: PIPELINED -> BLOCKING",
+        "planning pass validate_loops: no change",
+    ]
