@@ -65,7 +65,6 @@ from slipstream.errors import SlipstreamError
 from slipstream.operators.base import split_outputs
 from slipstream.operators.co_group_engine import evaluate_on_engine
 from slipstream.operators.columnar_buffer import (
-    BYTES_PER_RECORD,
     SPILL_PARTITIONS,
     TS_COLUMN,
     ColumnarBuffer,
@@ -73,6 +72,7 @@ from slipstream.operators.columnar_buffer import (
     without_stamps,
 )
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.memory import columnar_buffer_bytes
 from slipstream.operators.sort_buffer import BufferOrder, SortBuffer, co_grouped
 from slipstream.operators.window import WindowOperator
 
@@ -252,7 +252,7 @@ class CoGroupOperator(WindowOperator):
         ctx = self.ctx
         columnar = getattr(ctx.batch_engine, "in_process", True) and \
             self._backlog_buffers[0].order is not BufferOrder.INTERVAL
-        self._columnar = [ColumnarBuffer(selector.field, memory_budget=ctx.sort_memory_budget * BYTES_PER_RECORD,
+        self._columnar = [ColumnarBuffer(selector.field, memory_budget=columnar_buffer_bytes(ctx),
                                          spill_dir=ctx.spill_dir, metrics=ctx.metrics, name=ctx.name)
                           if columnar and isinstance(selector, FieldKey) else None
                           for selector in self._input_selectors]

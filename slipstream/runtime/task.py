@@ -23,6 +23,7 @@ from slipstream.operators.source import InputStatus, SourceOperator
 from slipstream.runtime.channels import Channel
 from slipstream.runtime.checkpoint.barriers import CheckpointBarrier
 from slipstream.runtime.clock import Clock
+from slipstream.operators.memory import check_state
 from slipstream.runtime.record_writer import RecordWriter
 
 SOURCE_RETRY_MS = 20
@@ -219,6 +220,8 @@ class StreamTask:
                 break
             self._dispatch(chosen, chosen.channel.pop())
         self.flush()
+        for operator in self.operators:
+            check_state(operator.ctx)
 
     def _choose_input(self) -> InputChannel | None:
         """The next channel to read: the highest priority that has data, round robin within it
