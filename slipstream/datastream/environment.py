@@ -247,11 +247,11 @@ class StreamExecutionEnvironment:
                 if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
                     raise InvalidProgramError(f"{name} must be a port number in 0..65535, got {value!r}")
                 setattr(options, name, value)
-        for name, value, option in (("managed_memory", managed_memory, MANAGED),
-                                    ("task_heap_memory", task_heap_memory, TASK_HEAP),
-                                    ("network_memory", network_memory, NETWORK)):
-            if value is not None:
-                setattr(options, name, parse_memory_size(value, f"{name} ({option})"))
+        for name, size, option in (("managed_memory", managed_memory, MANAGED),
+                                   ("task_heap_memory", task_heap_memory, TASK_HEAP),
+                                   ("network_memory", network_memory, NETWORK)):
+            if size is not None:
+                setattr(options, name, parse_memory_size(size, f"{name} ({option})"))
         if progress_interval is not None:
             if not isinstance(progress_interval, (int, float)) or isinstance(progress_interval, bool) \
                     or not progress_interval > 0:

@@ -245,10 +245,11 @@ def _config_call(method: str, parse: Callable[[str, str], Any]) -> Apply:
     return apply
 
 
-def _memory(keyword: str) -> Apply:
-    """``env.configure(<keyword>=...)`` with the size as written (checked there, naming the key)."""
+def _memory(option: str) -> Apply:
+    """Set the runtime option ``option`` (a memory budget) to the size as written, naming the key
+    when it does not parse."""
     def apply(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
-        env.configure(**{keyword: text.strip()})
+        setattr(env.runtime_options, option, parse_memory_size(text.strip(), key))
     return apply
 
 

@@ -19,12 +19,12 @@ from slipstream.datastream.transformations import (
 )
 from slipstream.operators.base import OperatorContext, Output, StreamOperator
 from slipstream.operators.iteration import create_operator
+from slipstream.operators.memory import MemoryBudgets, share_network_memory
 from slipstream.runtime import gc_policy
 from slipstream.runtime.batch import make_batch_engine
 from slipstream.runtime.channels import Channel, SpillingChannel
 from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
-from slipstream.operators.memory import MemoryBudgets, share_network_memory
 from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach_termination
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.progress import BacklogProgress

@@ -19,11 +19,11 @@ from slipstream.attributes import RecordAttributes
 from slipstream.datastream.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_TIMESTAMP, Watermark
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import EndOfInput, RecordBatch, TerminationAttempt, WatermarkStatus
+from slipstream.operators.memory import check_state
 from slipstream.operators.source import InputStatus, SourceOperator
 from slipstream.runtime.channels import Channel
 from slipstream.runtime.checkpoint.barriers import CheckpointBarrier
 from slipstream.runtime.clock import Clock
-from slipstream.operators.memory import check_state
 from slipstream.runtime.record_writer import RecordWriter
 
 SOURCE_RETRY_MS = 20

@@ -30,7 +30,8 @@ subtasks — unless it had ended by then: it then ends again at once, at any par
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slipstream.datastream.scope import StreamScope
 from slipstream.datastream.time import MAX_WATERMARK

@@ -51,9 +51,9 @@ from slipstream.datastream.state import (
 )
 from slipstream.datastream.typeinfo import Row
 from slipstream.errors import SlipstreamError
+from slipstream.operators.memory import SAMPLE_ENTRIES, entry_bytes
 from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.key_groups import assign_to_key_groups
-from slipstream.operators.memory import SAMPLE_ENTRIES, entry_bytes
 from slipstream.runtime.state.ttl import TtlPolicy, TtlValue, ttl_state, unexpired
 
 _UNCHANGED = object()
