@@ -80,6 +80,11 @@ class DiskFullError(JobExecutionError, OSError):
         return str(self.args[0])
 
 
+class MemoryBudgetError(JobExecutionError):
+    """An operator's memory use passed its budget (:mod:`slipstream.operators.memory`); names the
+    operator, what grew and the budget, so the job fails clearly instead of being killed by the OS."""
+
+
 class JobCancelledError(JobExecutionError):
     """The job was cancelled (``JobClient.cancel``) before it ended: it has no result."""
 

@@ -19,7 +19,14 @@ from slipstream.datastream.context import current_context
 from slipstream.datastream.data_stream import CloseableIterator, DataStream
 from slipstream.datastream.execution_config import ExecutionConfig
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec, RuntimeExecutionMode, RuntimeOptions
-from slipstream.datastream.pipeline_options import PipelineSettings, apply_configuration
+from slipstream.datastream.pipeline_options import (
+    MANAGED,
+    NETWORK,
+    TASK_HEAP,
+    PipelineSettings,
+    apply_configuration,
+    parse_memory_size,
+)
 from slipstream.datastream.progress_listener import JobProgressListener
 from slipstream.datastream.restart_strategy import RestartStrategyConfiguration
 from slipstream.datastream.slot_sharing_group import SlotSharingGroup
@@ -113,13 +120,18 @@ class StreamExecutionEnvironment:
                   sort_memory_budget: int | None = None, channel_memory_budget: int | None = None,
                   channel_memory_budget_bytes: int | None = None, spill_dir: str | None = None,
                   show_progress: bool | None = None, progress_interval: float | None = None,
-                  ui_port: int | None = None, metrics_port: int | None = None) -> StreamExecutionEnvironment:
+                  ui_port: int | None = None, metrics_port: int | None = None,
+                  managed_memory: int | str | None = None, task_heap_memory: int | str | None = None,
+                  network_memory: int | str | None = None) -> StreamExecutionEnvironment:
         """Apply a PyFlink ``Configuration`` (Flink's keys, see
         :mod:`slipstream.datastream.pipeline_options`; other keys are kept and readable with
         :meth:`get_configuration`), and set the embedded runtime's knobs given by keyword (see
         :class:`RuntimeOptions`; the batch engine has :meth:`set_batch_engine`); None leaves one
         as it is. ``ui_port`` serves the web view of the running job and ``metrics_port`` its
-        metrics for Prometheus, on 127.0.0.1 (0: a free port, logged when the job starts)."""
+        metrics for Prometheus, on 127.0.0.1 (0: a free port, logged when the job starts).
+        ``managed_memory``, ``task_heap_memory`` and ``network_memory`` are the job's memory
+        budgets in bytes (or ``"64 mb"``), Flink's ``taskmanager.memory.managed.size``,
+        ``.task.heap.size`` and ``.network.max`` (see :mod:`slipstream.operators.memory`)."""
         if configuration is not None:
             apply_configuration(self, configuration)
         options = self.runtime_options
@@ -150,6 +162,11 @@ class StreamExecutionEnvironment:
                 if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
                     raise InvalidProgramError(f"{name} must be a port number in 0..65535, got {value!r}")
                 setattr(options, name, value)
+        for name, size, option in (("managed_memory", managed_memory, MANAGED),
+                                   ("task_heap_memory", task_heap_memory, TASK_HEAP),
+                                   ("network_memory", network_memory, NETWORK)):
+            if size is not None:
+                setattr(options, name, parse_memory_size(size, f"{name} ({option})"))
         if progress_interval is not None:
             if not isinstance(progress_interval, (int, float)) or isinstance(progress_interval, bool) \
                     or not progress_interval > 0:

@@ -64,6 +64,10 @@ class RuntimeOptions:
     backlog_sorting: bool | str = True
     # records a sorting operator (or a replay cache) holds in memory before spilling
     sort_memory_budget: int = 1_000_000
+    # memory pools in bytes, with Flink's names (slipstream.operators.memory); None: unlimited
+    managed_memory: int | None = None  # taskmanager.memory.managed.size: replay caches, sort buffers
+    task_heap_memory: int | None = None  # taskmanager.memory.task.heap.size: keyed state on the heap
+    network_memory: int | None = None  # taskmanager.memory.network.max: blocking and feedback channels
     spill_dir: str | None = None  # where operators spill (a private 0700 dir inside); None: temp dir
     show_progress: bool = True  # on a terminal, show the backlog phase live (never when output is piped)
     # the engine of the sorted backlog work: "polars" (embedded), "spark", or a BatchEngine object;

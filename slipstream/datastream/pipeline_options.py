@@ -18,7 +18,10 @@ so it is checked and warned about exactly as that call would be:
   ``restart-strategy.fixed-delay.attempts`` and ``.delay`` (other strategies are refused);
 * ``python.files``, ``python.archives``, ``python.requirements``, ``python.executable``,
   ``pipeline.jars``, ``pipeline.classpaths``: the dependency methods
-  (see :mod:`slipstream.datastream.python_dependencies`).
+  (see :mod:`slipstream.datastream.python_dependencies`);
+* ``taskmanager.memory.managed.size``, ``taskmanager.memory.task.heap.size``,
+  ``taskmanager.memory.network.max``: the job's memory budgets (``configure``'s
+  ``managed_memory``, ``task_heap_memory``, ``network_memory``; see :mod:`slipstream.operators.memory`).
 
 Durations read as Flink writes them (``500``, ``500 ms``, ``10 s``, ``1 min``).
 A value that does not parse raises ``InvalidProgramError`` naming the key. Every other
@@ -43,7 +46,31 @@ if TYPE_CHECKING:
     from slipstream.datastream.slot_sharing_group import SlotSharingGroup
     from slipstream.datastream.state_backend import StateBackend
 
-__all__ = ["PipelineSettings", "apply_configuration", "parse_duration_ms"]
+__all__ = ["MANAGED", "NETWORK", "TASK_HEAP", "PipelineSettings", "apply_configuration", "parse_duration_ms",
+           "parse_memory_size"]
+
+MANAGED = "taskmanager.memory.managed.size"
+TASK_HEAP = "taskmanager.memory.task.heap.size"
+NETWORK = "taskmanager.memory.network.max"
+"""Flink's names of the memory pools slipstream budgets (see :mod:`slipstream.operators.memory`)."""
+_UNITS = {"": 1, "b": 1, "bytes": 1, "k": 1 << 10, "kb": 1 << 10, "kibibytes": 1 << 10,
+          "m": 1 << 20, "mb": 1 << 20, "mebibytes": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
+          "gibibytes": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tebibytes": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
+
+
+def parse_memory_size(value: int | str, option: str) -> int:
+    """Bytes of a memory size given as an int or as Flink writes one (``64 mb``); raises naming ``option``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str) and (match := _SIZE.match(value.lower())) and match.group(2) in _UNITS:
+        size = int(match.group(1)) * _UNITS[match.group(2)]
+    else:
+        raise InvalidProgramError(f"{option} must be a memory size (bytes, or a number with a unit: "
+                                  f"'512 kb', '64 mb', '1 gb'), got {value!r}")
+    if size < 1:
+        raise InvalidProgramError(f"{option} must be at least 1 byte, got {value!r}")
+    return size
 
 
 @dataclass
@@ -218,6 +245,14 @@ def _config_call(method: str, parse: Callable[[str, str], Any]) -> Apply:
     return apply
 
 
+def _memory(option: str) -> Apply:
+    """Set the runtime option ``option`` (a memory budget) to the size as written, naming the key
+    when it does not parse."""
+    def apply(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+        setattr(env.runtime_options, option, parse_memory_size(text.strip(), key))
+    return apply
+
+
 def _text(text: str, key: str) -> str:
     return text.strip()
 
@@ -261,6 +296,9 @@ _OPTIONS: list[tuple[tuple[str, ...], Apply]] = [
     (("python.requirements",), _requirements),
     (("python.executable",), _env_call("set_python_executable", _text)),
     (("pipeline.jars",), _each_with("add_jars", ";")),
+    ((MANAGED,), _memory("managed_memory")),
+    ((TASK_HEAP,), _memory("task_heap_memory")),
+    ((NETWORK,), _memory("network_memory")),
     (("pipeline.classpaths",), _each_with("add_classpaths", ";")),
 ]
 

@@ -51,6 +51,7 @@ class OperatorProgress:
     backlog_phase: str | None = None
     backlog_records: int = 0
     spilled_bytes: int = 0
+    memory_bytes: int = 0  # held in memory against the job's budgets (estimated; 0 when none is set)
     batch_engine: str | None = None
     switch_seconds: float | None = None
     late_records_dropped: int = 0

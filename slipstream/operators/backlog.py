@@ -104,6 +104,7 @@ from slipstream.errors import SlipstreamError, user_code
 from slipstream.operators.base import OperatorContext, StreamOperator, count_and_warn
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.key_replay import KeyReplay
+from slipstream.operators.memory import sort_buffer_records
 from slipstream.operators.sort_buffer import BufferOrder, KeyDictionary, SortBuffer, interval_batches
 from slipstream.operators.timers import InternalTimerService
 
@@ -317,7 +318,7 @@ class BacklogSortingOperator(StreamOperator):
         keys = KeyDictionary()
         order = self.backlog_order()
         self._backlog_buffers = [
-            SortBuffer(engine, memory_budget=ctx.sort_memory_budget, spill_dir=ctx.spill_dir, key_dictionary=keys,
+            SortBuffer(engine, memory_budget=sort_buffer_records(ctx), spill_dir=ctx.spill_dir, key_dictionary=keys,
                        metrics=ctx.metrics, field=self.backlog_field(), name=ctx.name, order=order)
             for _ in range(max(1, self.num_inputs))]
         self._held = [self.current_watermark]

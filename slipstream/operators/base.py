@@ -13,7 +13,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from slipstream.attributes import OperatorAttributes, RecordAttributes
 from slipstream.datastream.functions import Function, RuntimeContext
@@ -25,6 +25,9 @@ from slipstream.datastream.transformations import Transformation
 from slipstream.errors import SlipstreamError, UserFunctionError, user_code
 from slipstream.operators.backlog_path import BacklogDeclaration
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
+
+if TYPE_CHECKING:
+    from slipstream.operators.memory import MemoryBudget, MemoryBudgets
 
 log = logging.getLogger("slipstream.operators")
 
@@ -165,6 +168,9 @@ class OperatorContext:
     # records feedback (in a channel, or held at an iteration head) keeps in memory
     channel_memory_budget: int = 100_000
     spill_dir: str | None = None  # where sorting operators spill; None means the system temp dir
+    memory: MemoryBudgets | None = None  # the job's memory pools (slipstream.operators.memory)
+    state_budget: MemoryBudget | None = None  # this subtask's share of the task heap for its keyed state
+    sort_budget: MemoryBudget | None = None  # its share of managed memory for sorting its backlog
     metric_group: OperatorMetricGroup | None = None  # the user metrics' group, made on first use
 
 
@@ -374,6 +380,12 @@ class StreamOperator(ABC):
         means a refused restore changes nothing."""
 
     # -- checkpoints ----------------------------------------------------------------------------
+    def shared_segments(self) -> list[Any]:
+        """The immutable segments of records this operator keeps (an iteration's replay cache), which
+        a checkpoint writes once and later ones refer to (see
+        :mod:`slipstream.operators.segments`); called at a checkpoint, it seals them."""
+        return []
+
     def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
         """Called before the snapshot of checkpoint ``checkpoint_id``, before its barrier goes
         downstream: an ``is_output_on_checkpoint`` operator emits what it buffered here."""

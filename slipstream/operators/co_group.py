@@ -77,13 +77,13 @@ from slipstream.operators.co_group_batch import (
 from slipstream.operators.co_group_columns import COLUMNAR_CHUNK
 from slipstream.operators.co_group_frames import frame_rows, records_to_frame
 from slipstream.operators.columnar_buffer import (
-    BYTES_PER_RECORD,
     SPILL_PARTITIONS,
     TS_COLUMN,
     ColumnarBuffer,
     restore_columnar_buffers,
 )
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.memory import columnar_buffer_bytes
 from slipstream.operators.sort_buffer import BufferOrder, SortBuffer
 from slipstream.operators.window import WindowOperator
 
@@ -246,7 +246,7 @@ class CoGroupOperator(WindowOperator):
         ctx = self.ctx
         columnar = getattr(ctx.batch_engine, "in_process", True) and \
             self._backlog_buffers[0].order is not BufferOrder.INTERVAL
-        self._columnar = [ColumnarBuffer(selector.field, memory_budget=ctx.sort_memory_budget * BYTES_PER_RECORD,
+        self._columnar = [ColumnarBuffer(selector.field, memory_budget=columnar_buffer_bytes(ctx),
                                          spill_dir=ctx.spill_dir, metrics=ctx.metrics, name=ctx.name)
                           if columnar and isinstance(selector, FieldKey) else None
                           for selector in self._input_selectors]

@@ -23,13 +23,13 @@ from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.fields import FieldKey
 from slipstream.operators.backlog import BacklogSortingOperator
 from slipstream.operators.columnar_buffer import (
-    BYTES_PER_RECORD,
     SPILL_PARTITIONS,
     TS_COLUMN,
     ColumnarBuffer,
     restore_columnar_buffers,
 )
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.memory import columnar_buffer_bytes
 from slipstream.operators.sort_buffer import SortBuffer
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class ColumnarBacklog(BacklogSortingOperator):
         ctx = self.ctx
         if aggregation is not None and isinstance(selector, FieldKey) and getattr(ctx.batch_engine, "in_process", True):
             self._columns = IntervalColumns(selector.field, aggregation[1], aggregation[0],
-                                            memory_budget=ctx.sort_memory_budget * BYTES_PER_RECORD,
+                                            memory_budget=columnar_buffer_bytes(ctx),
                                             spill_dir=ctx.spill_dir, metrics=ctx.metrics, name=ctx.name)
 
     def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:

@@ -93,7 +93,7 @@ class RecordBatch:
         if not count:
             return 0
         sample = values[::max(1, count // SIZE_SAMPLE)][:SIZE_SAMPLE]
-        per_record = sum(_record_bytes(value) for value in sample) / len(sample)
+        per_record = sum(record_bytes(value) for value in sample) / len(sample)
         return int(sys.getsizeof(values) + per_record * count)
 
     __hash__ = None  # type: ignore[assignment]  # equal by content, so unhashable (as the __eq__ alone made it)
@@ -128,15 +128,19 @@ SIZE_SAMPLE = 8
 """How many records of a batch :meth:`RecordBatch.estimated_bytes` measures."""
 
 
-def _record_bytes(value: object) -> int:
-    """A record's size with the fields it directly holds (nested objects count shallowly)."""
+def record_bytes(value: object) -> int:
+    """A record's size with the fields it directly holds (nested objects count shallowly); an
+    array's with the buffer it views (``nbytes``: ``sys.getsizeof`` of a numpy view leaves it out)."""
     size = sys.getsizeof(value)
+    nbytes = getattr(value, "nbytes", None)
+    if type(nbytes) is int:
+        return max(size, nbytes)
     if isinstance(value, dict):
         return size + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in value.items())
     if isinstance(value, (tuple, list, Row)):
         return size + sum(sys.getsizeof(field) for field in value)
     fields = getattr(value, "__dict__", None)
-    return size if fields is None else size + _record_bytes(fields)
+    return size if fields is None else size + record_bytes(fields)
 
 
 @dataclass(frozen=True, slots=True)

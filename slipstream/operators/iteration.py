@@ -47,6 +47,7 @@ from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.loops import FEEDBACK, LoopHeadOperator
 from slipstream.operators.replay_cache import ReplayCache
+from slipstream.operators.segments import Segment, Sharing
 
 __all__ = ["IterationHeadOperator", "PerRoundOperator", "create_operator", "notify_epoch_watermark",
            "notify_iteration_terminated", "restore_functions", "snapshot_functions"]
@@ -67,10 +68,15 @@ class IterationHeadOperator(LoopHeadOperator):
 
     def setup(self, ctx: Any) -> None:
         super().setup(ctx)
+        managed = ctx.memory.managed if ctx.memory is not None else None
         if self.replay:
-            self._cache = ReplayCache(ctx.sort_memory_budget, f"the replay cache of '{ctx.name}'", ctx.spill_dir)
+            owner = f"the replay cache of '{ctx.name}'"
+            self._cache = ReplayCache(ctx.sort_memory_budget, owner, ctx.spill_dir,
+                                      managed.budget(owner, ctx.metrics) if managed else None)
         if self.role is HeadRole.VARIABLE:
-            self._held = ReplayCache(ctx.channel_memory_budget, f"the feedback held at '{ctx.name}'", ctx.spill_dir)
+            owner = f"the feedback held at '{ctx.name}'"
+            self._held = ReplayCache(ctx.channel_memory_budget, owner, ctx.spill_dir,
+                                     managed.budget(owner, ctx.metrics) if managed else None)
 
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         """Records of the input go into the body; what comes back waits for its round (see
@@ -88,19 +94,23 @@ class IterationHeadOperator(LoopHeadOperator):
         self._cache.append(batch)  # type: ignore[union-attr]  # called for a replaying head only
         self.ctx.metrics["spilled_bytes"] = self._cache.spilled_bytes  # type: ignore[union-attr]
 
+    def shared_segments(self) -> list[Segment]:
+        return [segment for kept in (self._cache, self._held) if kept is not None for segment in kept.snapshot()]
+
     def snapshot_state(self) -> Any:
         """A replayed data stream's records so far (its source replays only what came after), and
-        the feedback held for the next round."""
-        cache = list(self._cache) if self._cache else []
-        held = list(self._held) if self._held else []
+        the feedback held for the next round: as segments, each written once (see
+        :mod:`slipstream.operators.replay_cache`)."""
+        cache = self._cache.snapshot() if self._cache else []
+        held = self._held.snapshot() if self._held else []
         return {"replay_cache": cache, "held": held} if cache or held else None
 
     def initialize_state(self, state: Any) -> None:
         if state:
-            for batch in state["replay_cache"]:
-                self._keep(batch)
-            for batch in state["held"]:
-                self._held.append(batch)  # type: ignore[union-attr]  # only a variable head holds feedback
+            _restore_kept(self._cache, state["replay_cache"])
+            _restore_kept(self._held, state["held"])
+            if self._cache is not None:
+                self.ctx.metrics["spilled_bytes"] = self._cache.spilled_bytes
 
     def close(self) -> None:
         super().close()
@@ -124,6 +134,15 @@ class IterationHeadOperator(LoopHeadOperator):
         if self._cache is not None:
             for batch in self._cache:
                 self.output.collect_batch(batch)
+
+
+def _restore_kept(kept: ReplayCache | None, items: list[Segment | RecordBatch]) -> None:
+    """Segments (or the batches an older checkpoint listed one by one) back into ``kept``."""
+    for item in items:
+        if isinstance(item, Segment):
+            kept.restore([item])  # type: ignore[union-attr]  # a checkpoint lists only what the head kept
+        else:
+            kept.append(item)  # type: ignore[union-attr]  # an older checkpoint's batch
 
 
 class PerRoundOperator(StreamOperator):
@@ -273,7 +292,7 @@ def notify_iteration_terminated(operator: StreamOperator) -> None:
     _call(target, lambda fn, ctx, out: fn.on_iteration_terminated(ctx, out), "on_iteration_terminated()")
 
 
-def snapshot_functions(operator: StreamOperator) -> list[bytes]:
+def snapshot_functions(operator: StreamOperator, sharing: Sharing | None = None) -> list[bytes]:
     """The state of the operator's user functions, for the checkpoint of an iteration.
 
     In an iteration body, functions keep what they learn between records and epochs in
@@ -282,7 +301,8 @@ def snapshot_functions(operator: StreamOperator) -> list[bytes]:
     the runtime context, which ``open`` gives back. A function holding a resource (a
     connection, a lock) leaves it out with its own ``__getstate__``, as for any pickling.
     What pickle cannot write, cloudpickle does, so lambdas and closures among the
-    attributes are fine.
+    attributes are fine. Records a replay cache keeps are written as references to its
+    segments through ``sharing`` (a per-round function keeping the round's blocks).
     """
     result = []
     for fn in operator.user_functions():
@@ -290,7 +310,7 @@ def snapshot_functions(operator: StreamOperator) -> list[bytes]:
         if isinstance(state, dict):
             state = {name: value for name, value in state.items() if not isinstance(value, (State, RuntimeContext))}
         try:
-            result.append(_dumps(state))
+            result.append(_dumps(state, sharing))
         except Exception as exc:  # noqa: BLE001 - any pickling failure names the operator and function
             raise CheckpointError(
                 f"operator '{operator.ctx.name}' (uid '{operator.ctx.uid}'), subtask {operator.ctx.subtask_index + 1}: "
@@ -299,19 +319,21 @@ def snapshot_functions(operator: StreamOperator) -> list[bytes]:
     return result
 
 
-def _dumps(state: Any) -> bytes:
-    """pickle (fast, in C) when it can; cloudpickle for what it cannot (lambdas, local classes)."""
+def _dumps(state: Any, sharing: Sharing | None) -> bytes:
+    """pickle (fast, in C; through ``sharing`` when given) when it can; cloudpickle for what it
+    cannot (lambdas, local classes)."""
     try:
-        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        return sharing.dumps(state) if sharing is not None else pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, AttributeError, TypeError):
         data: bytes = cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         return data
 
 
-def restore_functions(operator: StreamOperator, states: list[bytes]) -> None:
-    """Give the operator's (opened) functions back the state they had at the checkpoint."""
+def restore_functions(operator: StreamOperator, states: list[bytes], loads: Callable[[bytes], Any]) -> None:
+    """Give the operator's (opened) functions back the state they had at the checkpoint, each
+    unpickled by ``loads`` (which resolves references to the checkpoint's shared segments)."""
     for fn, data in zip(operator.user_functions(), states, strict=True):
-        state = pickle.loads(data)
+        state = loads(data)
         if hasattr(fn, "__setstate__"):
             fn.__setstate__(state)
         elif state:

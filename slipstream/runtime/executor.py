@@ -19,6 +19,7 @@ from slipstream.datastream.transformations import (
 )
 from slipstream.operators.base import OperatorContext, Output, StreamOperator
 from slipstream.operators.iteration import create_operator
+from slipstream.operators.memory import MemoryBudgets, share_network_memory
 from slipstream.runtime import gc_policy
 from slipstream.runtime.batch import make_batch_engine
 from slipstream.runtime.channels import Channel, SpillingChannel
@@ -48,6 +49,7 @@ class JobRun:
         # FLIP-327: sorting operators run their backlog on this engine (None: record by record)
         self.batch_engine = make_batch_engine(options.batch_engine, options.engine_options) \
             if options.backlog_sorting else None
+        self.memory = MemoryBudgets.of(options)
         self.tasks = self._build_tasks(options)
         for task in self.tasks:
             task.backlog_ended = self._after_backlog_ended
@@ -80,6 +82,7 @@ class JobRun:
                 tasks.append(self._build_task(vertex, subtask, channels, options.batch_size,
                                               options.quantum, options.scheduler_seed))
         self.channels = list(channels.values())
+        share_network_memory(self.memory.network, self.channels)
         self.termination = attach_termination(tasks)  # loops end by the FLIP-15 protocol
         return tasks
 
@@ -108,6 +111,10 @@ class JobRun:
                 output = NetworkOutput(main, side, node_metrics[position])
             keyed = node.transformation.is_keyed
             backend = HeapKeyedStateBackend(node.max_parallelism, self.clock.now_ms) if keyed else None
+            owner = f"operator '{node.name}' (subtask {subtask + 1}/{node.parallelism})"
+            state_budget = None if backend is None else self.memory.task_heap.budget(owner, node_metrics[position])
+            sorts = not node.backlog_streamed and operator.get_operator_attributes().has_internal_sorter()
+            sort_budget = self.memory.managed.budget(owner) if sorts else None
             operator.setup(OperatorContext(
                 name=node.name, uid=node.uid, subtask_index=subtask, parallelism=node.parallelism,
                 max_parallelism=node.max_parallelism, output=output, processing_time_service=timers,
@@ -116,7 +123,8 @@ class JobRun:
                 batch_mode=self.graph.mode is RuntimeExecutionMode.BATCH,
                 sort_memory_budget=options.sort_memory_budget,
                 channel_memory_budget=options.channel_memory_budget,
-                spill_dir=options.spill_dir))
+                spill_dir=options.spill_dir, memory=self.memory, state_budget=state_budget,
+                sort_budget=sort_budget))
         writers = list(writers_by_edge.values())
         task = self._make_task(vertex, subtask, operators, writers, timers, channels, quantum)
         self.task_metrics[task] = node_metrics

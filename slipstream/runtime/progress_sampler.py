@@ -119,6 +119,7 @@ class ProgressSampler:
             finished_subtasks=sum(1 for s in subtasks if s.task.finished),
             backlog_phase=values.get("backlog_phase"), backlog_records=values.get("backlog_records", 0),
             spilled_bytes=values.get("spilled_bytes", 0), batch_engine=values.get("batch_engine"),
+            memory_bytes=sum(value for name, value in values.items() if name.startswith("memory_bytes.")),
             switch_seconds=switch, late_records_dropped=values.get(LATE_DROPPED_METRIC, 0),
             records_remaining=_remaining(_reading(subtasks)) if operator.is_source else None,
             is_source=operator.is_source, is_sink=operator.is_sink)

@@ -45,6 +45,8 @@ OPERATOR_METRICS: list[tuple[str, str, OperatorValue]] = [
     ("backlogRecords", "Backlog records the operator buffered for its sorted batch work (FLIP-327).",
      lambda op: op.backlog_records if op.backlog_phase is not None else None),
     ("spilledBytes", "Bytes the operator spilled to disk.", lambda op: op.spilled_bytes),
+    ("memoryBytes", "Bytes the operator holds against the job's memory budgets (estimated).",
+     lambda op: op.memory_bytes),
 ]
 
 JobValue = Callable[[JobProgress], "float | None"]

@@ -19,6 +19,7 @@ from slipstream.attributes import RecordAttributes
 from slipstream.datastream.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_TIMESTAMP, Watermark
 from slipstream.operators.base import StreamOperator
 from slipstream.operators.elements import EndOfInput, RecordBatch, TerminationAttempt, WatermarkStatus
+from slipstream.operators.memory import check_state
 from slipstream.operators.source import InputStatus, SourceOperator
 from slipstream.runtime.channels import Channel
 from slipstream.runtime.checkpoint.barriers import CheckpointBarrier
@@ -223,6 +224,8 @@ class StreamTask:
                 break
             self._dispatch(chosen, chosen.channel.pop())
         self.flush()
+        for operator in self.operators:
+            check_state(operator.ctx)
 
     def _choose_input(self) -> InputChannel | None:
         """The next channel to read: the highest priority that has data, round robin within it

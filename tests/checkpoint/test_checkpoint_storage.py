@@ -13,7 +13,7 @@ import pytest
 
 from crash_job import build, oracle
 from slipstream.errors import CheckpointError, CorruptCheckpointError, SlipstreamError
-from slipstream.runtime.checkpoint import snapshot as snapshot_module
+from slipstream.operators import segments as segments_module
 from slipstream.runtime.checkpoint import state_files as state_files_module
 from slipstream.runtime.checkpoint.fs import FaultInjectingFileSystem, SimulatedCrash
 from slipstream.runtime.checkpoint.manifest import MANIFEST_NAME, Manifest, sha256_hex
@@ -50,8 +50,8 @@ def no_unpickling(monkeypatch):
     found before that)."""
     def refuse(*args, **kwargs):
         raise AssertionError("a state file was read before the checkpoint was verified")
-    monkeypatch.setattr(snapshot_module.pickle, "loads", refuse)
     monkeypatch.setattr(state_files_module.pickle, "loads", refuse)
+    monkeypatch.setattr(segments_module.SegmentReader, "loads", refuse)
     monkeypatch.setattr(state_files_module.pa.ipc, "open_file", refuse)
 
 

@@ -17,7 +17,6 @@ iteration while its epochs run. At the end:
 
 from __future__ import annotations
 
-import pickle
 import random
 from collections import Counter
 
@@ -29,12 +28,13 @@ from test_loop_kills import keyed_counts, newest_checkpoint, run_with_kills
 
 from slipstream.operators.elements import RecordBatch
 from slipstream.runtime.checkpoint.iteration_region import REGION_KIND
+from slipstream.runtime.checkpoint.snapshot import loads_checkpointed
 from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
 
 
 def region_states(checkpoint: VerifiedCheckpoint) -> list[dict]:
     """The state of each iteration in the checkpoint."""
-    return [pickle.loads(checkpoint.files[entry.subtasks[0].operator])
+    return [loads_checkpointed(checkpoint.files[entry.subtasks[0].operator], checkpoint.files, checkpoint.path)
             for entry in checkpoint.manifest.operators.values() if entry.kind == REGION_KIND]
 
 
@@ -68,7 +68,8 @@ def check_iteration(kind: str, n: int, out: str, checkpoints: str, kills: list) 
     state = region_state(final)
     assert state["coordinator"][0]["progress"]["terminated"]
     (epochs,) = [task for task, (uid, _, _) in zip(state["tasks"], state["layout"]) if uid == "epochs"]
-    attributes = pickle.loads(epochs["functions"][0][0])  # the listener at the head of the task "epochs"
+    # the listener at the head of the task "epochs"
+    attributes = loads_checkpointed(epochs["functions"][0][0], final.files, final.path)
     (final_line,) = [line for line in expected if line.startswith("final,")]
     assert final_line == f"final,{attributes['visits']},{attributes['cumulative']}"
 

@@ -72,13 +72,13 @@ def flip_middle_byte(path: str, mask: int) -> None:
 
 def forbid_reading_state(monkeypatch) -> None:
     """Make any read of checkpointed state (Arrow IPC or pickle) fail the test."""
-    from slipstream.runtime.checkpoint import snapshot
+    from slipstream.operators.segments import SegmentReader
 
     def refuse(*args, **kwargs):
         raise AssertionError("a state file was read before the checkpoint was verified")
     monkeypatch.setattr(state_files.pa.ipc, "open_file", refuse)
     monkeypatch.setattr(state_files.pickle, "loads", refuse)
-    monkeypatch.setattr(snapshot.pickle, "loads", refuse)
+    monkeypatch.setattr(SegmentReader, "loads", refuse)  # operator state
 
 
 @pytest.mark.parametrize("entries", [

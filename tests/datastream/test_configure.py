@@ -49,6 +49,8 @@ def a_new_value(name: str, current: Any) -> Any:
         return not current
     if current is None and name.endswith("_port"):
         return 0
+    if current is None and name.endswith("_memory"):
+        return 64 << 20
     return current + 1
 
 

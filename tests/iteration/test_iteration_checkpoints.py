@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import sys
 import threading
 from collections import Counter
@@ -56,6 +55,7 @@ from slipstream.errors import CheckpointError, UserFunctionError
 from slipstream.operators.spill_file import SpillFile
 from slipstream.runtime.channels import SpillingChannel
 from slipstream.runtime.checkpoint.iteration_region import REGION_KIND, IterationRegion
+from slipstream.runtime.checkpoint.snapshot import loads_checkpointed
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.testing import ManualClock
 
@@ -136,7 +136,7 @@ def region_state(path: str) -> dict:
     """The iteration's state in the checkpoint at ``path`` (its one IterationRegion entry)."""
     checkpoint = CheckpointStorage(os.path.dirname(path)).read_verified(path, None)
     (entry,) = [e for e in checkpoint.manifest.operators.values() if e.kind == REGION_KIND]
-    return pickle.loads(checkpoint.files[entry.subtasks[0].operator])
+    return loads_checkpointed(checkpoint.files[entry.subtasks[0].operator], checkpoint.files, path)
 
 
 def assert_restarted_from_mid_iteration(stats: dict) -> dict:

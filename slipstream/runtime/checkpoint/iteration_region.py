@@ -30,7 +30,7 @@ subtasks — unless it had ended by then: it then ends again at once, at any par
 from __future__ import annotations
 
 import dataclasses
-import pickle
+from collections.abc import Callable
 from typing import Any
 
 from slipstream.datastream.scope import StreamScope
@@ -38,13 +38,14 @@ from slipstream.datastream.time import MAX_WATERMARK
 from slipstream.errors import CheckpointError, CorruptCheckpointError, SlipstreamError
 from slipstream.operators.elements import TerminationAttempt
 from slipstream.operators.iteration import restore_functions, snapshot_functions
+from slipstream.operators.segments import Sharing, dumps_plain_or_shared
 from slipstream.runtime.checkpoint.barriers import (
     BarrierHandler,
     CheckpointBarrier,
     CheckpointListener,
 )
 from slipstream.runtime.checkpoint.manifest import Manifest
-from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot, snapshot_task
+from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot, loads_checkpointed, snapshot_task
 from slipstream.runtime.loop_task import FEEDBACK_INPUT, IterationHeadTask, LoopHeadTask
 from slipstream.runtime.record_writer import RecordWriter
 from slipstream.runtime.task import SourceTask, StreamTask
@@ -124,17 +125,20 @@ class IterationRegion:
                     operator.prepare_snapshot_pre_barrier(checkpoint_id)
             task.flush()  # the head whose barrier completed the alignment is in the middle of its turn
         scopes = _scopes(self.scope, self.tasks)
+        sharing = Sharing.of(operator for task in self.tasks for operator in task.operators)
         state = {"layout": _layout(self.tasks), "scopes": scopes,
                  "coordinator": self.heads[0].control.coordinator.snapshot_scopes(scopes),
-                 "tasks": [self._task_state(task) for task in self.tasks]}
+                 "tasks": [self._task_state(task, sharing) for task in self.tasks]}
         try:
-            data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            data = dumps_plain_or_shared(state, sharing)
         except Exception as exc:
             raise CheckpointError(f"iteration '{self.heads[0].name}': the records going round it cannot be "
                                   f"written to a checkpoint: {type(exc).__name__}: {exc}") from exc
-        region = OperatorSnapshot(self.uid, REGION_KIND, 0, 1, 1, None, None, data)
+        region = OperatorSnapshot(self.uid, REGION_KIND, 0, 1, 1, None, None, data,
+                                  segments=sharing.take_used() if sharing is not None else {})
         for position, task in enumerate(self.tasks):
-            self.listener.acknowledge(task, checkpoint_id, snapshot_task(task) + ([region] if position == 0 else []))
+            self.listener.acknowledge(task, checkpoint_id,
+                                      snapshot_task(task, sharing) + ([region] if position == 0 else []))
         barrier = CheckpointBarrier(checkpoint_id, self.heads[0].barrier_handler.pending_timestamp)
         for task, writer in self._exits:
             if not task.finished:
@@ -143,12 +147,12 @@ class IterationRegion:
             head.barrier_handler.done(checkpoint_id)
 
     @staticmethod
-    def _task_state(task: StreamTask) -> dict[str, Any]:
+    def _task_state(task: StreamTask, sharing: Sharing | None) -> dict[str, Any]:
         head = isinstance(task, IterationHeadTask)  # its regular inputs come from outside the iteration
         return {"finished": task.finished, "scope_terminated": getattr(task, "scope_terminated", False),
                 "channels": task.snapshot_channels(lambda c: not head or c.input_index == FEEDBACK_INPUT),
                 "protocol": task.termination.snapshot(), "writers": [writer.snapshot() for writer in task.writers],
-                "functions": [snapshot_functions(operator) for operator in task.operators]}
+                "functions": [snapshot_functions(operator, sharing) for operator in task.operators]}
 
 
 class IterationHeadBarrierHandler(BarrierHandler):
@@ -202,6 +206,9 @@ def restore_iteration_regions(tasks: list[StreamTask], manifest: Manifest, files
     restored at another parallelism: it ends again at once, and its tasks are returned — their
     operators start without their old state, which nothing will read any more.
     """
+    def loads(data: bytes) -> Any:
+        return loads_checkpointed(data, files, checkpoint)
+
     ended: list[StreamTask] = []
     for scope, members in iteration_regions(tasks):
         uid = _region_uid(members)
@@ -210,7 +217,7 @@ def restore_iteration_regions(tasks: list[StreamTask], manifest: Manifest, files
             raise CorruptCheckpointError(f"the checkpoint has no state for iteration '{members[0].name}'",
                                          checkpoint=checkpoint, expected=f"an entry '{uid}'",
                                          actual=f"uids {sorted(manifest.operators)}")
-        state = pickle.loads(files[entry.subtasks[0].operator])
+        state = loads(files[entry.subtasks[0].operator])
         if state["layout"] != _layout(members) and all(task_state["finished"] for task_state in state["tasks"]):
             _restore_ended(scope, members)
             ended += members
@@ -227,7 +234,7 @@ def restore_iteration_regions(tasks: list[StreamTask], manifest: Manifest, files
         heads[0].control.coordinator.restore_scopes(scopes, state["coordinator"])
         in_this_run = dict(zip(state["scopes"], scopes, strict=True)).__getitem__
         for task, task_state in zip(members, state["tasks"]):
-            _restore_task(task, task_state, in_this_run, scope)
+            _restore_task(task, task_state, in_this_run, scope, loads)
     return ended
 
 
@@ -251,7 +258,8 @@ def _end_restored(task: StreamTask, scope: StreamScope) -> None:
         writer.finish()
 
 
-def _restore_task(task: StreamTask, state: dict[str, Any], in_this_run: ScopeMap, scope: StreamScope) -> None:
+def _restore_task(task: StreamTask, state: dict[str, Any], in_this_run: ScopeMap, scope: StreamScope,
+                  loads: Callable[[bytes], Any]) -> None:
     def element_in_this_run(element: Any) -> Any:
         if type(element) is TerminationAttempt:
             return dataclasses.replace(element, scope=in_this_run(element.scope))
@@ -259,7 +267,7 @@ def _restore_task(task: StreamTask, state: dict[str, Any], in_this_run: ScopeMap
 
     def restore_user_functions() -> None:
         for operator, functions in zip(task.operators, state["functions"]):
-            restore_functions(operator, functions)
+            restore_functions(operator, functions, loads)
 
     if state["finished"]:
         restore_user_functions()  # never opened again; what it holds goes into the next checkpoints

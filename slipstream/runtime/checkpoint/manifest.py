@@ -10,7 +10,9 @@ Keyed state files are shared between checkpoints (incremental checkpoints): they
 the storage directory's ``shared/`` folder, named by their SHA-256, and ``shared`` lists
 every one a checkpoint uses with its checksum and size, as ``files`` lists its own. A
 subtask's keyed state is its ``keyed_states`` (every entry) followed by ``keyed_deltas``,
-layers of the entries changed since, applied in order (a value None: removed).
+layers of the entries changed since, applied in order (a value None: removed). Segments of
+iteration replay caches (``<sha256>.seg``, see :mod:`slipstream.operators.segments`)
+are shared files too, referred to from inside operator state.
 
 A subtask checkpointed while it buffered its backlog also has ``backlog`` (a file of the
 checkpoint's own) and ``backlog_files``: the shared files it refers to by position (its spilled
@@ -37,7 +39,7 @@ SUPPORTED_VERSIONS = (1, 2, 3)
 keyed state per state (``keyed_states``: Arrow or pickle files) in the checkpoint's directory;
 version 1 had one pickled keyed file per subtask (``keyed``). All are read."""
 SHARED_DIR = "shared"
-_SHARED_NAME = re.compile(r"^shared/[0-9a-f]{64}\.(arrow|pkl)$")
+_SHARED_NAME = re.compile(r"^shared/[0-9a-f]{64}\.(arrow|pkl|seg)$")
 """A shared file's name in a manifest: nothing else, so a manifest cannot point outside the storage."""
 
 
@@ -45,6 +47,11 @@ def shared_name(data: bytes | memoryview, extension: str) -> tuple[str, dict[str
     """The content-addressed name of a shared file, and its manifest entry (checksum, size)."""
     digest = sha256_hex(data)
     return f"{SHARED_DIR}/{digest}.{extension}", {"sha256": digest, "size": len(data)}
+
+
+def segment_name(digest: str) -> str:
+    """The shared file of a replay cache segment of SHA-256 ``digest``."""
+    return f"{SHARED_DIR}/{digest}.seg"
 
 
 def sha256_hex(data: bytes | memoryview) -> str:

@@ -54,8 +54,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slipstream.errors import CheckpointError, CorruptCheckpointError
+from slipstream.operators.segments import Segment, SegmentReader, Sharing, dumps_plain_or_shared
 from slipstream.operators.spill_file import CheckpointFile, StoredContents
-from slipstream.runtime.checkpoint.manifest import SHARED_DIR, Manifest, OperatorEntry, SubtaskFiles, shared_name
+from slipstream.runtime.checkpoint.manifest import (
+    SHARED_DIR,
+    Manifest,
+    OperatorEntry,
+    SubtaskFiles,
+    segment_name,
+    shared_name,
+)
 from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_file, encode_keyed_state
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 
@@ -103,11 +111,13 @@ class OperatorSnapshot:
     keyed_files: KeyedFiles | None = None  # set by the checkpoint writer
     backlog: bytes | None = None  # a sorting operator's buffered backlog, pickled (files referred to by position)
     backlog_files: list[CheckpointFile] = field(default_factory=list)  # the files ``backlog`` refers to
+    segments: dict[str, tuple[Segment, memoryview | None]] = field(default_factory=dict)
+    """The shared segments ``state`` refers to, each with the bytes to write (None: stored already)."""
 
 
-def _dumps(value: Any, operator: Any, what: str) -> bytes:
+def _dumps(value: Any, operator: Any, what: str, sharing: Sharing | None) -> bytes:
     try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return dumps_plain_or_shared(value, sharing)
     except Exception as exc:  # noqa: BLE001 - any pickling failure names the operator
         ctx = operator.ctx
         raise CheckpointError(f"operator '{ctx.name}' (uid '{ctx.uid}'), subtask {ctx.subtask_index + 1}: "
@@ -200,9 +210,12 @@ def _encoded(snap: OperatorSnapshot, states: dict[str, Any]) -> list[tuple[str, 
                               ) from exc
 
 
-def snapshot_task(task: Any) -> list[OperatorSnapshot]:
-    """Take the state of every operator of ``task``'s chain: serialise the operator state, freeze
-    the keyed state (the checkpoint releases it once written or given up: :func:`release_task`)."""
+def snapshot_task(task: Any, sharing: Sharing | None = None) -> list[OperatorSnapshot]:
+    """Take the state of every operator of ``task``'s chain: serialise the operator state (referring
+    to the shared segments of ``sharing``, by default those the chain keeps), freeze the keyed
+    state (the checkpoint releases it once written or given up: :func:`release_task`)."""
+    if sharing is None:
+        sharing = Sharing.of(task.operators)
     result = []
     for operator in task.operators:
         started = time.perf_counter()
@@ -213,9 +226,10 @@ def snapshot_task(task: Any) -> list[OperatorSnapshot]:
             groups = key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
             key_groups = (groups.start, groups.stop)
         state = operator.snapshot_state()
-        data = None if state is None else _dumps(state, operator, "operator state")
+        data = None if state is None else _dumps(state, operator, "operator state", sharing)
         snapshot = OperatorSnapshot(ctx.uid, type(operator.transformation).__name__, ctx.subtask_index,
-                                    ctx.parallelism, ctx.max_parallelism, keyed, key_groups, data, ctx.name)
+                                    ctx.parallelism, ctx.max_parallelism, keyed, key_groups, data, ctx.name,
+                                    segments=sharing.take_used() if sharing is not None else {})
         backlog = operator.snapshot_backlog()
         if backlog is not None:
             snapshot.backlog, snapshot.backlog_files = encode_backlog(backlog, operator)
@@ -270,6 +284,10 @@ def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapsho
             files_of.backlog = f"{base}.backlog.pkl"
             files[files_of.backlog] = snap.backlog
             files_of.backlog_files = [_add_shared(file, manifest, shared) for file in snap.backlog_files]
+        for digest, (segment, data) in snap.segments.items():
+            manifest.shared[segment_name(digest)] = {"sha256": digest, "size": segment.size}
+            if data is not None:
+                shared[segment_name(digest)] = data
     return files, shared
 
 
@@ -285,10 +303,28 @@ def _add_shared(file: CheckpointFile, manifest: Manifest, shared: dict[str, memo
 
 def commit_keyed(snapshots: list[OperatorSnapshot]) -> None:
     """The checkpoint of ``snapshots`` is durable: its keyed files become the base of each
-    backend's next checkpoint (taken over when the backend is released)."""
+    backend's next checkpoint (taken over when the backend is released), and its segments are
+    stored (later checkpoints refer to them without writing them)."""
     for snap in snapshots:
         if snap.keyed is not None:
             snap.keyed.completed = snap.keyed_files
+        for segment, _ in snap.segments.values():
+            segment.stored()
+
+
+def loads_checkpointed(data: bytes, files: dict[str, bytes], checkpoint: str) -> Any:
+    """Unpickle operator state of the verified checkpoint ``checkpoint``, its references to replay
+    cache segments read from its ``files`` (decoded once per checkpoint when ``files`` is a
+    ``CheckpointFiles``)."""
+    def fetch(digest: str) -> bytes:
+        name = segment_name(digest)
+        if name not in files:
+            raise CorruptCheckpointError("operator state refers to a shared segment the manifest does not list",
+                                         checkpoint=checkpoint, file=name)
+        return files[name]
+
+    return SegmentReader(fetch, getattr(files, "segments", None)).loads(data)
+
 
 def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes], checkpoint: str,
                   stored: Mapping[str, StoredContents] | None = None) -> None:
@@ -303,7 +339,7 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
     """
     stored = stored or {}
     def load(name: str) -> Any:
-        return pickle.loads(files[name])
+        return loads_checkpointed(files[name], files, checkpoint)
 
     def load_keyed(subtask: SubtaskFiles) -> list[dict[str, Any]]:
         """The subtask's keyed state: every entry, then the layers of changes, to apply in order."""

@@ -10,8 +10,8 @@ Layout::
             _manifest.json    written as _manifest.json.tmp, fsynced, renamed, directory fsynced
                               (on an object store: uploaded last under its own name, which
                               makes it appear whole or not at all)
-        shared/               keyed state files, named by their SHA-256 and used by every
-            <sha256>.arrow    checkpoint whose manifest lists them (incremental checkpoints);
+        shared/               keyed state files and replay cache segments (.seg), named by their
+            <sha256>.arrow    SHA-256 and used by every checkpoint whose manifest lists them (incremental checkpoints);
                               each written as <name>.tmp, fsynced, renamed, before any manifest
                               that lists it; deleted once no complete checkpoint lists it
 
@@ -33,6 +33,7 @@ from typing import Any
 
 from slipstream.errors import CorruptCheckpointError, DiskFullError
 from slipstream.filesystem import FileSystem, copy_directory, filesystem_of, resolve
+from slipstream.operators.segments import Segment
 from slipstream.runtime.checkpoint.manifest import (
     MANIFEST_NAME,
     MANIFEST_TEMP_NAME,
@@ -80,13 +81,22 @@ class StoredFile:
         return self.size
 
 
+class CheckpointFiles(dict[str, Any]):
+    """A verified checkpoint's files by name, and the replay cache segments decoded from its shared
+    files so far (so every pickle of the checkpoint that refers to a segment gets the same records)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.segments: dict[str, Segment] = {}
+
+
 @dataclass
 class VerifiedCheckpoint:
     """A checkpoint whose every file matched its manifest; ``files`` holds their bytes."""
 
     path: str
     manifest: Manifest
-    files: dict[str, bytes]
+    files: CheckpointFiles
     stored: dict[str, StoredFile] = field(default_factory=dict)  # backlog files, read when restored
 
     @property
@@ -249,8 +259,8 @@ class CheckpointStorage:
             what = "a leftover temporary file" if name.endswith(".tmp") else "a file the manifest does not list"
             raise CorruptCheckpointError(f"the checkpoint holds {what} (copied in from elsewhere, or left "
                                          "by an interrupted write)", checkpoint=path, file=name)
-        files = {name: _verified(fs, path, path, name, info, name in present)
-                 for name, info in sorted(manifest.files.items())}
+        files = CheckpointFiles({name: _verified(fs, path, path, name, info, name in present)
+                                 for name, info in sorted(manifest.files.items())})
         storage = os.path.dirname(path)
         backlog = manifest.backlog_file_names()
         stored = {}

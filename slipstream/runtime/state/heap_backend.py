@@ -51,6 +51,7 @@ from slipstream.datastream.state import (
 )
 from slipstream.datastream.typeinfo import Row
 from slipstream.errors import SlipstreamError
+from slipstream.operators.memory import SAMPLE_ENTRIES, entry_bytes
 from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.key_groups import assign_to_key_groups
 from slipstream.runtime.state.ttl import TtlPolicy, TtlValue, ttl_state, unexpired
@@ -206,6 +207,12 @@ class HeapKeyedStateBackend:
             return list(table)
         return [entry for entry in table if delta.get(entry, _UNCHANGED) is not _REMOVED] + \
             [entry for entry, value in delta.items() if entry not in table and value is not _REMOVED]
+
+    def estimated_bytes(self) -> int:
+        """Roughly the memory the entries take, what the task heap budget is checked against: per
+        state, their count times the mean size of a few of them (:func:`~slipstream.operators.memory.entry_bytes`)."""
+        return int(sum(len(table) * entry_bytes(itertools.islice(table.items(), SAMPLE_ENTRIES))
+                       for table in self._tables.values()))
 
     # -- snapshots ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, dict[int, list[tuple[Any, Any]]]]:
