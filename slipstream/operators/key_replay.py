@@ -121,22 +121,30 @@ class KeyReplay:
             for key, intervals, stamps, values in self.buffer.key_runs():
                 self._enter(key, set_key)
                 yield key, [0] * len(values) if self.batch_mode else intervals, stamps, values
-                self.advance(self.last)
+                self._leave()
             for key in list(self._aside):
                 self._enter(key, set_key)
-                self.advance(self.last)
+                self._leave()
         finally:
+            if self.timers is not None:
+                self.timers.end_key_run()
             operator.output = downstream
             self.set_watermark(self.held[0])
 
     def _enter(self, key: Any, set_key: Any) -> None:
         set_key(key)
-        timers = self._aside.pop(key, None)
-        if timers:
-            self.timers.restore_event_timers(timers)  # type: ignore[union-attr]
+        if self.timers is not None:
+            self.timers.begin_key_run(key, self._aside.pop(key, []))
         self._level = 0
         self.set_watermark(self.held[0])
         self.outputs.interval = 0
+
+    def _leave(self) -> None:
+        """End the current key's run: fire its timers due by the last held watermark, and put the
+        others back among every key's."""
+        self.advance(self.last)
+        if self.timers is not None:
+            self.timers.end_key_run()
 
     def advance(self, interval: int) -> None:
         """Bring the current key to interval ``interval``: fire its event-time timers due by the

@@ -323,13 +323,13 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
         with user_code(self, lambda: value, explain=lambda exc: process_cause(exc, results)):
             for _key, intervals, stamps, values in replay.runs():
                 level = -1
-                for index, value in enumerate(values):
-                    if intervals[index] != level:
+                for interval, timestamp, value in zip(intervals, stamps, values):
+                    if interval != level:
                         self._send_side(context, replay)
-                        level = intervals[index]
+                        level = interval
                         out_values, out_stamps = replay.outputs_at(level)
                         append, stamp = out_values.append, out_stamps.append
-                    timestamp = context.current_timestamp = stamps[index]
+                    context.current_timestamp = timestamp
                     results = method(value, context)
                     if results is None:
                         continue
