@@ -98,8 +98,9 @@ class _KeyRunQueue:
 
     def start(self, key: Any) -> None:
         self.key = key
-        self._heap = []
-        self._live = {}
+        if self._live or self._heap:
+            self._heap = []
+            self._live = {}
 
     def add(self, timestamp: int, key: Any, namespace: Any) -> bool:
         if key != self.key:
@@ -133,7 +134,7 @@ class _KeyRunQueue:
         """The timers left, ``(timestamp, namespace)`` in firing order; the queue is empty after."""
         live = self._live
         left = [(timestamp, namespace) for timestamp, seq, namespace in sorted(self._heap)
-                if live.get((timestamp, namespace)) == seq]
+                if live.get((timestamp, namespace)) == seq] if live else []
         self.start(None)
         return left
 
@@ -222,6 +223,9 @@ class InternalTimerService:
             return
         key = self._key_run.key
         self._event = self._all_event
+        if not self._key_run:
+            self._key_run.start(None)
+            return
         for timestamp, namespace in self._key_run.drain():
             self._all_event.add(timestamp, key, namespace)
 
