@@ -65,6 +65,10 @@ class _KeyWindows:
         self.add = self._add_folded if self.kind in ("reduce", "aggregate") else self._add_row
         """``add(start, value)``: the record joins the window at ``start`` (appended, or folded into it)."""
         self.open: dict[int, Any] = {}
+        self.firing: Any = None
+        """The window being evaluated, which :attr:`guard` names when its function fails."""
+        self.guard = user_code(operator, lambda: self.firing,
+                               what=lambda: f"key {operator.backend.get_current_key()!r}, window")
         self.next_end = MAX_TIMESTAMP
         """The least ``max_timestamp()`` of the open windows: nothing fires before it."""
 
@@ -168,11 +172,10 @@ def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows,
     outputs = replay.outputs
     at = level + 1
     fired_at = -1
-    window: Any = None
-    guard = user_code(operator, lambda: window, what=lambda: f"key {operator.backend.get_current_key()!r}, window")
+    guard = windows.guard
     for start in due:
-        window = windows.window(start)
-        at = bisect_left(held, window.max_timestamp(), at, interval + 1)
+        window = windows.firing = windows.window(start)
+        at = bisect_left(held, start + windows.size - 1, at, interval + 1)
         if at != fired_at:
             operator._flush()
             fired_at = at
