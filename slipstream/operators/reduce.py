@@ -192,21 +192,13 @@ class KeyedReduceOperator(ColumnarBacklog):
         replay = self.key_replay(buffer)  # no timers: outputs go straight to their interval's list
         get, put = self.keyed_backend().value_accessors(REDUCE_STATE)
         out_values, out_stamps = replay.outputs.values, replay.outputs.stamps
-        reduce = self.function.reduce
-        value: Any = None
-        with user_code(self, lambda: value):
-            for key, intervals, stamps, values in replay.runs():
-                current = get(key)
-                for interval, stamp, value in zip(intervals, stamps, values):
-                    if current is None:
-                        current = value
-                    else:
-                        current = reduce(current, value)
-                        if current is None:
-                            raise TypeError("the reduce function returned None; it must return the combined value")
-                    out_values[interval].append(current)
-                    out_stamps[interval].append(stamp)
-                put(key, current)
+        for key, intervals, stamps, values in replay.runs():
+            current = get(key)
+            for index, current in enumerate(self._rolling(current, values)):  # noqa: B020  (the last rolled value stays)
+                interval = intervals[index]
+                out_values[interval].append(current)
+                out_stamps[interval].append(stamps[index])
+            put(key, current)
         replay.emit()
 
     def _rolling(self, current: Any, values: list[Any]) -> Iterator[Any]:
