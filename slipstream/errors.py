@@ -27,6 +27,7 @@ class UserFunctionError(JobExecutionError):
     def __init__(self, operator_name: str, subtask_index: int, parallelism: int,
                  record: object, cause: BaseException, uid: str | None = None,
                  what: str = "record") -> None:
+        self._arguments = (operator_name, subtask_index, parallelism, record, cause, uid, what)
         self.operator_name = operator_name
         self.subtask_index = subtask_index
         self.record = record
@@ -39,9 +40,18 @@ class UserFunctionError(JobExecutionError):
                    f"{what} {shown}: {type(cause).__name__}: {cause}")
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[type[UserFunctionError], tuple[object, ...]]:
+        """Pickled with its arguments, so a worker process's failure reaches the driver as it was raised."""
+        return type(self), self._arguments
+
 
 class DeadlockError(JobExecutionError):
     """No task can make progress and nothing outside the job can wake one up."""
+
+
+class WorkerLostError(JobExecutionError):
+    """A worker process died, stopped answering (no heartbeat) or failed in a way it could not
+    report; the job fails over by its restart strategy, as from any task failure."""
 
 
 class CheckpointError(JobExecutionError):
