@@ -409,10 +409,11 @@ class StreamExecutionEnvironment:
     def from_spark(self, dataframe: Any, type_info: Any = None, source_name: str = "Spark Source") -> DataStream:
         """A bounded (backlog) stream of a Spark DataFrame's rows (named ``Row`` records).
 
-        The rows come as Arrow batches, read partition by partition (the driver holds one
-        partition at a time); with the Spark batch engine, a vectorised co_group with
-        EndOfStreamWindows, or (in BATCH mode) a built-in keyed aggregation, directly after it
-        runs as one Spark query (see :mod:`slipstream.datastream.connectors.spark`). For a Parquet dataset:
+        The DataFrame stays in Spark; its rows come as Arrow batches, read in pieces of bounded
+        size (a reader holds at most ``SparkSource.buffer_bytes``, 64 MiB, within its share of
+        managed memory). In BATCH mode a built-in keyed aggregation directly after it, and with
+        the Spark batch engine a vectorised co_group with EndOfStreamWindows, runs as one Spark
+        query (see :mod:`slipstream.datastream.connectors.spark`). For a Parquet dataset:
         ``env.from_spark(spark.read.parquet(path))``.
         """
         from slipstream.datastream.connectors.spark import SparkSource

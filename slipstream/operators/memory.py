@@ -4,7 +4,8 @@ A job (the embedded runtime is one TaskManager) has three pools, each off unless
 
 * ``taskmanager.memory.managed.size`` (``env.configure(managed_memory=...)``): the
   buffers of operators — an iteration's replay cache and held feedback, the sort and
-  columnar buffers of an operator sorting its backlog — shared equally by the operator
+  columnar buffers of an operator sorting its backlog, what a source reads ahead
+  (``from_spark`` reads pieces that fit its share) — shared equally by the operator
   subtasks that use it (Flink divides managed memory among the slots' consumers, and
   uses it for sorting and caching too). Past its share a buffer spills to disk.
 * ``taskmanager.memory.task.heap.size`` (``task_heap_memory``): keyed state kept as

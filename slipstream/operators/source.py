@@ -25,8 +25,9 @@ from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import SourceTransformation
 from slipstream.errors import SlipstreamError, user_code
 from slipstream.operators.backlog_path import streamed
-from slipstream.operators.base import StreamOperator
+from slipstream.operators.base import OperatorContext, StreamOperator
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.memory import MemoryBudget
 
 
 class InputStatus(Enum):
@@ -50,6 +51,14 @@ class SourceOperator(StreamOperator):
         self.notify_available: Callable[[], None] = lambda: None
         self._restored_position: Any = None
         self._backlog: bool | None = None
+        self._read_budget: MemoryBudget | None = None
+
+    def setup(self, ctx: OperatorContext) -> None:
+        """A source whose readers buffer what they fetch takes a share of managed memory for it."""
+        super().setup(ctx)
+        if self.source.buffers_reads and ctx.memory is not None:
+            owner = f"the read buffer of '{ctx.name}' (subtask {ctx.subtask_index + 1}/{ctx.parallelism})"
+            self._read_budget = ctx.memory.managed.budget(owner, ctx.metrics)
 
     def open(self) -> None:
         self.reader = self.source.create_reader(self.ctx.subtask_index, self.ctx.parallelism)
@@ -59,8 +68,11 @@ class SourceOperator(StreamOperator):
             # Before open: readers start from their position in open (a file source lists only
             # unfinished splits, an iterator source skips what it emitted).
             self.reader.restore_position(self._restored_position)
-        self.reader.open(SourceReaderContext(self.ctx.subtask_index, self.ctx.parallelism,
-                                             self.notify_available, pts.get_current_processing_time))
+        budget = self._read_budget
+        self.reader.open(SourceReaderContext(
+            self.ctx.subtask_index, self.ctx.parallelism, self.notify_available, pts.get_current_processing_time,
+            read_buffer_bytes=None if budget is None else budget.limit,
+            report_memory=(lambda used: None) if budget is None else budget.set_usage))
         self._report_backlog()
 
     def check_restore(self) -> None:

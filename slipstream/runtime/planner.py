@@ -11,8 +11,9 @@ that can be run (and tested) alone on a hand-built graph; each run is logged at 
 on the ``slipstream.planner`` logger with what it changed:
 
 1. ``resolve_mode``: AUTOMATIC becomes BATCH or STREAMING by the sources' boundedness.
-2. ``plan_spark_queries``: with the Spark batch engine, a vectorisable ``from_spark`` backlog
-   subgraph becomes one Spark query (:mod:`slipstream.runtime.batch.spark_planning`).
+2. ``plan_spark_queries``: a vectorisable ``from_spark`` backlog subgraph becomes one Spark
+   query (:mod:`slipstream.runtime.batch.spark_planning`): in BATCH mode a built-in keyed
+   aggregation on either batch engine, a vectorised co_group with the Spark engine.
 3. ``validate_loops``: feedback edges keep their head's parallelism; no operator that
    emits only at end of input feeds a loop.
 4. ``mark_blocking_edges`` (FLIP-327), never on a feedback edge nor inside a loop.

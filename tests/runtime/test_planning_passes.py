@@ -193,7 +193,7 @@ def test_choose_backlog_paths_streams_a_keyed_process_functions_backlog_only_in_
 
 
 # -- plan_spark_queries ----------------------------------------------------------------------------------
-def test_plan_spark_queries_changes_nothing_with_the_polars_engine() -> None:
+def test_plan_spark_queries_changes_nothing_without_a_spark_source() -> None:
     graph = line(source(), flat_map(), sink())
     graph.mode = RuntimeExecutionMode.BATCH
     before = [(n.transformation, [e.target for e in n.out_edges]) for n in graph.nodes]

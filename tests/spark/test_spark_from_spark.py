@@ -1,19 +1,15 @@
 """from_spark beyond the co-group: a built-in keyed aggregation after it folded into one Spark
-query in BATCH mode (differential against the polars engine and record by record, on the
-same DataFrame), not folded in STREAMING mode, and the DataFrame read partition by partition
-(same rows, same order, never collected whole)."""
+query in BATCH mode on either batch engine (differential against the operator unfolded, sorted
+on polars and record by record, on the same DataFrame), not folded in STREAMING mode."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
-from slipstream.datastream.connectors import spark as spark_connector
-from slipstream.datastream.connectors.spark import SparkSource
 from slipstream.errors import JobExecutionError, UserFunctionError
 
 RNG = random.Random(27)
@@ -36,8 +32,24 @@ def frame(spark: Any, rows: list = ROWS, schema: str = SCHEMA, partitions: int =
     return spark.createDataFrame(rows, schema).coalesce(partitions)
 
 
-def aggregate(env: StreamExecutionEnvironment, dataframe: Any, kind: str, key: Any = "k", field: Any = "v") -> Any:
-    return getattr(env.from_spark(dataframe).key_by(key), kind)(field)
+def keep_all(row: Any) -> bool:
+    return True
+
+
+def aggregate(env: StreamExecutionEnvironment, dataframe: Any, kind: str, key: Any = "k", field: Any = "v",
+              unfolded: bool = False) -> Any:
+    """``from_spark(dataframe).key_by(key).<kind>(field)``; ``unfolded``: with a filter keeping every
+    row between the two, so the operator runs in slipstream, not folded into Spark."""
+    stream = env.from_spark(dataframe)
+    if unfolded:
+        stream = stream.filter(keep_all)
+    return getattr(stream.key_by(key), kind)(field)
+
+
+def unfolded(spark: Any, dataframe: Any, kind: str, key: Any = "k", field: Any = "v", parallelism: int = 1) -> list:
+    """The aggregation's records on the polars engine, the operator sorting its backlog itself."""
+    env = make_env(spark, "polars", parallelism=parallelism)
+    return [tuple(row) for row in aggregate(env, dataframe, kind, key, field, unfolded=True).execute_and_collect()]
 
 
 def finals(updates: list) -> list:
@@ -61,7 +73,7 @@ def test_keyed_aggregation_after_from_spark_is_one_spark_query(spark: Any, kind:
         results[name] = [tuple(row) for row in aggregate(make_env(spark, engine, sorting), dataframe,
                                                          kind).execute_and_collect()]
     # same records in the same order: the key's first record is the DataFrame's first row of it
-    assert results["spark"] == results["polars"]
+    assert results["spark"] == results["polars"] == unfolded(spark, dataframe, kind)
     assert results["spark"] == finals(results["record-by-record"])
     assert len(results["spark"]) == len({row[0] for row in ROWS})
     # an oracle for the aggregated field
@@ -77,9 +89,7 @@ def test_fold_by_position_and_at_parallelism_two(spark: Any, kind: str) -> None:
     dataframe = frame(spark, partitions=4)
     env = make_env(spark, parallelism=2)
     folded = sorted(tuple(row) for row in aggregate(env, dataframe, kind, key=0, field=1).execute_and_collect())
-    plain = sorted(tuple(row) for row in aggregate(make_env(spark, "polars"), dataframe, kind, key=0,
-                                                   field=1).execute_and_collect())
-    assert folded == plain
+    assert folded == sorted(unfolded(spark, dataframe, kind, key=0, field=1, parallelism=2))
 
 
 def test_other_types_fold_exactly(spark: Any) -> None:
@@ -90,17 +100,14 @@ def test_other_types_fold_exactly(spark: Any) -> None:
         aggregate(env, dataframe, kind, field=field).print()
         assert "runs on spark as one query" in env.explain()
         folded = [tuple(row) for row in aggregate(make_env(spark), dataframe, kind, field=field).execute_and_collect()]
-        plain = [tuple(row) for row in aggregate(make_env(spark, "polars"), dataframe, kind,
-                                                 field=field).execute_and_collect()]
-        assert folded == plain
+        assert folded == unfolded(spark, dataframe, kind, field=field)
 
 
 def test_sum_beyond_the_fields_type_becomes_int64(spark: Any) -> None:
     rows = [("a", 2_000_000_000, 0), ("a", 2_000_000_000, 1), ("b", 5, 2)]
     dataframe = frame(spark, rows, "k string, v int, i long", 1)
     folded = [tuple(row) for row in aggregate(make_env(spark), dataframe, "sum").execute_and_collect()]
-    plain = [tuple(row) for row in aggregate(make_env(spark, "polars"), dataframe, "sum").execute_and_collect()]
-    assert folded == plain == [("a", 4_000_000_000, 0), ("b", 5, 2)]
+    assert folded == unfolded(spark, dataframe, "sum") == [("a", 4_000_000_000, 0), ("b", 5, 2)]
 
 
 def test_null_fields_as_the_operator_treats_them(spark: Any) -> None:
@@ -108,12 +115,11 @@ def test_null_fields_as_the_operator_treats_them(spark: Any) -> None:
     alone = frame(spark, [("a", None, 0), ("b", 3, 1), ("b", 4, 2)], "k string, v int, i long", 1)
     for kind in KINDS:
         folded = [tuple(row) for row in aggregate(make_env(spark), alone, kind).execute_and_collect()]
-        assert folded == [tuple(row) for row in aggregate(make_env(spark, "polars"), alone,
-                                                          kind).execute_and_collect()]
+        assert folded == unfolded(spark, alone, kind)
     mixed = frame(spark, [("a", 1, 0), ("a", None, 1)], "k string, v int, i long", 1)
-    for engine, sorting in ENGINES.values():
+    for (engine, sorting), filtered in [*((paths, False) for paths in ENGINES.values()), (("polars", True), True)]:
         with pytest.raises(JobExecutionError) as failure:
-            list(aggregate(make_env(spark, engine, sorting), mixed, "max").execute_and_collect())
+            list(aggregate(make_env(spark, engine, sorting), mixed, "max", unfolded=filtered).execute_and_collect())
         error = failure.value
         while not isinstance(error, UserFunctionError) and error.__cause__ is not None:
             error = error.__cause__
@@ -142,53 +148,3 @@ def test_not_folded_in_streaming_or_for_inexact_types(spark: Any) -> None:
     env = make_env(spark)
     env.from_spark(dataframe).key_by(lambda row: row.k).sum("v").print()
     assert "runs on spark as one query" not in env.explain()
-
-
-# -- reading partition by partition ---------------------------------------------------------------
-def test_from_spark_reads_partition_by_partition(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    dataframe = spark.range(0, 50_000, numPartitions=7).selectExpr("id", "id % 11 AS k", "CAST(id AS STRING) AS s")
-    expected = dataframe.toArrow()
-    reads: list[tuple[int, int]] = []
-    original = spark_connector._SparkPartitions.read
-
-    def read(self: Any, partition: int) -> pa.Table:
-        table = original(self, partition)
-        reads.append((partition, table.num_rows))
-        return table
-
-    def collected_whole(self: Any) -> Any:
-        raise AssertionError("the DataFrame was collected whole")
-
-    monkeypatch.setattr(spark_connector._SparkPartitions, "read", read)
-    monkeypatch.setattr(type(dataframe), "toArrow", collected_whole)
-    for parallelism in (1, 3):
-        reads.clear()
-        env = make_env(spark, "polars", parallelism=parallelism)
-        env.from_spark(dataframe).map(lambda row: (row.id, row.k, row.s)).print()
-        rows = list(make_env(spark, "polars", parallelism=parallelism).from_spark(dataframe)
-                    .map(lambda row: (row.id, row.k, row.s)).execute_and_collect())
-        assert sorted(partition for partition, _ in reads) == list(range(7))
-        assert max(count for _, count in reads) < expected.num_rows / 5  # one partition at a time
-        as_tuples = list(zip(*(expected.column(name).to_pylist() for name in ("id", "k", "s"))))
-        if parallelism == 1:
-            assert rows == as_tuples  # the DataFrame's order
-        else:
-            assert sorted(rows) == sorted(as_tuples)
-
-
-def test_partition_reader_resumes_from_its_position(spark: Any) -> None:
-    dataframe = spark.range(0, 1000, numPartitions=4)
-    source = SparkSource(dataframe, batch_size=100)
-    reader = source.create_reader(0, 1)
-    first = [reader.poll(100) for _ in range(4)]
-    position = reader.snapshot_position()
-    rest = []
-    while (batch := reader.poll(100)) is not spark_connector.END_OF_INPUT:
-        rest.extend(batch.record_batch.column(0).to_pylist())
-    again = SparkSource(dataframe, batch_size=100).create_reader(0, 1)
-    again.restore_position(list(position))
-    resumed = []
-    while (batch := again.poll(100)) is not spark_connector.END_OF_INPUT:
-        resumed.extend(batch.record_batch.column(0).to_pylist())
-    assert resumed == rest
-    assert [v for batch in first for v in batch.record_batch.column(0).to_pylist()] + rest == list(range(1000))

@@ -71,6 +71,11 @@ class SourceReaderContext:
     parallelism: int
     notify_available: Callable[[], None] = field(default=lambda: None)
     current_processing_time: Callable[[], int] = field(default=lambda: 0)
+    read_buffer_bytes: int | None = None
+    """What a reader of a source that ``buffers_reads`` may hold of what it read and has not
+    emitted yet: its share of the job's managed memory; None when the job sets none."""
+    report_memory: Callable[[int], None] = field(default=lambda used: None)
+    """Tells the job how many bytes the reader holds now (its ``memory_bytes.managed`` metric)."""
 
 
 class SourceReader(ABC):
@@ -106,6 +111,10 @@ class SourceReader(ABC):
 
 class Source(ABC):
     """A description of where records come from; creates readers at run time."""
+
+    buffers_reads = False
+    """Whether its readers fetch ahead into a buffer of their own; such a reader gets a share
+    of managed memory as its bound (:attr:`SourceReaderContext.read_buffer_bytes`)."""
 
     @abstractmethod
     def get_boundedness(self) -> Boundedness: ...

@@ -2,20 +2,21 @@
 
 ``SparkSource`` is a bounded (backlog) source over a Spark DataFrame. Its rows reach the
 job as Arrow record batches, never as Spark ``Row`` objects, and Python rows are built only
-if an operator runs a per-record function. The DataFrame is read **partition by
-partition**: each subtask takes a contiguous range of the DataFrame's partitions and runs
-one Spark job per partition (the JVM's own Arrow batches, as ``toArrow`` makes them, served
-for that partition alone), so the driver holds one partition at a time, never the whole
-DataFrame; the subtasks' ranges in order are the DataFrame's order. (A Spark Connect
-DataFrame, which has no partitions to address, is read whole with ``toArrow()``.) Reading a
-partition again after a restore assumes the DataFrame is deterministic, as Spark's own
-retries do.
+if an operator runs a per-record function. The DataFrame stays in Spark and is read **in
+pieces**: each subtask reads a contiguous range of the DataFrame's rows (in the DataFrame's
+order, partition by partition), one Spark job per piece of at most half the reader's buffer
+(``buffer_bytes``, within its share of managed memory), fetched a piece ahead in a thread of
+its own, so the driver never holds more than a reader's buffer per subtask, whatever the size
+of the DataFrame or of its partitions. Readers report the rows they still have to read (the
+progress display's read-of-total). Reading a piece again after a restore assumes the
+DataFrame is deterministic, as Spark's own retries do. (A Spark Connect DataFrame, which has
+no partitions to address, is read whole with ``toArrow()``.)
 
-When the batch engine is Spark, the planner runs some subgraphs after ``from_spark`` as
-one Spark query (:mod:`slipstream.runtime.batch.spark_planning`): a vectorised
-``co_group`` with EndOfStreamWindows of two DataFrames, and, in BATCH mode, a built-in
-keyed aggregation (``key_by(field).sum/min/max/min_by/max_by(field)``). The data stays in
-Spark and only the result comes back.
+The planner runs some subgraphs after ``from_spark`` as one Spark query
+(:mod:`slipstream.runtime.batch.spark_planning`): in BATCH mode, on either batch engine, a
+built-in keyed aggregation (``key_by(field).sum/min/max/min_by/max_by(field)``), and with
+the Spark batch engine a vectorised ``co_group`` with EndOfStreamWindows of two
+DataFrames. The data stays in Spark and only the result comes back.
 
 Parquet datasets: read them with Spark (``env.from_spark(spark.read.parquet(path))``); a
 ``FileSink.for_bulk_format(path, ParquetBulkWriters.for_schema(...))`` writes a directory
@@ -36,6 +37,11 @@ pyspark is imported only when these are used.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -44,6 +50,7 @@ from slipstream.attributes import Boundedness
 from slipstream.datastream.columnar import unfit_field
 from slipstream.datastream.connectors.base import (
     END_OF_INPUT,
+    NOTHING_AVAILABLE,
     RecordWriteError,
     Sink,
     SinkWriter,
@@ -53,10 +60,10 @@ from slipstream.datastream.connectors.base import (
     _Signal,
 )
 from slipstream.datastream.connectors.columnar import ArrowSourceBatch
-from slipstream.datastream.connectors.errors import SinkFormatError
+from slipstream.datastream.connectors.errors import SinkFormatError, SourceRestoreError
 from slipstream.datastream.connectors.number_seq import slice_bounds
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, TupleTypeInfo
-from slipstream.errors import InvalidProgramError
+from slipstream.errors import InvalidProgramError, SlipstreamError
 
 if TYPE_CHECKING:
     from slipstream.datastream.data_stream import DataStream
@@ -101,72 +108,160 @@ class TableSource(Source):
         return state
 
 
-class SparkSource(TableSource):
-    """The rows of a Spark DataFrame, as a bounded backlog source (see the module docstring)."""
+DEFAULT_BUFFER_BYTES = 64 * 2**20
+ROW_COLUMN = "__slipstream_row"
+"""The row number a read adds to the DataFrame (``monotonically_increasing_id``: the partition
+in the upper bits, the row within it in the lower ``_ROW_BITS``)."""
+_ROW_BITS = 33
 
-    def __init__(self, dataframe: Any, batch_size: int = 65_536) -> None:
+
+class SparkSource(TableSource):
+    """The rows of a Spark DataFrame, as a bounded backlog source (see the module docstring).
+
+    Args:
+        dataframe: a pyspark DataFrame.
+        batch_size: rows per batch the readers emit.
+        buffer_bytes: the most a reader holds of the DataFrame (the piece it emits and the one
+            it fetches), within its share of managed memory when the job sets one.
+    """
+
+    buffers_reads = True
+
+    def __init__(self, dataframe: Any, batch_size: int = 65_536, buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> None:
         if not is_spark_dataframe(dataframe):
             raise InvalidProgramError(f"from_spark expects a pyspark DataFrame, got {type(dataframe).__name__}")
+        if not isinstance(buffer_bytes, int) or buffer_bytes < 2:
+            raise InvalidProgramError(f"buffer_bytes must be an integer of at least 2, got {buffer_bytes!r}")
         super().__init__(batch_size)
         self.dataframe = dataframe
-        self._partitions: _SparkPartitions | None = None
+        self.buffer_bytes = buffer_bytes
+        self._pieces: _SparkPieces | None = None
+        self._readers = 0
+        self._locks()
+
+    def _locks(self) -> None:
+        """One lock held while the DataFrame is planned (its readers fetch in threads of their
+        own), one while its open readers are counted (briefly: open never waits for a plan)."""
+        self._planning, self._counting = threading.Lock(), threading.Lock()
 
     def default_name(self) -> str:
         return "Spark Source"
 
     def load(self) -> pa.Table:
-        """The whole DataFrame (only where it cannot be read partition by partition)."""
+        """The whole DataFrame (only where it cannot be read in pieces: Spark Connect)."""
         return self.finish(self.dataframe.toArrow())
 
     def finish(self, table: pa.Table) -> pa.Table:
         """What the job sees of ``table``, a part of the DataFrame read; the table itself."""
         return table
 
-    def partitions(self) -> _SparkPartitions | None:
-        """The DataFrame's partitions, read one at a time; None for a Spark Connect DataFrame."""
-        if self._partitions is None and hasattr(self.dataframe, "_jdf"):
-            self._partitions = _SparkPartitions(self.dataframe)
-        return self._partitions
+    def pieces(self) -> _SparkPieces:
+        """The DataFrame planned for reading in pieces (once, for all of its readers)."""
+        with self._planning:
+            if self._pieces is None:
+                self._pieces = _SparkPieces(self.dataframe)
+            return self._pieces
 
     def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader:
-        if hasattr(self.dataframe, "_jdf"):  # classic pyspark: partition by partition
-            return _PartitionReader(self, subtask_index, parallelism)
+        if hasattr(self.dataframe, "_jdf"):  # classic pyspark: in pieces
+            return _PieceReader(self, subtask_index, parallelism)
         return super().create_reader(subtask_index, parallelism)
+
+    def acquire(self) -> None:
+        """A reader opened: the planned DataFrame stays cached in Spark until the last one closes."""
+        with self._counting:
+            self._readers += 1
+
+    def release(self) -> None:
+        """A reader closed; the last one frees the DataFrame cached in Spark (no reader is open,
+        so none is planning it)."""
+        with self._counting:
+            self._readers -= 1
+            if self._readers > 0 or self._pieces is None:
+                return
+            pieces, self._pieces = self._pieces, None
+        pieces.release()
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_partitions"] = None
+        state["_pieces"], state["_readers"] = None, 0
+        del state["_planning"], state["_counting"]
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._locks()
 
-class _SparkPartitions:
-    """A classic DataFrame's partitions as Arrow: one Spark job per partition read.
 
-    The batches are the JVM's (``Dataset.toArrowBatchRdd``, what ``toArrow`` collects),
-    served for the asked partition alone (``PythonRDD.runJob``) and read with the schema
-    ``toArrow`` gives. The RDD is made once, so a shuffle in the DataFrame's plan runs once
-    and every partition's job reuses its output.
+class _SparkPieces:
+    """A classic DataFrame read in pieces: ranges of rows of one partition, one Spark job each.
+
+    Planning numbers the rows (:data:`ROW_COLUMN`), caches the numbered DataFrame in Spark
+    (executors' memory and disk, not the driver's) and counts each partition's rows in one job.
+    A piece is a filter of the cached DataFrame on a range of row numbers, which skips the
+    cached batches outside the range by their statistics, run as a job over its partition
+    only; its batches are the JVM's Arrow batches (``Dataset.toArrowBatchRdd``, what
+    ``toArrow`` collects), read with the schema ``toArrow`` gives. So a shuffle in the
+    DataFrame's plan runs once, a piece costs about its own rows, and the driver (JVM and
+    Python) holds what one piece holds.
     """
 
     def __init__(self, dataframe: Any) -> None:
+        from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
         session = dataframe.sparkSession
         large = session.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
         self.schema = to_arrow_schema(dataframe.schema, error_on_duplicated_field_names_in_struct=True,
                                       timezone="UTC", prefers_large_types=large)
         self._context = session.sparkContext
-        self._batches = dataframe._jdf.toArrowBatchRdd().toJavaRDD()
-        self.count = int(self._batches.getNumPartitions())
+        self._numbered = dataframe.withColumn(ROW_COLUMN, F.monotonically_increasing_id()).persist()
+        partition = F.shiftright(self._numbered[ROW_COLUMN], _ROW_BITS).alias("partition")
+        counts = sorted((int(row[0]), int(row[1])) for row in self._numbered.groupBy(partition).count().collect())
+        self.partitions = [index for index, _ in counts]
+        self.starts = list(itertools.accumulate((rows for _, rows in counts), initial=0))
+        """The DataFrame row (0-based, in the DataFrame's order) each partition starts at; the
+        last entry is the number of rows."""
+        self.row_bytes = sum(_field_bytes(field.type) for field in self.schema)
+        """Arrow bytes of a row by the schema (sizes a reader's first piece; later ones go by the pieces read)."""
 
-    def read(self, partition: int) -> pa.Table:
-        """Partition ``partition`` of the DataFrame (a Spark job over that partition only)."""
+    @property
+    def total(self) -> int:
+        return self.starts[-1]
+
+    def read(self, start: int, rows: int) -> pa.Table:
+        """Up to ``rows`` rows from DataFrame row ``start`` on, within one partition (a piece
+        ends with its partition)."""
         from pyspark.serializers import NoOpSerializer
         from pyspark.util import _load_from_socket
+        index = bisect.bisect_right(self.starts, start) - 1
+        partition, offset = self.partitions[index], start - self.starts[index]
+        wanted = min(rows, self.starts[index + 1] - start)
+        first = (partition << _ROW_BITS) + offset
+        column = self._numbered[ROW_COLUMN]
+        piece = self._numbered.where((column >= first) & (column < first + wanted)).drop(ROW_COLUMN)
         context = self._context
-        served = context._jvm.PythonRDD.runJob(context._jsc.sc(), self._batches, [partition])
+        served = context._jvm.PythonRDD.runJob(context._jsc.sc(), piece._jdf.toArrowBatchRdd().toJavaRDD(),
+                                               [partition])
         with _load_from_socket(served, NoOpSerializer()) as stream:
             batches = [pa.ipc.read_record_batch(pa.py_buffer(blob), self.schema) for blob in stream]
-        return pa.Table.from_batches(batches, self.schema)
+        table = pa.Table.from_batches(batches, self.schema)
+        if table.num_rows != wanted:
+            raise SlipstreamError(f"from_spark: rows {start}..{start + wanted - 1} of the DataFrame gave "
+                                  f"{table.num_rows} rows read again, {wanted} when counted; from_spark needs a "
+                                  "deterministic DataFrame (cache or checkpoint a non-deterministic one first)")
+        return table
+
+    def release(self) -> None:
+        """Free the cached DataFrame in Spark."""
+        self._numbered.unpersist(blocking=False)
+
+
+def _field_bytes(kind: pa.DataType) -> float:
+    """Arrow bytes of one value of ``kind``: its width and validity bit; 32 for a value of no fixed width."""
+    try:
+        return kind.bit_width / 8 + 1 / 8
+    except ValueError:
+        return 32.0
 
 
 class _TableReader(SourceReader):
@@ -208,55 +303,114 @@ class _TableReader(SourceReader):
         self._position = None if position is None else int(position)
 
 
-class _PartitionReader(SourceReader):
-    """One subtask's contiguous range of a DataFrame's partitions, read one partition at a time.
+_Piece = tuple[int, int, "pa.Table | None"]
+"""A fetched piece: the DataFrame row it starts at, the end of the reader's range, its rows
+(None: the range was read)."""
 
-    Its position is ``(partition, rows of it already emitted)``.
+
+class _PieceReader(SourceReader):
+    """One subtask's contiguous range of a DataFrame's rows, fetched a piece ahead in a thread.
+
+    The range is the subtask's slice of the DataFrame's rows in order (partition by
+    partition), so the subtasks' ranges in order are the DataFrame's order. The reader holds
+    the piece it emits and the one being fetched, each at most half its buffer (the source's
+    ``buffer_bytes``, within the reader's share of managed memory): a piece's rows are that
+    half over the most bytes per row a piece had (the schema's estimate for the first). A
+    poll never waits for Spark: while a piece is fetched it finds nothing, and the fetch's
+    end wakes the task. The position is the DataFrame row of the next record to emit.
     """
 
     def __init__(self, source: SparkSource, subtask_index: int, parallelism: int) -> None:
         self._source = source
         self._subtask = subtask_index
         self._parallelism = parallelism
-        self._partition: int | None = None
-        self._offset = 0
-        self._end = 0
+        self._position: int | None = None
+        self._end: int | None = None
         self._table: pa.Table | None = None
+        self._table_start = 0  # the DataFrame row of the piece's first row
+        self._offset = 0
+        self._row_bytes: float | None = None
+        self._half = source.buffer_bytes // 2
+        self._pending: Future[_Piece] | None = None
+        self._fetcher: ThreadPoolExecutor | None = None
+        self._notify: Callable[[], None] = lambda: None
+        self._report: Callable[[int], None] = lambda used: None
 
     def open(self, context: SourceReaderContext) -> None:
-        """Nothing yet: the first poll plans the DataFrame."""
+        """Start planning the DataFrame and fetching the first piece."""
+        self._notify, self._report = context.notify_available, context.report_memory
+        if context.read_buffer_bytes is not None:
+            self._half = max(1, min(self._source.buffer_bytes, context.read_buffer_bytes) // 2)
+        self._source.acquire()
+        self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="Spark Source reader")
+        self._fetch(self._position)
+
+    def _fetch(self, start: int | None) -> None:
+        """Fetch the piece at DataFrame row ``start`` (None: the range's first) in the thread."""
+        assert self._fetcher is not None  # made in open
+        pending = self._fetcher.submit(self._piece, start, self._row_bytes)
+        pending.add_done_callback(lambda _: self._notify())
+        self._pending = pending
+
+    def _piece(self, start: int | None, row_bytes: float | None) -> _Piece:
+        """In the fetching thread: ``(start, end of the range, the piece or None past the end)``."""
+        pieces = self._source.pieces()
+        begin, end = slice_bounds(pieces.total, self._subtask, self._parallelism)
+        start = begin if start is None else start
+        if start >= end:
+            return start, end, None
+        rows = max(1, int(self._half // max(1.0, row_bytes or pieces.row_bytes)))
+        return start, end, self._source.finish(pieces.read(start, min(rows, end - start)))
 
     def poll(self, max_records: int) -> ArrowSourceBatch | _Signal:
-        partitions = self._source.partitions()
-        assert partitions is not None  # this reader is made only for classic pyspark (create_reader)
-        start, self._end = slice_bounds(partitions.count, self._subtask, self._parallelism)
-        if self._partition is None:
-            self._partition, self._offset = start, 0
-        while True:
-            if self._partition >= self._end:
+        while self._table is None or self._offset >= self._table.num_rows:
+            if self._position is not None and self._end is not None and self._position >= self._end:
                 return END_OF_INPUT
-            if self._table is None:
-                self._table = self._source.finish(partitions.read(self._partition))
-            if self._offset < self._table.num_rows:
-                break
-            self._partition, self._offset, self._table = self._partition + 1, 0, None
+            if self._pending is None or not self._pending.done():
+                return NOTHING_AVAILABLE
+            self._take(*self._pending.result())  # raises what the fetch raised
         length = min(self._source.batch_size, self._table.num_rows - self._offset)
         chunk = self._table.slice(self._offset, length).combine_chunks()
         self._offset += length
+        self._position = self._offset + self._table_start
         batches = chunk.to_batches()
         data = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches)
         stamp = self._source.timestamp
         return ArrowSourceBatch(data, None if stamp is None else [stamp] * length)
 
-    def snapshot_position(self) -> tuple[int, int] | None:
-        return None if self._partition is None else (self._partition, self._offset)
+    def _take(self, start: int, end: int, table: pa.Table | None) -> None:
+        """Emit from the fetched piece from now on, and fetch the next one."""
+        self._position, self._end, self._pending = start, end, None
+        self._table, self._offset, self._table_start = table, 0, start
+        self._report(0 if table is None else table.nbytes)
+        if table is None:
+            return
+        if table.num_rows:
+            self._row_bytes = max(self._row_bytes or 0.0, table.nbytes / table.num_rows)
+        if start + table.num_rows < end:
+            self._fetch(start + table.num_rows)
+
+    def records_remaining(self) -> int | None:
+        """The rows of this subtask's range not yet emitted; None until the DataFrame is planned."""
+        position, end = self._position, self._end
+        return None if position is None or end is None else max(0, end - position)
+
+    def snapshot_position(self) -> int | None:
+        return self._position
 
     def restore_position(self, position: Any) -> None:
-        self._table = None
-        if position is None:
-            self._partition, self._offset = None, 0
-        else:
-            self._partition, self._offset = int(position[0]), int(position[1])
+        if position is not None and (isinstance(position, bool) or not isinstance(position, int)):
+            raise SourceRestoreError(f"Spark Source: a position is the DataFrame row to read next, got {position!r}")
+        self._position, self._table, self._end = position, None, None
+
+    def close(self) -> None:
+        """Stop fetching (waiting for a Spark job under way) and free the DataFrame cached in Spark."""
+        if self._fetcher is None:
+            return
+        self._fetcher.shutdown(wait=True, cancel_futures=True)
+        self._fetcher, self._pending, self._table = None, None, None
+        self._report(0)
+        self._source.release()
 
 
 # -- out -----------------------------------------------------------------------------------------

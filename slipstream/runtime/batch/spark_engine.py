@@ -20,7 +20,9 @@ pyspark is imported only here and only when the engine is used: the rest of slip
 imports without it. Needs ``pip install 'slipstream[spark]'`` (pyspark >= 4.0, for
 ``toArrow``, Arrow input to ``createDataFrame`` and ``cogroup().applyInArrow``) and Java 17.
 Functions given to the co-group methods, and the records they see, are pickled to Spark's
-workers: on a cluster, slipstream must be installed where the executors run Python.
+workers: on a cluster, slipstream must be installed where the executors run Python. Before
+the first such function is sent, one small job checks that the workers' interpreter imports
+slipstream, pyarrow and polars (:func:`check_python_workers`), and says what to do if not.
 
 Examples:
     >>> engine = SparkBatchEngine(master="local[2]")  # doctest: +SKIP
@@ -84,6 +86,48 @@ def start_session(master: str | None = None, app_name: str = "slipstream", **con
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+_WORKERS_CHECKED: set[str] = set()
+"""The Python interpreters of Spark's workers found able to run slipstream's functions."""
+
+
+def check_python_workers(session: Any) -> None:
+    """Fail with what to do when Spark's Python workers cannot import what slipstream's functions
+    need there (slipstream, pyarrow, polars): one small job per worker interpreter, before the
+    first function is sent, instead of a worker's traceback in the middle of the job."""
+    # a Spark Connect session has no SparkContext here: its server chose the workers' interpreter
+    executable = session.sparkContext.pythonExec if hasattr(session, "_jsc") else "the Connect server's python"
+    if executable in _WORKERS_CHECKED:
+        return
+
+    def missing_modules(batches: Any) -> Any:  # nested: pickled by value, needs nothing of slipstream
+        missing = []
+        for name in ("slipstream", "pyarrow", "polars"):
+            try:
+                __import__(name)
+            except ImportError as error:
+                missing.append(f"{name} ({error})")
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"missing": ["; ".join(missing)]})
+
+    try:
+        found = session.range(1).mapInArrow(missing_modules, "missing string").toArrow()
+    except Exception as exc:
+        raise SlipstreamError(_workers_advice(executable, f"a worker failed: {str(exc).strip()[:500]}")) from exc
+    missing = found.column("missing")[0].as_py()
+    if missing:
+        raise SlipstreamError(_workers_advice(executable, f"it cannot import {missing}"))
+    _WORKERS_CHECKED.add(executable)
+
+
+def _workers_advice(executable: str, problem: str) -> str:
+    return (f"Spark's Python workers cannot run slipstream's functions: they run {executable!r} "
+            f"(PYSPARK_PYTHON when the SparkContext started) and {problem}. Set PYSPARK_PYTHON to an "
+            f"interpreter with slipstream installed (this driver runs {sys.executable!r}) before the "
+            "SparkSession starts (slipstream's start_session does), or install 'slipstream[spark]' where "
+            "the executors run (on a cluster: spark.pyspark.python)")
 
 
 class SparkBatchEngine:
@@ -249,6 +293,7 @@ class SparkBatchEngine:
                      bucket_column: str = BUCKET_COLUMN) -> list[Any]:
         """Run ``run_bucket`` per bucket of both frames in Spark; the buckets' results in bucket
         order, or the first failure raised as a :class:`CoGroupFunctionError`."""
+        check_python_workers(self.session)
         left, right = frames
         grouped = left.groupBy(bucket_column).cogroup(right.groupBy(bucket_column))
         try:

@@ -12,9 +12,11 @@ result order is engine-chosen anyway.
 
 In BATCH mode, a built-in keyed aggregation (``key_by(field).sum/min/max/min_by/max_by(field)``,
 key and field given as names or positions of the DataFrame's columns) directly after a
-``from_spark`` source is folded the same way into :class:`SparkAggregateSource`: Spark
-groups the DataFrame by the key and only one record per key comes back — what the
-operator emits in BATCH mode (Flink's BATCH semantics: one final value per key). "The
+``from_spark`` source is folded the same way into :class:`SparkAggregateSource`, **on either
+batch engine**: the data is in Spark already, and the polars engine would pull every row
+through the driver to keep one per key, so the planner runs this operator on Spark and
+``explain()`` says so and why. Spark groups the DataFrame by the key and only one record
+per key comes back — what the operator emits in BATCH mode (Flink's BATCH semantics: one final value per key). "The
 key's first record", whose other fields ``sum``/``min``/``max`` keep and which
 ``min_by``/``max_by`` return on ties, is defined by **the DataFrame's order**
 (``monotonically_increasing_id``: partition by partition, row by row), the order in which
@@ -97,10 +99,10 @@ class SparkCoGroupSource(TableSource):
 
 class SparkAggregateSource(SparkSource):
     """A built-in keyed aggregation of a Spark DataFrame in BATCH mode: one record per key,
-    computed in Spark and read partition by partition (see the module docstring)."""
+    computed in Spark and read in pieces (see the module docstring)."""
 
     def __init__(self, result: Any, name: str, kind: str, key: str, field: str, field_type: pa.DataType,
-                 columns: list[str]) -> None:
+                 columns: list[str], engine: str = "spark") -> None:
         super().__init__(result)
         self.name = name
         self.kind = kind
@@ -112,6 +114,9 @@ class SparkAggregateSource(SparkSource):
                 if kind in ("sum", "min", "max") else "one record per key, the first on ties")
         self.spark_plan = (f"from_spark -> key_by({key!r}).{kind}({field!r}) (BATCH: {rule}, "
                            "in the DataFrame's order)")
+        if engine != "spark":
+            self.spark_plan += (f"; on Spark, not the {engine} batch engine: the rows stay in Spark and one "
+                                "record per key comes back, instead of every row through the driver")
 
     def default_name(self) -> str:
         return self.name
@@ -189,7 +194,8 @@ def _aggregate_query(frame: Any, kind: str, key: str, field: str) -> Any:
     return grouped.select(*selected, F.col(ERROR_COLUMN))
 
 
-def _fold_aggregation(node: StreamNode, mode: RuntimeExecutionMode | None) -> SparkAggregateSource | None:
+def _fold_aggregation(node: StreamNode, mode: RuntimeExecutionMode | None,
+                      engine: str) -> SparkAggregateSource | None:
     """The folded source for a built-in keyed aggregation straight after from_spark, or None
     (with a note for ``explain()`` when only the types or the mode prevent it)."""
     transformation = node.transformation
@@ -219,7 +225,7 @@ def _fold_aggregation(node: StreamNode, mode: RuntimeExecutionMode | None) -> Sp
         return None
     from pyspark.sql.pandas.types import to_arrow_type
     return SparkAggregateSource(_aggregate_query(frame, kind, key, column), transformation.name, kind, key,
-                                column, to_arrow_type(types[column]), list(frame.columns))
+                                column, to_arrow_type(types[column]), list(frame.columns), engine)
 
 
 def _spark_input(node: Any) -> Any:
@@ -233,15 +239,16 @@ def _spark_input(node: Any) -> Any:
 
 
 def plan_spark_queries(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
-    """Pass: fold ``from_spark`` x2 -> vectorised EndOfStreamWindows co_group, and (the graph's
-    mode BATCH) ``from_spark`` -> built-in keyed aggregation, into one Spark query each."""
+    """Pass: fold (the graph's mode BATCH, on either engine) ``from_spark`` -> built-in keyed
+    aggregation, and (the Spark engine) ``from_spark`` x2 -> vectorised EndOfStreamWindows
+    co_group, into one Spark query each."""
     options = spec.runtime_options
     mode = graph.mode
-    if options.batch_engine != "spark" or not options.backlog_sorting:
+    if not options.backlog_sorting or not isinstance(options.batch_engine, str):
         return graph
     removed: set[int] = set()
     for node in list(graph.nodes):
-        folded = _fold_aggregation(node, mode)
+        folded = _fold_aggregation(node, mode, options.batch_engine)
         if folded is None:
             continue
         transformation = node.transformation
@@ -252,7 +259,7 @@ def plan_spark_queries(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
             source=folded, watermark_strategy=None)
         node.in_edges = []
     for node in list(graph.nodes):
-        if id(node) in removed:
+        if id(node) in removed or options.batch_engine != "spark":
             continue
         transformation = node.transformation
         if not isinstance(transformation, CoGroupTransformation) or not transformation.vectorized:
