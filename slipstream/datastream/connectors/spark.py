@@ -194,13 +194,13 @@ class SparkSource(TableSource):
 
 
 class _SparkPieces:
-    """A classic DataFrame read in pieces: ranges of rows of one partition, one Spark job each.
+    """A classic DataFrame read in pieces: ranges of its rows, one Spark job each.
 
     Planning numbers the rows (:data:`ROW_COLUMN`), caches the numbered DataFrame in Spark
     (executors' memory and disk, not the driver's) and counts each partition's rows in one job.
     A piece is a filter of the cached DataFrame on a range of row numbers, which skips the
-    cached batches outside the range by their statistics, run as a job over its partition
-    only; its batches are the JVM's Arrow batches (``Dataset.toArrowBatchRdd``, what
+    cached batches outside the range by their statistics, run as one job over the partitions
+    it spans only; its batches are the JVM's Arrow batches (``Dataset.toArrowBatchRdd``, what
     ``toArrow`` collects), read with the schema ``toArrow`` gives. So a shuffle in the
     DataFrame's plan runs once, a piece costs about its own rows, and the driver (JVM and
     Python) holds what one piece holds.
@@ -229,19 +229,21 @@ class _SparkPieces:
         return self.starts[-1]
 
     def read(self, start: int, rows: int) -> pa.Table:
-        """Up to ``rows`` rows from DataFrame row ``start`` on, within one partition (a piece
-        ends with its partition)."""
+        """``rows`` rows from DataFrame row ``start`` on (as many as there are), in one Spark job
+        over the partitions they are in: row numbers grow in the DataFrame's order, so the rows
+        are one range of them."""
         from pyspark.serializers import NoOpSerializer
         from pyspark.util import _load_from_socket
-        index = bisect.bisect_right(self.starts, start) - 1
-        partition, offset = self.partitions[index], start - self.starts[index]
-        wanted = min(rows, self.starts[index + 1] - start)
-        first = (partition << _ROW_BITS) + offset
+        stop = min(start + rows, self.total)
+        wanted = stop - start
+        first, last = (bisect.bisect_right(self.starts, row) - 1 for row in (start, stop - 1))
+        low = (self.partitions[first] << _ROW_BITS) + start - self.starts[first]
+        high = (self.partitions[last] << _ROW_BITS) + stop - self.starts[last]
         column = self._numbered[ROW_COLUMN]
-        piece = self._numbered.where((column >= first) & (column < first + wanted)).drop(ROW_COLUMN)
+        piece = self._numbered.where((column >= low) & (column < high)).drop(ROW_COLUMN)
         context = self._context
         served = context._jvm.PythonRDD.runJob(context._jsc.sc(), piece._jdf.toArrowBatchRdd().toJavaRDD(),
-                                               [partition])
+                                               self.partitions[first:last + 1])
         with _load_from_socket(served, NoOpSerializer()) as stream:
             batches = [pa.ipc.read_record_batch(pa.py_buffer(blob), self.schema) for blob in stream]
         table = pa.Table.from_batches(batches, self.schema)
