@@ -26,34 +26,11 @@ import platform
 import time
 from typing import Any
 
+from cogroup_spark import CountingSink
+
 from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
-from slipstream.datastream.connectors.base import Sink, SinkWriter
 
 KEYS = 100_000
-
-
-class CountingSink(Sink):
-    """Counts records; columnar batches are counted without building rows."""
-
-    def __init__(self) -> None:
-        self.count = [0]
-
-    def default_name(self) -> str:
-        return "Count"
-
-    def create_writer(self) -> SinkWriter:
-        return _CountingWriter(self.count)
-
-
-class _CountingWriter(SinkWriter):
-    def __init__(self, count: list[int]) -> None:
-        self._count = count
-
-    def write(self, values: list, timestamps: list | None) -> None:
-        self._count[0] += len(values)
-
-    def write_arrow(self, batch: Any, timestamps: list | None) -> None:
-        self._count[0] += batch.num_rows
 
 
 def keep_all(row: Any) -> bool:
