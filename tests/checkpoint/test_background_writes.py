@@ -58,18 +58,23 @@ def test_the_job_goes_on_while_a_checkpoint_is_written(tmp_path) -> None:
 
 
 class FailOnceAfterACheckpoint:
-    """Raises once, on a record seen after a checkpoint completed (its manifest is in place)."""
+    """Raises once, on a record seen after a checkpoint completed (its manifest is in place).
+
+    Past ``after`` records with no checkpoint complete yet, each record waits a millisecond, so a
+    loaded machine's slow background writer still finishes one before the input runs out."""
 
     def __init__(self, root: str, after: int) -> None:
         self.directory, self.after, self.seen, self.failed = os.path.join(root, "chk"), after, 0, False
 
     def __call__(self, value: int) -> None:
         self.seen += 1
-        if not self.failed and self.seen >= self.after and self.seen % 50 == 0 and any(
-                os.path.exists(os.path.join(self.directory, name, "_manifest.json"))
-                for name in os.listdir(self.directory)):
+        if self.failed or self.seen < self.after:
+            return
+        if any(os.path.exists(os.path.join(self.directory, name, "_manifest.json"))
+               for name in os.listdir(self.directory)):
             self.failed = True
             raise RuntimeError(f"injected failure at {value}")
+        time.sleep(0.001)
 
 
 @pytest.mark.parametrize("kind,n", [("counts", 30_000), ("union", 30_000), ("windows", 30_000)])
