@@ -214,6 +214,25 @@ class StreamExecutionEnvironment:
                                                (("master", master), ("session", session)) if value is not None}
         return self
 
+    def set_runner(self, runner: Any = "embedded") -> StreamExecutionEnvironment:
+        """Choose who runs the job: ``"embedded"`` (the default: this process), ``"spark"`` (one
+        Spark Structured Streaming query on the active SparkSession, see
+        :mod:`slipstream.spark_runner`), or a runner object such as ``SparkRunner(...)``.
+        ``explain()`` shows the chosen runner's plan; what a runner cannot run is refused when
+        the job is planned, naming the operator.
+
+        Examples:
+            >>> env = StreamExecutionEnvironment.get_execution_environment().set_runner("spark")
+        """
+        if isinstance(runner, str):
+            if runner not in ("embedded", "spark"):
+                raise InvalidProgramError(f"set_runner expects 'embedded', 'spark' or a runner, got {runner!r}")
+        elif not (hasattr(runner, "execute") and hasattr(runner, "explain")):
+            raise InvalidProgramError(f"set_runner expects 'embedded', 'spark' or a runner (with execute and "
+                                      f"explain), got {runner!r}")
+        self.runtime_options.runner = runner
+        return self
+
     def get_batch_engine(self) -> str:
         """The name of the batch engine chosen with :meth:`set_batch_engine` ("polars" by default)."""
         return self.runtime_options.batch_engine_name
@@ -436,8 +455,12 @@ class StreamExecutionEnvironment:
         return DataStream(self, transformation)
 
     # -- execution -------------------------------------------------------------------------------
-    def execute(self, job_name: str | None = None, restore_from: str | None = None) -> JobExecutionResult:
+    def execute(self, job_name: str | None = None, restore_from: str | None = None, *,
+                runner: Any = None) -> JobExecutionResult:
         """Run the job to its end (bounded sources) and return its result.
+
+        ``runner`` runs this job on another runner than :meth:`set_runner` chose (a
+        ``SparkRunner``, or "spark" / "embedded").
 
         ``restore_from`` resumes from a checkpoint: ``"latest"`` (the newest complete one in
         the checkpoint storage directory, or a fresh start when there is none) or the path of a
@@ -445,6 +468,8 @@ class StreamExecutionEnvironment:
         variable is read, so the same script restarts from the command line.
         """
         from slipstream.runtime import entry
+        if runner is not None:
+            self.set_runner(runner)
         context = current_context()
         if context is not None:
             return context.execute(self, job_name, restore_from)

@@ -87,6 +87,9 @@ class RuntimeOptions:
     workers: int = 1
     heartbeat_interval_ms: int = 100
     heartbeat_timeout_ms: int = 50_000
+    # who runs the job: "embedded" (this process), "spark" (slipstream.spark_runner on the active
+    # SparkSession), or a runner object with execute(spec, restore_from) and explain(spec)
+    runner: Any = "embedded"
 
     @property
     def batch_engine_name(self) -> str:

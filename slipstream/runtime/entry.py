@@ -23,23 +23,56 @@ if TYPE_CHECKING:
     from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
 
 
+def other_runner(spec: JobSpec) -> Any:
+    """The runner object ``spec`` names when it is not the embedded runtime, else None."""
+    runner = spec.runtime_options.runner
+    if runner == "embedded":
+        return None
+    if runner == "spark":
+        from slipstream.spark_runner import SparkRunner
+        options = spec.runtime_options.engine_options
+        return SparkRunner(options.get("session"), master=options.get("master"))
+    return runner
+
+
+def _embedded_only(spec: JobSpec, what: str) -> None:
+    runner = other_runner(spec)
+    if runner is not None:
+        raise InvalidProgramError(f"{what} runs on the embedded runtime; the job's runner is {runner!r}: "
+                                  "run it with execute()")
+
+
 def execute(spec: JobSpec, restore_from: str | None = None) -> JobExecutionResult:
-    """Plan and run the job to its end (``env.execute``)."""
+    """Plan and run the job to its end (``env.execute``), on the runner the spec names."""
+    runner = other_runner(spec)
+    if runner is not None:
+        result: JobExecutionResult = runner.execute(spec, restore_from)
+        return result
     return JobDriver(spec, restore_from).run()
 
 
 def execute_async(spec: JobSpec, restore_from: str | None = None) -> JobClient:
     """Plan the job, start it on a thread of its own and return its client (``env.execute_async``)."""
+    _embedded_only(spec, "execute_async")
     return submit_job(JobDriver(spec, restore_from))
 
 
 def execute_and_collect(spec: JobSpec, sink: CollectSink) -> CloseableIterator[Any]:
     """Plan the job and return an iterator over ``sink``'s records that runs it as they are pulled."""
+    _embedded_only(spec, "execute_and_collect")
     return collect_job(spec, sink)
 
 
 def explain(spec: JobSpec, format: str = "text") -> str:
-    """The job's plan as ``format`` (see :mod:`slipstream.runtime.plan_formats`)."""
+    """The job's plan as ``format`` (see :mod:`slipstream.runtime.plan_formats`); on another
+    runner, that runner's plan as text."""
+    runner = other_runner(spec)
+    if runner is not None:
+        if format != "text":
+            raise InvalidProgramError(f"the {getattr(runner, 'name', 'other')} runner's plan is text only, "
+                                      f"got format {format!r}")
+        text: str = runner.explain(spec)
+        return text
     if format not in FORMATS:
         raise InvalidProgramError(f"explain's format must be one of {', '.join(FORMATS)}, got {format!r}")
     return render_plan(plan_job(spec), format)

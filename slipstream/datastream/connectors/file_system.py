@@ -155,6 +155,15 @@ class FileSource(Source):
         self._discovery_interval_ms = discovery_interval_ms
         self._bad_record_output = bad_record_output
 
+    @property
+    def paths(self) -> list[str]:
+        """The paths read (normalised): what another runner reads too."""
+        return list(self._paths)
+
+    @property
+    def reader_format(self) -> ReaderFormat:
+        return self._format
+
     def get_bad_record_output(self) -> OutputTag | None:
         """The side output that records which do not parse go to, or None when they fail the job."""
         return self._bad_record_output
@@ -537,6 +546,15 @@ class FileSink(Sink):
 
     def is_transactional(self) -> bool:
         return True
+
+    @property
+    def base_path(self) -> str:
+        return self._base_path
+
+    @property
+    def encoder(self) -> Encoder | None:
+        """The row format's encoder, None with a bulk format."""
+        return self._encoder
 
     @staticmethod
     def for_row_format(base_path: str, encoder: Encoder) -> RowFormatBuilder:

@@ -85,10 +85,10 @@ class IteratorSource(Source):
             raise InvalidProgramError(
                 f"IteratorSource reads one iterator and runs with parallelism 1, got parallelism {parallelism}")
         if self._bounded:
-            return _InlineIteratorReader(self._start_iteration)
-        return _ThreadedIteratorReader(self._start_iteration)
+            return _InlineIteratorReader(self.start_iteration)
+        return _ThreadedIteratorReader(self.start_iteration)
 
-    def _start_iteration(self, skip: int) -> Iterator:
+    def start_iteration(self, skip: int) -> Iterator:
         """A fresh iterator positioned after the first ``skip`` records."""
         if self._factory is not None:
             iterable = self._factory()

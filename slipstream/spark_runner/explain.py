@@ -1,0 +1,112 @@
+"""``explain()`` on the Spark runner: which operator runs where, the query, the state schema, the trigger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slipstream.spark_runner.plan import (
+    ChainNode,
+    CoGroupBatchNode,
+    FeedNode,
+    FileStreamNode,
+    FrameSourceNode,
+    KeyedNode,
+    SideOutputNode,
+    SinkNode,
+    SparkPlan,
+    state_descriptors,
+)
+from slipstream.spark_runner.records import KEYED_DDL, RECORD_DDL
+
+STATE_SCHEMAS = {
+    "value": "value state, value binary (pickled)",
+    "list": "list state, elements value binary (pickled)",
+    "map": "map state, key binary -> value binary (pickled)",
+    "reducing": "value state holding the reduced value, value binary (pickled)",
+    "aggregating": "value state holding the accumulator, value binary (pickled)",
+}
+
+
+def state_schema(node: KeyedNode) -> list[str]:
+    """The Spark state variables of a keyed node, one line each, found by opening a copy of its
+    function on a recording context (a function whose ``open`` does more says so instead)."""
+    try:
+        descriptors = state_descriptors(node.transformation)
+    except Exception as exc:  # the plan is still shown: only its state names are unknown
+        return [f"(named when the function opens: opening a copy failed with {type(exc).__name__}: {exc})"]
+    lines = [f"'{d.name}': {STATE_SCHEMAS.get(getattr(d, 'kind', ''), type(d).__name__)}"
+             + (f", TTL {d.ttl_config.ttl_millis} ms" if getattr(d, "ttl_config", None) else "")
+             for d in descriptors]
+    return lines or ["(no keyed state)"]
+
+
+def describe(node: Any) -> list[str]:
+    """The lines of one plan node."""
+    if isinstance(node, FileStreamNode):
+        bounded = "bounded: the files present at start" if node.bounded else "watched for new files"
+        return [f"source '{node.transformation.name}': Spark file stream source (binaryFile, recursive) over "
+                f"{node.directory}, {bounded}; each file read by {type(node.reader_format).__name__} in the "
+                f"Python workers (mapInArrow) -> {RECORD_DDL}"]
+    if isinstance(node, FeedNode):
+        return [f"source '{node.transformation.name}': read by a thread of the driver into Arrow files beside the "
+                "checkpoint, which a Spark file stream source watches; a restart resumes the iteration after the "
+                "records written"]
+    if isinstance(node, FrameSourceNode):
+        return [f"batch source '{node.transformation.name}': {node.transformation.source.default_name()} as a Spark "
+                "DataFrame"]
+    if isinstance(node, CoGroupBatchNode):
+        return [f"batch: '{node.transformation.name}' as one Spark query: groupBy(bucket).cogroup(...)"
+                f".applyInArrow on {node.keys[0]!r} = {node.keys[1]!r}, the vectorised function per bucket of keys"]
+    if isinstance(node, ChainNode):
+        lines = []
+        if node.steps or node.key_selector is not None:
+            names = [f"'{t.name}'" for t in node.steps]
+            if node.key_selector is not None:
+                names.append(f"key of '{node.key_operator}'")
+            schema = KEYED_DDL if node.key_selector is not None else RECORD_DDL
+            lines.append(f"mapInArrow: {' -> '.join(names)} -> {schema}")
+        if node.watermark_delay_ms is not None:
+            lines.append(f"withWatermark(et, {node.watermark_delay_ms} ms) after '{node.watermark_operator}': "
+                         f"Spark's watermark (newest - delay) is Flink's (newest - bound - 1)")
+        return lines
+    if isinstance(node, KeyedNode):
+        t = node.transformation
+        uid = f" (uid '{t.uid}')" if t.uid else ""
+        inputs = " + ".join(f"input {index + 1}" for index, _ in node.streams)
+        union = f" over the union of {inputs} (an input column tells them apart)" if len(node.streams) > 1 else ""
+        lines = [f"groupBy(key).transformWithState: '{t.name}'{uid}{union}, timeMode {node.time_mode}, "
+                 f"outputMode Append -> {RECORD_DDL}"]
+        if node.initial is not None:
+            lines.append(f"    initial state: input {node.initial[0] + 1} (bounded), run as Spark batch above, its "
+                         "records per key through the function before the stream")
+        return [*lines, *(f"    state {line}" for line in state_schema(node))]
+    if isinstance(node, SideOutputNode):
+        return [f"filter: side output '{node.tag}' ('{node.transformation.name}'), the rows tagged so"]
+    if isinstance(node, SinkNode):
+        sink = node.transformation.sink
+        how = (f"Spark's file sink (text) at {sink.base_path}, exactly-once (its log commits each micro-batch)"
+               if node.file_sink else "foreachBatch calling the sink's writer on the driver (at-least-once "
+                                      "across restarts)")
+        return [f"sink '{node.transformation.name}': {how}"]
+    return [repr(node)]
+
+
+def explain_plan(plan: SparkPlan) -> str:
+    """The plan as text (see the module docstring)."""
+    if plan.bounded:
+        trigger = "availableNow (the input present at start, then the query stops)"
+    elif plan.trigger_ms is not None:
+        trigger = f"processingTime {plan.trigger_ms} ms (the checkpoint interval)"
+    else:
+        trigger = "default (a micro-batch as soon as the last one ends; no checkpoint interval set)"
+    if plan.end_of_input:
+        trigger += "; then once more over an end-of-input marker alone, whose watermark fires the timers left"
+    location = plan.checkpoint_location or "a temporary directory (a restart starts afresh)"
+    lines = [f"Spark plan of '{plan.job_name}' (runner: spark)",
+             "  query 1: Spark Structured Streaming",
+             f"    trigger: {trigger}",
+             f"    checkpointLocation: {location}",
+             f"    shuffle partitions (keyed parallelism): {plan.parallelism}"]
+    for node in plan.nodes():
+        lines.extend(f"    {line}" for line in describe(node))
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""The Spark DataFrames of a :class:`SparkPlan`: streaming for the stream, batch for a backlog.
+
+Each plan node becomes DataFrame operations (see :mod:`.plan` for what maps to what). A node
+under a keyed operator's initial state is built as a batch DataFrame: the same functions on
+``session.read`` instead of ``session.readStream``, so a backlog runs as Spark batch work and
+its result reaches the stream's stateful operator as Spark's initial state, never the driver.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from slipstream.datastream.columnar import rows_from_arrow
+from slipstream.datastream.time import MAX_TIMESTAMP
+from slipstream.errors import SlipstreamError, UserFunctionError
+from slipstream.operators.batch_engine import KEY_COLUMN, run_co_group_vectorized
+from slipstream.spark_runner.plan import (
+    ChainNode,
+    CoGroupBatchNode,
+    FeedNode,
+    FileStreamNode,
+    FrameSourceNode,
+    KeyedNode,
+    SideOutputNode,
+    SparkPlan,
+)
+from slipstream.spark_runner.records import (
+    EVENT_TIME_COLUMN,
+    KEY,
+    KEYED_DDL,
+    ORDER,
+    RECORD_DDL,
+    RECORD_SCHEMA,
+    TAG,
+    TIMESTAMP,
+    VALUE,
+    Chain,
+    FileReading,
+    Rows,
+    detached,
+    end_of_input,
+    file_order,
+)
+
+BUCKET = "__slipstream_bucket"
+BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
+INPUT = "input"
+
+
+def end_of_input_directory(checkpoint_location: str) -> str:
+    """Where a bounded event-time job's end-of-input marker file lies: beside the query's checkpoint."""
+    return os.path.join(checkpoint_location, "end-of-input")
+
+
+def write_end_of_input(checkpoint_location: str) -> None:
+    """The end-of-input marker file (once: a restarted query has read it, or reads it now)."""
+    directory = end_of_input_directory(checkpoint_location)
+    os.makedirs(directory, exist_ok=True)
+    marker = os.path.join(directory, "end")
+    if not os.path.exists(marker):
+        hidden = os.path.join(directory, ".end.tmp")  # Spark lists no hidden file
+        with open(hidden, "w") as file:
+            file.write("end of input\n")
+        os.replace(hidden, marker)
+
+
+def feed_directory(checkpoint_location: str, node: FeedNode) -> str:
+    """Where the driver writes an unbounded IteratorSource's records for Spark to read."""
+    return os.path.join(checkpoint_location, "feeds", str(node.transformation.id))
+
+
+class FrameRecords:
+    """A columnar DataFrame's rows as records (named rows, as the embedded readers make them)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, batches: Any) -> Any:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        index = 0
+        for batch in batches:
+            rows = Rows()
+            for row in rows_from_arrow(batch):
+                rows.add(row, None, file_order(self.name, partition, index))
+                index += 1
+            yield rows.batch()
+
+
+class CoGroupBucket:
+    """One bucket of keys of a backlog co-group in a Spark worker: the vectorised function over
+    both inputs' rows, its result as records stamped with the window's end (``MAX_TIMESTAMP``)."""
+
+    def __init__(self, node: CoGroupBatchNode) -> None:
+        self.function = node.transformation.function.co_group
+        self.name = node.transformation.name
+
+    def __call__(self, left: pa.Table, right: pa.Table) -> pa.Table:
+        bucket = (left if left.num_rows else right).column(BUCKET)[0].as_py()
+        tables = [table.drop_columns([BUCKET]).append_column(
+            KEY_COLUMN, pa.repeat(pa.scalar(bucket, pa.int64()), table.num_rows)) for table in (left, right)]
+        result, error = run_co_group_vectorized(tables[0], tables[1], self.function, KEY_COLUMN)
+        if error is not None:
+            raise UserFunctionError(self.name, 0, 1, f"key bucket {bucket}", error.cause,
+                                    what="the Spark query's") from error.cause
+        if result is None:
+            return RECORD_SCHEMA.empty_table()
+        rows = Rows()
+        for index, row in enumerate(rows_from_arrow(result)):
+            rows.add(row, MAX_TIMESTAMP, file_order(self.name, bucket, index))
+        return pa.Table.from_batches([rows.batch()])
+
+
+class FrameBuilder:
+    """Builds the DataFrame of each plan node on ``session`` (see the module docstring)."""
+
+    def __init__(self, session: Any, plan: SparkPlan, checkpoint_location: str,
+                 max_files_per_trigger: int | None = None) -> None:
+        self.session = session
+        self.max_files_per_trigger = max_files_per_trigger
+        self.plan = plan
+        self.checkpoint_location = checkpoint_location
+
+    def records(self, node: Any, batch: bool = False) -> Any:
+        """The DataFrame of ``node``'s records (the record schema, keyed after a key selector)."""
+        if isinstance(node, FileStreamNode):
+            frame = self.files(node.directory, batch).mapInArrow(
+                FileReading(node.reader_format, node.transformation.name), RECORD_DDL)
+            if self.plan.end_of_input and not batch:
+                marker = self.files(end_of_input_directory(self.checkpoint_location), batch)
+                frame = frame.union(marker.mapInArrow(end_of_input, RECORD_DDL))
+            return frame
+        if isinstance(node, FeedNode):
+            from slipstream.spark_runner.feed import read_feed
+            return self.files(feed_directory(self.checkpoint_location, node), batch).mapInArrow(read_feed, RECORD_DDL)
+        if isinstance(node, FrameSourceNode):
+            return self.columns(node).mapInArrow(FrameRecords(node.transformation.name), RECORD_DDL)
+        if isinstance(node, CoGroupBatchNode):
+            return self.co_group(node)
+        if isinstance(node, ChainNode):
+            return self.chain(node, batch)
+        if isinstance(node, SideOutputNode):
+            from pyspark.sql import functions as F
+            return self.records(node.input, batch).filter(F.col(TAG) == node.tag) \
+                .withColumn(TAG, F.lit(None).cast("string"))
+        if isinstance(node, KeyedNode):
+            return self.keyed(node)
+        raise SlipstreamError(f"no Spark translation for plan node {node!r}")  # the planner makes only these
+
+    def files(self, directory: str, batch: bool) -> Any:
+        """The paths of the files in ``directory``: Spark's file (stream) source, recursive."""
+        reader = self.session.read if batch else self.session.readStream
+        reader = reader.format("binaryFile").option("recursiveFileLookup", "true").schema(BINARY_FILE_SCHEMA)
+        if self.max_files_per_trigger is not None and not batch:
+            reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
+        return reader.load(directory).select("path")
+
+    def columns(self, node: FrameSourceNode) -> Any:
+        """A columnar bounded source as a batch DataFrame of its own columns."""
+        from slipstream.datastream.connectors.arrow import ArrowSource
+        from slipstream.datastream.connectors.file_system import FileSource
+        from slipstream.datastream.connectors.spark import SparkSource, spark_compatible
+        source = node.transformation.source
+        if isinstance(source, SparkSource):
+            return source.dataframe
+        if isinstance(source, ArrowSource):
+            return self.session.createDataFrame(spark_compatible(source.table))
+        assert isinstance(source, FileSource)
+        return self.session.read.parquet(*source.paths)
+
+    def co_group(self, node: CoGroupBatchNode) -> Any:
+        from pyspark.sql import functions as F
+        buckets = self.plan.parallelism
+        first, second = (self.columns(side).withColumn(BUCKET, F.pmod(F.hash(F.col(key)), F.lit(buckets)))
+                         for side, key in zip((node.first, node.second), node.keys))
+        bucket = CoGroupBucket(node)
+
+        def run(left: pa.Table, right: pa.Table) -> pa.Table:  # a function: Spark counts its arguments
+            return bucket(left, right)
+        return first.groupBy(BUCKET).cogroup(second.groupBy(BUCKET)).applyInArrow(run, RECORD_DDL)
+
+    def chain(self, node: ChainNode, batch: bool) -> Any:
+        from pyspark.sql import functions as F
+        plan = self.plan
+        frame = self.records(node.input, batch)
+        if node.steps or node.key_selector is not None:
+            chain = Chain([detached(step) for step in node.steps], node.key_selector, node.key_operator,
+                          plan.parallelism, plan.job_parameters)
+            frame = frame.mapInArrow(chain, KEYED_DDL if node.key_selector is not None else RECORD_DDL)
+        if node.watermark_delay_ms is not None and not batch:
+            frame = frame.withColumn(EVENT_TIME_COLUMN, F.timestamp_millis(F.col(TIMESTAMP))) \
+                .withWatermark(EVENT_TIME_COLUMN, f"{node.watermark_delay_ms} milliseconds")
+        return frame
+
+    def keyed(self, node: KeyedNode) -> Any:
+        from pyspark.sql import functions as F
+
+        from slipstream.spark_runner.keyed import KeyedFunctionProcessor
+        frames = [self.records(chain).filter(F.col(TAG).isNull())
+                  .select(VALUE, TIMESTAMP, ORDER, KEY, F.lit(index).alias(INPUT)) for index, chain in node.streams]
+        frame = frames[0]
+        for other in frames[1:]:
+            frame = frame.union(other)
+        initial = None
+        if node.initial is not None:
+            index, chain = node.initial
+            records = F.struct(F.col(VALUE).alias(VALUE), F.col(TIMESTAMP).alias(TIMESTAMP), F.col(ORDER).alias(ORDER))
+            initial = self.records(chain, batch=True).filter(F.col(TAG).isNull()).groupBy(KEY) \
+                .agg(F.collect_list(records).alias("records")).withColumn(INPUT, F.lit(index)).groupBy(KEY)
+        processor = KeyedFunctionProcessor(detached(node.transformation), node.time_mode, self.plan.parallelism,
+                                           self.plan.job_parameters)
+        return frame.groupBy(KEY).transformWithState(processor, RECORD_DDL, "Append", node.time_mode,
+                                                     initialState=initial)

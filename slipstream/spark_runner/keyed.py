@@ -1,0 +1,379 @@
+"""A ``KeyedProcessFunction`` as Spark's row-based ``StatefulProcessor`` (``transformWithState``).
+
+The function's state descriptors become state variables of Spark's handle, each holding
+pickled values: a ``ValueState`` one ``value binary``, a ``ListState`` a list of them, a
+``MapState`` a map from ``key binary`` to ``value binary``; ``ReducingState`` and
+``AggregatingState`` are a value state holding the reduced value or the accumulator. Timers
+are the handle's timers, in the one time domain Spark gives the operator: event time when a
+watermark reaches it, else processing time (a timer of the other domain fails, naming the
+operator). Within a micro-batch a key's records are processed in the order they were read
+(the ``ord`` column), then its due timers fire; outputs keep the record's timestamp, a
+timer's outputs the timer's (event time). State TTL maps onto Spark's where Spark has the
+same rule (Flink's ``OnCreateAndWrite`` with ``NeverReturnExpired``: an entry expires its TTL
+after its last write, in processing time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
+
+from pyspark.sql import Row
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from slipstream.datastream.functions import KeyedProcessFunction, TimeDomain, TimerService
+from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.state import (
+    AggregatingState,
+    ListState,
+    MapState,
+    ReducingState,
+    StateDescriptor,
+    StateTtlConfig,
+    ValueState,
+)
+from slipstream.datastream.time import MIN_TIMESTAMP
+from slipstream.datastream.transformations import CoProcessTransformation, Transformation
+from slipstream.errors import SlipstreamError, UserFunctionError
+from slipstream.spark_runner.plan import EVENT_TIME, PROCESSING_TIME
+from slipstream.spark_runner.records import (
+    ORDER,
+    TIMESTAMP,
+    VALUE,
+    SparkRuntimeContext,
+    child_order,
+    dumps,
+    loads,
+    split_results,
+)
+
+VALUE_SCHEMA, KEY_SCHEMA = "value binary", "key binary"
+TIMER_ORDER = b"\xff"  # a timer's outputs sort after every record's of the same batch
+
+
+class SparkValueState(ValueState[Any]):
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def value(self) -> Any:
+        return loads(self._state.get()[0]) if self._state.exists() else None
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self._state.clear()
+        else:
+            self._state.update((dumps(value),))
+
+    def clear(self) -> None:
+        self._state.clear()
+
+
+class SparkListState(ListState[Any]):
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def get(self) -> list[Any]:
+        return [loads(row[0]) for row in self._state.get()] if self._state.exists() else []
+
+    def add(self, value: Any) -> None:
+        self._state.appendValue((dumps(value),))
+
+    def update(self, values: list[Any]) -> None:
+        if values:
+            self._state.put([(dumps(value),) for value in values])
+        else:
+            self._state.clear()
+
+    def add_all(self, values: list[Any]) -> None:
+        if values:
+            self._state.appendList([(dumps(value),) for value in values])
+
+    def clear(self) -> None:
+        self._state.clear()
+
+
+class SparkMapState(MapState[Any, Any]):
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def get(self, key: Any) -> Any:
+        found = self._state.getValue((dumps(key),)) if self._state.exists() else None
+        return None if found is None else loads(found[0])
+
+    def contains(self, key: Any) -> bool:
+        return bool(self._state.exists() and self._state.containsKey((dumps(key),)))
+
+    def put(self, key: Any, value: Any) -> None:
+        self._state.updateValue((dumps(key),), (dumps(value),))
+
+    def put_all(self, dict_value: dict[Any, Any]) -> None:
+        for key, value in dict_value.items():
+            self.put(key, value)
+
+    def remove(self, key: Any) -> None:
+        if self.contains(key):
+            self._state.removeKey((dumps(key),))
+
+    def items(self) -> list[tuple[Any, Any]]:
+        if not self._state.exists():
+            return []
+        return [(loads(key[0]), loads(value[0])) for key, value in self._state.iterator()]
+
+    def keys(self) -> list[Any]:
+        return [key for key, _ in self.items()]
+
+    def values(self) -> list[Any]:
+        return [value for _, value in self.items()]
+
+    def is_empty(self) -> bool:
+        return not self._state.exists()
+
+    def clear(self) -> None:
+        self._state.clear()
+
+
+class SparkReducingState(ReducingState[Any]):
+    """The reduced value in one Spark value state."""
+
+    def __init__(self, state: Any, reduce_function: Any) -> None:
+        self._value = SparkValueState(state)
+        self._reduce = reduce_function.reduce
+
+    def get(self) -> Any:
+        return self._value.value()
+
+    def add(self, value: Any) -> None:
+        current = self._value.value()
+        self._value.update(value if current is None else self._reduce(current, value))
+
+    def clear(self) -> None:
+        self._value.clear()
+
+
+class SparkAggregatingState(AggregatingState[Any, Any]):
+    """The accumulator in one Spark value state."""
+
+    def __init__(self, state: Any, agg_function: Any) -> None:
+        self._accumulator = SparkValueState(state)
+        self._function = agg_function
+
+    def get(self) -> Any:
+        accumulator = self._accumulator.value()
+        return None if accumulator is None else self._function.get_result(accumulator)
+
+    def add(self, value: Any) -> None:
+        accumulator = self._accumulator.value()
+        if accumulator is None:
+            accumulator = self._function.create_accumulator()
+        self._accumulator.update(self._function.add(value, accumulator))
+
+    def clear(self) -> None:
+        self._accumulator.clear()
+
+
+class KeyedRuntimeContext(SparkRuntimeContext):
+    """The keyed stage's runtime context: state descriptors become the Spark handle's state variables."""
+
+    def __init__(self, name: str, parallelism: int, job_parameters: dict[str, str],
+                 handle: StatefulProcessorHandle, time_mode: str) -> None:
+        super().__init__(name, parallelism, job_parameters)
+        self._handle = handle
+        self._time_mode = time_mode
+
+    def _ttl(self, descriptor: StateDescriptor[Any]) -> int | None:
+        config = descriptor.ttl_config
+        if config is None:
+            return None
+        same_rule = (config.update_type is StateTtlConfig.UpdateType.OnCreateAndWrite
+                     and config.visibility is StateTtlConfig.StateVisibility.NeverReturnExpired)
+        if not same_rule or self._time_mode == EVENT_TIME:
+            raise SlipstreamError(
+                f"operator '{self._name}': state '{descriptor.name}' has a TTL Spark cannot keep exactly: Spark "
+                "expires an entry its TTL after its last write, never returning it after, and not in an "
+                "event-time operator (update_ttl_on_create_and_write, never_return_expired, no "
+                "watermark before the operator); got "
+                f"{config.update_type.name}/{config.visibility.name} in {self._time_mode.lower()}")
+        return config.ttl_millis
+
+    def get_state(self, state_descriptor: Any) -> SparkValueState:
+        return SparkValueState(self._value_variable(state_descriptor))
+
+    def get_list_state(self, state_descriptor: Any) -> SparkListState:
+        return SparkListState(self._handle.getListState(state_descriptor.name, VALUE_SCHEMA,
+                                                        self._ttl(state_descriptor)))
+
+    def get_map_state(self, state_descriptor: Any) -> SparkMapState:
+        return SparkMapState(self._handle.getMapState(state_descriptor.name, KEY_SCHEMA, VALUE_SCHEMA,
+                                                      self._ttl(state_descriptor)))
+
+    def get_reducing_state(self, state_descriptor: Any) -> SparkReducingState:
+        return SparkReducingState(self._value_variable(state_descriptor), state_descriptor.reduce_function)
+
+    def get_aggregating_state(self, state_descriptor: Any) -> SparkAggregatingState:
+        return SparkAggregatingState(self._value_variable(state_descriptor), state_descriptor.agg_function)
+
+    def _value_variable(self, descriptor: StateDescriptor[Any]) -> Any:
+        return self._handle.getValueState(descriptor.name, VALUE_SCHEMA, self._ttl(descriptor))
+
+
+class SparkTimerService(TimerService):
+    """The Spark handle's timers, in the operator's one time domain, and the batch's clocks."""
+
+    def __init__(self, name: str, handle: StatefulProcessorHandle, time_mode: str) -> None:
+        self._name = name
+        self._handle = handle
+        self._time_mode = time_mode
+        self.values: TimerValues | None = None
+
+    def current_processing_time(self) -> int:
+        assert self.values is not None
+        return self.values.getCurrentProcessingTimeInMs()
+
+    def current_watermark(self) -> int:
+        watermark = self.values.getCurrentWatermarkInMs() if self.values is not None else -1
+        return watermark if self._time_mode == EVENT_TIME and watermark >= 0 else MIN_TIMESTAMP
+
+    def _in(self, mode: str, what: str) -> None:
+        if self._time_mode != mode:
+            raise SlipstreamError(
+                f"operator '{self._name}': {what} on the Spark runner needs a {mode.lower()} operator, and this one "
+                f"runs in {self._time_mode.lower()} time mode: Spark gives an operator one time domain (event "
+                "time when a watermark strategy comes before it, else processing time when its function "
+                "has an on_timer, else none)")
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self._in(EVENT_TIME, "an event-time timer")
+        self._handle.registerTimer(timestamp)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._in(PROCESSING_TIME, "a processing-time timer")
+        self._handle.registerTimer(timestamp)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self._in(EVENT_TIME, "deleting an event-time timer")
+        self._handle.deleteTimer(timestamp)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self._in(PROCESSING_TIME, "deleting a processing-time timer")
+        self._handle.deleteTimer(timestamp)
+
+
+class KeyedContext(KeyedProcessFunction.OnTimerContext):
+    """The context a keyed process function gets per record and per timer."""
+
+    def __init__(self, timers: SparkTimerService) -> None:
+        self._timers = timers
+        self.key: Any = None
+        self.current_timestamp: int | None = None
+        self.domain = TimeDomain.EVENT_TIME
+        self.side: list[tuple[OutputTag, Any]] = []
+
+    def timestamp(self) -> int | None:
+        return self.current_timestamp
+
+    def timer_service(self) -> TimerService:
+        return self._timers
+
+    def get_current_key(self) -> Any:
+        return self.key
+
+    def time_domain(self) -> TimeDomain:
+        return self.domain
+
+    def output(self, output_tag: OutputTag, value: Any) -> None:
+        if not isinstance(output_tag, OutputTag):
+            raise TypeError(f"ctx.output expects an OutputTag, got {output_tag!r}")
+        self.side.append((output_tag, value))
+
+    def is_backlog(self) -> bool:
+        return False
+
+
+class KeyedFunctionProcessor(StatefulProcessor):
+    """Runs a keyed process function (or keyed co-process function, whose input the ``input``
+    column says) on Spark's handle (see the module docstring). The initial state, the records of
+    a bounded input run before the stream, goes through the function's method for that input."""
+
+    def __init__(self, transformation: Transformation, time_mode: str, parallelism: int,
+                 job_parameters: dict[str, str]) -> None:
+        self.transformation = transformation
+        self.time_mode = time_mode
+        self.parallelism = parallelism
+        self.job_parameters = job_parameters
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        name = self.transformation.name
+        self.function = cast(Any, self.transformation).function
+        two_inputs = isinstance(self.transformation, CoProcessTransformation)
+        self.methods = [self.function.process_element1, self.function.process_element2] if two_inputs \
+            else [self.function.process_element]
+        self.timers = SparkTimerService(name, handle, self.time_mode)
+        self.context = KeyedContext(self.timers)
+        self.function.open(KeyedRuntimeContext(name, self.parallelism, self.job_parameters, handle, self.time_mode))
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Row]:
+        self._at(key, timerValues)
+        for row in sorted(rows, key=lambda r: (r.ord, r.input)):
+            if row.value is not None:  # None: the end of input, which only moves the watermark
+                yield from self._rows(self._process(row.input, row.value, row.ts), row.ord)
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: TimerValues) -> None:
+        self._at(key, timerValues)
+        for entry in sorted(initialState.records, key=lambda r: r[ORDER]):  # structs come as dicts
+            outputs = self._process(initialState.input, entry[VALUE], entry[TIMESTAMP])
+            if outputs:
+                raise SlipstreamError(
+                    f"operator '{self.transformation.name}' emitted {outputs[0][0]!r} while its bounded input "
+                    f"{initialState.input + 1} became Spark's initial state for key {self.context.key!r}: "
+                    "Spark's initial state cannot emit; run the job on the embedded runtime")
+
+    def _process(self, index: int, data: bytes, timestamp: int | None) -> list[tuple[Any, int | None, str | None]]:
+        """Input ``index``'s record (pickled) through the function; what it emits."""
+        context = self.context
+        context.current_timestamp = timestamp
+        value = loads(data)
+        try:
+            return split_results(self.methods[index](value, context), timestamp, context.side)
+        except Exception as exc:
+            raise self._failure(exc, value, "record") from exc
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+        self._at(key, timerValues)
+        context = self.context
+        timestamp = expiredTimerInfo.getExpiryTimeInMs()
+        event_time = self.time_mode == EVENT_TIME
+        context.domain = TimeDomain.EVENT_TIME if event_time else TimeDomain.PROCESSING_TIME
+        context.current_timestamp = timestamp if event_time else None
+        try:
+            outputs = split_results(self.function.on_timer(timestamp, context), context.current_timestamp,
+                                    context.side)
+        except Exception as exc:
+            raise self._failure(exc, timestamp, f"the timer of key {context.key!r} at") from exc
+        finally:
+            context.domain = TimeDomain.EVENT_TIME
+        yield from self._rows(outputs, TIMER_ORDER + timestamp.to_bytes(8, "big", signed=True))
+
+    def close(self) -> None:
+        self.function.close()
+
+    def _at(self, key: Any, timer_values: TimerValues) -> None:
+        self.context.key = loads(key[0])
+        self.timers.values = timer_values
+
+    def _failure(self, exc: Exception, record: Any, what: str) -> Exception:
+        """What a failure of the user's function is raised as: slipstream's own errors as they are,
+        anything else naming the operator and the record (or timer)."""
+        if isinstance(exc, SlipstreamError):
+            return exc
+        return UserFunctionError(self.transformation.name, 0, 1, record, exc, uid=self.transformation.uid, what=what)
+
+    @staticmethod
+    def _rows(outputs: Iterable[tuple[Any, int | None, str | None]], order: bytes) -> Iterator[Row]:
+        for index, (value, timestamp, tag) in enumerate(outputs):
+            yield Row(value=dumps(value), ts=timestamp, ord=child_order(order, index), tag=tag)

@@ -1,0 +1,286 @@
+"""The jobs the Spark runner's tests run on both runners, their input, and oracles in plain Python.
+
+A module of its own: Spark's Python workers import the functions from here by name, and the
+kill test's driver process (``spark_runner_driver.py``) builds the same jobs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from slipstream.datastream import (
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    OutputTag,
+    ProcessFunction,
+    StreamExecutionEnvironment,
+    ValueStateDescriptor,
+)
+from slipstream.datastream.connectors.file_system import FileSink, FileSource
+from slipstream.datastream.formats.base import Encoder, StreamFormat
+from slipstream.datastream.time import Duration
+from slipstream.datastream.watermark_strategy import WatermarkStrategy
+
+KEYS = ["a", "b", "c", "d", "e"]
+BOUND_MS = 5
+TIMER_DELAY_MS = 10
+BIG = OutputTag("big")
+
+
+def event_lines(file_index: int, per_file: int = 40) -> list[str]:
+    """``key,ts,amount`` lines: timestamps rise across files, at most BOUND_MS out of order."""
+    lines = []
+    for i in range(per_file):
+        n = file_index * per_file + i
+        ts = n * 3 + (n * 7) % BOUND_MS  # never more than BOUND_MS behind the newest
+        lines.append(f"{KEYS[(n * 7) % len(KEYS)]},{ts},{(n * 13) % 50}")
+    return lines
+
+
+def write_input(directory: Path, files: range, per_file: int = 40) -> None:
+    """Input files ``part-NNN.txt``, each written under a hidden name and moved in whole."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for index in files:
+        hidden = directory / f".part-{index:03d}.txt.tmp"
+        hidden.write_text("\n".join(event_lines(index, per_file)) + "\n")
+        os.replace(hidden, directory / f"part-{index:03d}.txt")
+
+
+def parse(line: str) -> tuple[str, int, int]:
+    key, ts, amount = line.split(",")
+    return key, int(ts), int(amount)
+
+
+def event_time(event: tuple[str, int, int], record_timestamp: int) -> int:
+    return event[1]
+
+
+def key_of(event: tuple[str, int, int]) -> str:
+    return event[0]
+
+
+def shown(value: Any) -> str:
+    return repr(value)
+
+
+class Tracker(KeyedProcessFunction):
+    """Per key: a running count (value state), the last three amounts (list state), counts per
+    amount bucket (map state); an event-time timer TIMER_DELAY_MS after each record."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+        self.recent = runtime_context.get_list_state(ListStateDescriptor("recent"))
+        self.buckets = runtime_context.get_map_state(MapStateDescriptor("buckets"))
+
+    def process_element(self, event: tuple[str, int, int], ctx: Any) -> Iterator[Any]:
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        recent = [*self.recent.get(), event[2]][-3:]
+        self.recent.update(recent)
+        bucket = event[2] // 10
+        self.buckets.put(bucket, (self.buckets.get(bucket) or 0) + 1)
+        ctx.timer_service().register_event_time_timer(event[1] + TIMER_DELAY_MS)
+        yield ("in", ctx.get_current_key(), ctx.timestamp(), count, tuple(recent),
+               tuple(sorted(self.buckets.items())))
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterator[Any]:
+        yield ("timer", ctx.get_current_key(), timestamp)
+
+
+class SplitBig(ProcessFunction):
+    """Amounts of 40 and more to the side output ``big``; the rest on."""
+
+    def process_element(self, event: tuple[str, int, int], ctx: Any) -> Iterator[Any]:
+        if event[2] >= 40:
+            ctx.output(BIG, event)
+        else:
+            yield event
+
+
+def add_amounts(a: tuple[str, int, int], b: tuple[str, int, int]) -> tuple[str, int, int]:
+    return a[0], max(a[1], b[1]), a[2] + b[2]
+
+
+def source(env: StreamExecutionEnvironment, directory: Path, watched: bool = False) -> Any:
+    builder = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(directory))
+    if watched:
+        builder = builder.monitor_continuously(Duration.of_millis(100))
+    return env.from_source(builder.build(), None, "events")
+
+
+def text_sink(directory: Path) -> FileSink:
+    return FileSink.for_row_format(str(directory), Encoder.simple_string_encoder()).build()
+
+
+def build(env: StreamExecutionEnvironment, kind: str, input_dir: Path, output: Any, watched: bool = False) -> None:
+    """One job of ``kind`` from ``input_dir`` to ``output`` (a directory for a FileSink, or a callable)."""
+    events = source(env, input_dir, watched).map(parse).name("parse")
+    if kind == "stateless":
+        stream = events.filter(lambda e: e[2] % 3 != 0).flat_map(lambda e: [e, (e[0].upper(), e[1], -e[2])]) \
+            .map(shown).name("show")
+    elif kind == "keyed":
+        strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(BOUND_MS)) \
+            .with_timestamp_assigner(event_time)
+        stream = events.assign_timestamps_and_watermarks(strategy).key_by(key_of) \
+            .process(Tracker()).name("tracker").uid("tracker").map(shown)
+    elif kind == "reduce":
+        stream = events.key_by(key_of).reduce(add_amounts).name("totals").map(shown)
+    elif kind == "side_output":
+        stream = events.process(SplitBig()).name("split").get_side_output(BIG).map(shown)
+    else:
+        raise ValueError(kind)
+    if callable(output):
+        stream.add_sink(output).name("collect")
+    else:
+        stream.sink_to(text_sink(output)).name("files")
+
+
+def oracle(kind: str, files: range, per_file: int = 40) -> list[str]:
+    """What ``kind`` writes for ``files``, computed in plain Python (sorted lines)."""
+    events = [parse(line) for index in files for line in event_lines(index, per_file)]
+    if kind == "stateless":
+        out = [repr(x) for e in events if e[2] % 3 != 0 for x in (e, (e[0].upper(), e[1], -e[2]))]
+    elif kind == "keyed":
+        out = []
+        counts: dict[str, int] = defaultdict(int)
+        recent: dict[str, list[int]] = defaultdict(list)
+        buckets: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        timers = set()
+        for key, ts, amount in events:
+            counts[key] += 1
+            recent[key] = (recent[key] + [amount])[-3:]
+            buckets[key][amount // 10] += 1
+            timers.add((key, ts + TIMER_DELAY_MS))
+            out.append(repr(("in", key, ts, counts[key], tuple(recent[key]), tuple(sorted(buckets[key].items())))))
+        out += [repr(("timer", key, ts)) for key, ts in timers]
+    elif kind == "reduce":
+        out, totals = [], {}
+        for e in events:
+            totals[e[0]] = e if e[0] not in totals else add_amounts(totals[e[0]], e)
+            out.append(repr(totals[e[0]]))
+    else:
+        out = [repr(e) for e in events if e[2] >= 40]
+    return sorted(out)
+
+
+def committed_lines(directory: Path) -> list[str]:
+    """The lines of the visible part files under ``directory`` (sorted), as a reader sees them:
+    names starting with ``.`` or ``_`` (in-progress parts, Spark's sink log) are not output."""
+    lines: list[str] = []
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not any(part.startswith((".", "_")) for part in path.relative_to(directory).parts):
+            lines.extend(line for line in path.read_text().splitlines() if line)
+    return sorted(lines)
+
+
+def spark_committed_lines(directory: Path) -> list[str]:
+    """The lines of the files Spark's file sink committed under ``directory`` (sorted): the ones
+    its log (``_spark_metadata``) lists; a micro-batch cut short by a kill leaves files it never lists."""
+    import json
+    from urllib.parse import unquote, urlparse
+    committed: set[str] = set()
+    for log in sorted((directory / "_spark_metadata").iterdir()):
+        if log.name.startswith(".") or log.suffix == ".tmp":
+            continue
+        for line in log.read_text().splitlines()[1:]:  # the first line is the log's version
+            entry = json.loads(line)
+            path = unquote(urlparse(entry["path"]).path)
+            if entry["action"] == "add":
+                committed.add(path)
+            else:
+                committed.discard(path)
+    return sorted(line for path in committed for line in Path(path).read_text().splitlines() if line)
+
+
+# -- a bootstrap then a stream: a co_group backlog as a keyed co-process's initial state ------------
+USERS = 50
+
+
+def history_table() -> Any:
+    import pyarrow as pa
+    rows = range(600)
+    return pa.table({"user_id": [(n * 7) % (USERS - 5) for n in rows], "amount": [float(n % 37) for n in rows]})
+
+
+def users_table() -> Any:
+    import pyarrow as pa
+    return pa.table({"user_id": list(range(USERS)), "limit": [100.0 + 10 * u for u in range(USERS)]})
+
+
+def profiles(first: Any, second: Any) -> Any:
+    import polars as pl
+    stats = first.group_by("user_id").agg(pl.len().alias("txns"), pl.col("amount").mean().alias("average"))
+    return second.join(stats, on="user_id", how="left").with_columns(pl.col("txns").fill_null(0),
+                                                                     pl.col("average").fill_null(0.0))
+
+
+def live(count: int = 300) -> Iterator[dict[str, Any]]:
+    for n in range(count):
+        yield {"txn": n, "user_id": (n * 11) % USERS, "amount": float((n * 17) % 90)}
+
+
+def live_source() -> Iterator[dict[str, Any]]:
+    return live()
+
+
+class Score(KeyedCoProcessFunction):
+    """Live transactions (input 1) scored against their user's profile (input 2, the backlog)."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.profile = runtime_context.get_state(ValueStateDescriptor("profile"))
+        self.waiting = runtime_context.get_list_state(ListStateDescriptor("waiting"))
+
+    def process_element1(self, txn: dict[str, Any], ctx: Any) -> Iterator[Any]:
+        profile = self.profile.value()
+        if profile is None:
+            self.waiting.add(txn)
+        else:
+            yield self.score(txn, profile)
+
+    def process_element2(self, profile: Any, ctx: Any) -> Iterator[Any]:
+        self.profile.update(profile)
+        for txn in self.waiting.get():
+            yield self.score(txn, profile)
+        self.waiting.clear()
+
+    @staticmethod
+    def score(txn: dict[str, Any], profile: Any) -> str:
+        return repr((txn["txn"], txn["user_id"], profile.txns, round(profile.average, 6),
+                     txn["amount"] > profile.limit / 4))
+
+
+def bootstrap_job(env: StreamExecutionEnvironment, directory: Path, output: Any) -> None:
+    import pyarrow.parquet as pq
+
+    from slipstream.datastream.connectors.arrow import ArrowSource
+    from slipstream.datastream.connectors.iterator import IteratorSource
+    from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
+    from slipstream.datastream.window import EndOfStreamWindows
+    directory.mkdir(parents=True, exist_ok=True)
+    pq.write_table(history_table(), directory / "history.parquet")
+    history = env.from_source(FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(),
+                                                              str(directory / "history.parquet")).build(),
+                              None, "history")
+    users = env.from_source(ArrowSource(users_table()), None, "users")
+    user_profiles = history.co_group(users).where("user_id").equal_to("user_id") \
+        .window(EndOfStreamWindows.get()).apply(profiles, vectorized=True).name("profiles")
+    transactions = env.from_source(IteratorSource(live_source, bounded=False), None, "live")
+    transactions.connect(user_profiles).key_by(lambda t: t["user_id"], lambda p: p.user_id) \
+        .process(Score()).name("score").uid("score").add_sink(output)
+
+
+def bootstrap_oracle() -> list[str]:
+    history = history_table().to_pylist()
+    out = []
+    for txn in live():
+        mine = [h["amount"] for h in history if h["user_id"] == txn["user_id"]]
+        average = sum(mine) / len(mine) if mine else 0.0
+        out.append(repr((txn["txn"], txn["user_id"], len(mine), round(average, 6),
+                         txn["amount"] > (100.0 + 10 * txn["user_id"]) / 4)))
+    return sorted(out)

@@ -1,0 +1,180 @@
+"""The Spark runner: each job kind it accepts commits the same output as the embedded runtime
+(and as a plain-Python oracle) on local[2]; what it cannot run is refused at planning, naming
+the operator; ``explain()`` shows the Spark plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import spark_runner_jobs as jobs
+
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream.time import Time
+from slipstream.datastream.window import TumblingEventTimeWindows
+from slipstream.errors import JobExecutionError
+from slipstream.spark_runner import SparkPlanningError, SparkRunner
+
+FILES = range(3)
+
+
+def run_embedded(kind: str, input_dir: Path, output: Path) -> list[str]:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    jobs.build(env, kind, input_dir, output)
+    env.execute(f"{kind} embedded")
+    return jobs.committed_lines(output)
+
+
+def run_spark(spark: Any, kind: str, input_dir: Path, output: Path, location: Path) -> list[str]:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(location)))
+    jobs.build(env, kind, input_dir, output)
+    env.execute(f"{kind} on spark")
+    return jobs.spark_committed_lines(output)
+
+
+@pytest.mark.parametrize("kind", ["stateless", "keyed", "reduce", "side_output"])
+def test_a_job_commits_what_the_embedded_runtime_commits(spark: Any, tmp_path: Path, kind: str) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    expected = jobs.oracle(kind, FILES)
+    assert run_embedded(kind, tmp_path / "in", tmp_path / "embedded") == expected
+    assert run_spark(spark, kind, tmp_path / "in", tmp_path / "spark", tmp_path / "checkpoint") == expected
+
+
+def test_a_callable_sink_gets_every_record_on_the_driver(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    got: list[str] = []
+    env = StreamExecutionEnvironment.get_execution_environment()
+    jobs.build(env, "keyed", tmp_path / "in", got.append)
+    env.execute("collect", runner=SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    assert sorted(got) == jobs.oracle("keyed", FILES)
+
+
+def test_a_second_run_on_the_same_checkpoint_reads_only_new_files(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", range(2))
+    runner = SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint"), available_now=True)
+    for files in (range(2), range(2, 4)):
+        jobs.write_input(tmp_path / "in", files)
+        env = StreamExecutionEnvironment.get_execution_environment()
+        jobs.build(env, "reduce", tmp_path / "in", tmp_path / "out", watched=True)
+        env.execute("twice", runner=runner)
+    assert jobs.spark_committed_lines(tmp_path / "out") == jobs.oracle("reduce", range(4))
+
+
+def test_explain_shows_the_query_the_state_schema_and_the_trigger(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.enable_checkpointing(500)
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    jobs.build(env, "keyed", tmp_path / "in", tmp_path / "out", watched=True)
+    plan = env.explain()
+    assert "trigger: processingTime 500 ms" in plan
+    assert f"checkpointLocation: {tmp_path / 'checkpoint'}" in plan
+    assert f"withWatermark(et, {jobs.BOUND_MS + 1} ms)" in plan
+    assert "groupBy(key).transformWithState: 'tracker' (uid 'tracker'), timeMode EventTime" in plan
+    for line in ("state 'count': value state", "state 'recent': list state", "state 'buckets': map state"):
+        assert line in plan
+    assert "Spark's file sink (text)" in plan
+
+
+def refused(spark: Any, env: StreamExecutionEnvironment) -> str:
+    env.set_runner(SparkRunner(spark))
+    with pytest.raises(SparkPlanningError) as caught:
+        env.explain()
+    return str(caught.value)
+
+
+def test_a_window_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    jobs.source(env, tmp_path / "in").map(jobs.parse).key_by(jobs.key_of) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(10))).reduce(jobs.add_amounts).name("sums") \
+        .sink_to(jobs.text_sink(tmp_path / "out"))
+    message = refused(spark, env)
+    assert "operator 'sums'" in message and "windows run on the embedded runtime" in message
+
+
+def test_a_loop_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    numbers = jobs.source(env, tmp_path / "in").map(len)
+
+    def halve(stream: Any) -> Any:
+        smaller = stream.map(lambda n: n // 2)
+        return smaller.filter(lambda n: n > 0), smaller.filter(lambda n: n == 0)
+
+    numbers.iterate(halve).sink_to(jobs.text_sink(tmp_path / "out"))
+    assert "a Spark Structured Streaming query is acyclic" in refused(spark, env)
+
+
+def test_a_source_spark_cannot_watch_is_refused(spark: Any, tmp_path: Path) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1, 2, 3]).map(str).sink_to(jobs.text_sink(tmp_path / "out"))
+    message = refused(spark, env)
+    assert "cannot run operator 'Source: Collection Source'" in message or "Collection" in message
+    assert "reads a FileSource's directory" in message
+
+
+def test_a_job_with_two_sinks_is_refused(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    lines = jobs.source(env, tmp_path / "in")
+    lines.sink_to(jobs.text_sink(tmp_path / "a"))
+    lines.sink_to(jobs.text_sink(tmp_path / "b"))
+    assert "one sink" in refused(spark, env)
+
+
+def test_a_co_group_backlog_becomes_the_initial_state_of_the_stream(spark: Any, tmp_path: Path) -> None:
+    """The flagship's shape: a vectorised co_group of Parquet history and an Arrow table runs as
+    Spark batch, its profiles the keyed co-process's initial state; live records come from an
+    unbounded IteratorSource through the driver's feed files."""
+    embedded: list[str] = []
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    jobs.bootstrap_job(env, tmp_path / "embedded", embedded.append)
+    env.execute("bootstrap embedded")
+    on_spark: list[str] = []
+    env = StreamExecutionEnvironment.get_execution_environment()
+    jobs.bootstrap_job(env, tmp_path / "spark", on_spark.append)
+    env.execute("bootstrap on spark", runner=SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    assert sorted(embedded) == jobs.bootstrap_oracle()
+    assert sorted(on_spark) == jobs.bootstrap_oracle()
+
+
+def fail_on_key_c(event: tuple[str, int, int]) -> tuple[str, int, int]:
+    if event[0] == "c" and event[1] > 50:
+        raise ValueError("no c after 50")
+    return event
+
+
+def test_a_failing_function_fails_the_job_naming_the_operator_and_the_record(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", range(1))
+    env = StreamExecutionEnvironment.get_execution_environment()
+    jobs.source(env, tmp_path / "in").map(jobs.parse).map(fail_on_key_c).name("checked").map(jobs.shown) \
+        .sink_to(jobs.text_sink(tmp_path / "out"))
+    with pytest.raises(JobExecutionError) as caught:
+        env.execute("failing", runner=SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    message = str(caught.value)
+    assert "operator 'checked'" in message and "('c', " in message and "no c after 50" in message
+
+
+def test_every_transformation_kind_is_translated_or_refused_with_a_reason() -> None:
+    import importlib
+    import pkgutil
+
+    import slipstream
+    from slipstream.datastream.transformations import Transformation
+    from slipstream.spark_runner.plan import REFUSED, TRANSLATED
+    for module in pkgutil.walk_packages(slipstream.__path__, "slipstream."):
+        if ".runtime" not in module.name and ".spark_runner" not in module.name:
+            importlib.import_module(module.name)
+    kinds, todo = set(), [Transformation]
+    while todo:
+        for kind in todo.pop().__subclasses__():
+            kinds.add(kind)
+            todo.append(kind)
+    missing = [kind.__name__ for kind in kinds
+               if kind.__module__.startswith("slipstream.") and not issubclass(kind, (*TRANSLATED, *REFUSED))]
+    assert not missing, f"kinds the Spark runner neither translates nor refuses: {missing}"
