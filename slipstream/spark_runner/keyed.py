@@ -27,7 +27,6 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from slipstream.datastream.functions import KeyedProcessFunction, TimeDomain, TimerService
-from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.state import (
     AggregatingState,
     ListState,
@@ -45,6 +44,7 @@ from slipstream.spark_runner.records import (
     ORDER,
     TIMESTAMP,
     VALUE,
+    RecordContext,
     SparkRuntimeContext,
     child_order,
     dumps,
@@ -263,18 +263,14 @@ class SparkTimerService(TimerService):
         self._handle.deleteTimer(timestamp)
 
 
-class KeyedContext(KeyedProcessFunction.OnTimerContext):
+class KeyedContext(RecordContext, KeyedProcessFunction.OnTimerContext):
     """The context a keyed process function gets per record and per timer."""
 
     def __init__(self, timers: SparkTimerService) -> None:
+        super().__init__()
         self._timers = timers
         self.key: Any = None
-        self.current_timestamp: int | None = None
         self.domain = TimeDomain.EVENT_TIME
-        self.side: list[tuple[OutputTag, Any]] = []
-
-    def timestamp(self) -> int | None:
-        return self.current_timestamp
 
     def timer_service(self) -> TimerService:
         return self._timers
@@ -284,14 +280,6 @@ class KeyedContext(KeyedProcessFunction.OnTimerContext):
 
     def time_domain(self) -> TimeDomain:
         return self.domain
-
-    def output(self, output_tag: OutputTag, value: Any) -> None:
-        if not isinstance(output_tag, OutputTag):
-            raise TypeError(f"ctx.output expects an OutputTag, got {output_tag!r}")
-        self.side.append((output_tag, value))
-
-    def is_backlog(self) -> bool:
-        return False
 
 
 class KeyedFunctionProcessor(StatefulProcessor):

@@ -150,8 +150,9 @@ class SparkRuntimeContext(RuntimeContext):
     get_state = get_list_state = get_map_state = get_reducing_state = get_aggregating_state = _no_keyed_state
 
 
-class _SideOutputs:
-    """A process function's context on an unkeyed stream: side outputs and the record's timestamp."""
+class RecordContext:
+    """What a process function's context holds for the record at hand: its timestamp and the
+    side outputs given to ``ctx.output``; on an unkeyed stream, that is all of it."""
 
     def __init__(self) -> None:
         self.current_timestamp: int | None = None
@@ -209,7 +210,7 @@ def step_of(transformation: Transformation) -> Step:
         extract = transformation.watermark_strategy.create_timestamp_assigner().extract_timestamp
         return lambda value, ts: [(value, extract(value, MIN_TIMESTAMP if ts is None else ts), None)]
     if isinstance(transformation, ProcessTransformation):
-        context = _SideOutputs()
+        context = RecordContext()
         process = function.process_element
 
         def run(value: Any, ts: int | None) -> Emitted:
