@@ -64,7 +64,8 @@ def describe(node: Any) -> list[str]:
             if node.key_selector is not None:
                 names.append(f"key of '{node.key_operator}'")
             schema = KEYED_DDL if node.key_selector is not None else RECORD_DDL
-            lines.append(f"mapInArrow: {' -> '.join(names)} -> {schema}")
+            where = "the same mapInArrow" if isinstance(node.input, FileStreamNode) else "mapInArrow"
+            lines.append(f"{where}: {' -> '.join(names)} -> {schema}")
         if node.watermark_delay_ms is not None:
             lines.append(f"withWatermark(et, {node.watermark_delay_ms} ms) after '{node.watermark_operator}': "
                          f"Spark's watermark (newest - delay) is Flink's (newest - bound - 1)")

@@ -72,6 +72,18 @@ def feed_directory(checkpoint_location: str, node: FeedNode) -> str:
     return os.path.join(checkpoint_location, "feeds", str(node.transformation.id))
 
 
+class Then:
+    """Two ``mapInArrow`` functions as one: ``then`` (if any) over what ``first`` yields."""
+
+    def __init__(self, first: Any, then: Any = None) -> None:
+        self.first = first
+        self.then = then
+
+    def __call__(self, batches: Any) -> Any:
+        out = self.first(batches)
+        return out if self.then is None else self.then(out)
+
+
 class FrameRecords:
     """A columnar DataFrame's rows as records (named rows, as the embedded readers make them)."""
 
@@ -129,12 +141,7 @@ class FrameBuilder:
     def records(self, node: Any, batch: bool = False) -> Any:
         """The DataFrame of ``node``'s records (the record schema, keyed after a key selector)."""
         if isinstance(node, FileStreamNode):
-            frame = self.files(node.directory, batch).mapInArrow(
-                FileReading(node.reader_format, node.transformation.name), RECORD_DDL)
-            if self.plan.end_of_input and not batch:
-                marker = self.files(end_of_input_directory(self.checkpoint_location), batch)
-                frame = frame.union(marker.mapInArrow(end_of_input, RECORD_DDL))
-            return frame
+            return self.file_records(node, batch)
         if isinstance(node, FeedNode):
             from slipstream.spark_runner.feed import read_feed
             return self.files(feed_directory(self.checkpoint_location, node), batch).mapInArrow(read_feed, RECORD_DDL)
@@ -151,6 +158,17 @@ class FrameBuilder:
         if isinstance(node, KeyedNode):
             return self.keyed(node)
         raise SlipstreamError(f"no Spark translation for plan node {node!r}")  # the planner makes only these
+
+    def file_records(self, node: FileStreamNode, batch: bool, chain: Chain | None = None,
+                     schema: str = RECORD_DDL) -> Any:
+        """The records of a file source's files, then through ``chain`` in the same ``mapInArrow``
+        (a Python stage less); a bounded event-time job's end-of-input row joins them."""
+        frame = self.files(node.directory, batch).mapInArrow(
+            Then(FileReading(node.reader_format, node.transformation.name), chain), schema)
+        if self.plan.end_of_input and not batch:
+            marker = self.files(end_of_input_directory(self.checkpoint_location), batch)
+            frame = frame.union(marker.mapInArrow(Then(end_of_input, chain), schema))
+        return frame
 
     def files(self, directory: str, batch: bool) -> Any:
         """The paths of the files in ``directory``: Spark's file (stream) source, recursive."""
@@ -187,11 +205,17 @@ class FrameBuilder:
     def chain(self, node: ChainNode, batch: bool) -> Any:
         from pyspark.sql import functions as F
         plan = self.plan
-        frame = self.records(node.input, batch)
+        chain = None
         if node.steps or node.key_selector is not None:
             chain = Chain([detached(step) for step in node.steps], node.key_selector, node.key_operator,
                           plan.parallelism, plan.job_parameters)
-            frame = frame.mapInArrow(chain, KEYED_DDL if node.key_selector is not None else RECORD_DDL)
+        schema = KEYED_DDL if node.key_selector is not None else RECORD_DDL
+        if isinstance(node.input, FileStreamNode):  # read and chained in one Python stage
+            frame = self.file_records(node.input, batch, chain, schema)
+        else:
+            frame = self.records(node.input, batch)
+            if chain is not None:
+                frame = frame.mapInArrow(chain, schema)
         if node.watermark_delay_ms is not None and not batch:
             frame = frame.withColumn(EVENT_TIME_COLUMN, F.timestamp_millis(F.col(TIMESTAMP))) \
                 .withWatermark(EVENT_TIME_COLUMN, f"{node.watermark_delay_ms} milliseconds")
