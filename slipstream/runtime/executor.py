@@ -29,7 +29,7 @@ from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.progress import BacklogProgress
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
 from slipstream.runtime.scheduler import Scheduler
-from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+from slipstream.runtime.state import create_keyed_backend
 from slipstream.runtime.task import InputChannel, SourceTask, StreamTask, TaskProcessingTimeService
 
 if TYPE_CHECKING:
@@ -112,7 +112,8 @@ class JobRun:
                         side.setdefault(edge.side_tag, []).append(writers_by_edge[edge])
                 output = NetworkOutput(main, side, node_metrics[position])
             keyed = node.transformation.is_keyed
-            backend = HeapKeyedStateBackend(node.max_parallelism, self.clock.now_ms) if keyed else None
+            backend = create_keyed_backend(self.env.get_state_backend(), node.max_parallelism, self.clock.now_ms) \
+                if keyed else None
             operator.setup(OperatorContext(
                 name=node.name, uid=node.uid, subtask_index=subtask, parallelism=node.parallelism,
                 max_parallelism=node.max_parallelism, output=output, processing_time_service=timers,

@@ -50,7 +50,8 @@ from slipstream.datastream.state import (
     StateDescriptor,
 )
 from slipstream.datastream.typeinfo import Row
-from slipstream.errors import SlipstreamError
+from slipstream.errors import CheckpointError, SlipstreamError
+from slipstream.runtime.checkpoint.state_files import SstFile, encode_keyed_state
 from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.key_groups import assign_to_key_groups
 from slipstream.runtime.state.ttl import TtlPolicy, TtlValue, ttl_state, unexpired
@@ -107,25 +108,22 @@ def _copied(value: Any, state_name: str, entry: Any) -> Any:
                               f"{type(exc).__name__}: {exc}") from exc
 
 
-class HeapKeyedStateBackend:
-    """Keyed state of one operator subtask; ``now`` is the processing-time clock state
-    time-to-live expires by (epoch ms)."""
+class KeyedBackendBase:
+    """What the keyed state backends share: the current key, the state handles by name (the
+    heap's handle classes over each backend's tables) and time-to-live over them. A backend
+    gives each state its table (:meth:`_table_for`: a dict, or what acts as one) and wires a
+    new handle to its checkpoint bookkeeping (:meth:`_attach`)."""
 
     def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None) -> None:
         self.max_parallelism = max_parallelism
         self.current_key: Any = None
         self._now = now or SystemClock().now_ms
-        self._tables: dict[str, dict[Any, Any]] = {}
         self._states: dict[tuple[str, bool], _HeapState] = {}
         self._ttl: dict[str, TtlPolicy] = {}  # the states with time-to-live
         self._ttl_handles: dict[tuple[str, bool], InternalKvState] = {}  # their handles, over the plain ones in _states
         self._key_listeners: list[Callable[[], None]] = []  # incremental TTL cleanups run for every record
         self._kinds: dict[str, str] = {}
-        self._deltas: dict[str, dict[Any, Any]] | None = None  # frozen, or merging: the changes per table
         self._frozen = False
-        self._dirty: dict[str, set[Any]] | None = None  # per state: the entries changed since the last freeze
-        self._base: Any = None  # the files of the last completed checkpoint (opaque: see KeyedStateView)
-        self._view: KeyedStateView | None = None  # the frozen view of the checkpoint being written
 
     def set_current_key(self, key: Any) -> None:
         try:
@@ -163,15 +161,14 @@ class HeapKeyedStateBackend:
         """The plain handle of a state, registered; a state with time-to-live gets its TTL handle
         over it (:mod:`~slipstream.runtime.state.ttl`), which reads and writes through it."""
         name, ttl = descriptor.name, descriptor.ttl_config
-        table = self._tables.setdefault(name, {})
+        table = self._table_for(name)
         if ttl is not None and ttl.is_enabled():
             cls: type[_HeapState] = _HeapState
         else:
             cls = HeapKeyValueState if descriptor.kind == "value" and not namespaced else \
                 _STATE_CLASSES[descriptor.kind]
         handle = cls(self, table, descriptor, namespaced)
-        handle._delta = None if self._deltas is None else self._deltas.get(name)
-        handle._dirty = _UNTRACKED if self._dirty is None else self._dirty.setdefault(name, set())
+        self._attach(handle, name)
         self._states[(name, namespaced)] = handle
         if cls is _HeapState and ttl is not None:  # the one implies the other
             policy = self._ttl.setdefault(name, TtlPolicy(ttl, self._now))
@@ -181,6 +178,50 @@ class HeapKeyedStateBackend:
             if cleanup is not None and incremental is not None and incremental.run_cleanup_for_every_record():
                 self._key_listeners.append(cleanup.run)
         return handle
+
+    def dispose(self) -> None:
+        """The job is over: free what garbage collection would not (nothing, for the heap)."""
+
+    def _table_for(self, name: str) -> Any:
+        raise NotImplementedError
+
+    def _attach(self, handle: _HeapState, name: str) -> None:
+        raise NotImplementedError
+
+    def keys(self, state_name: str) -> Iterable[Any]:
+        raise NotImplementedError
+
+    def _expiring(self) -> dict[str, int]:
+        """The states whose expired entries checkpoints leave out (TTL's full-snapshot cleanup), with their TTL."""
+        return {name: policy.ttl for name, policy in self._ttl.items() if policy.in_full_snapshot}
+
+
+class HeapKeyedStateBackend(KeyedBackendBase):
+    """Keyed state of one operator subtask; ``now`` is the processing-time clock state
+    time-to-live expires by (epoch ms)."""
+
+    def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None) -> None:
+        super().__init__(max_parallelism, now)
+        self._tables: dict[str, dict[Any, Any]] = {}
+        self._deltas: dict[str, dict[Any, Any]] | None = None  # frozen, or merging: the changes per table
+        self._dirty: dict[str, set[Any]] | None = None  # per state: the entries changed since the last freeze
+        self._base: Any = None  # the files of the last completed checkpoint (opaque: see KeyedStateView)
+        self._view: KeyedStateView | None = None  # the frozen view of the checkpoint being written
+
+    def _table_for(self, name: str) -> dict[Any, Any]:
+        return self._tables.setdefault(name, {})
+
+    def _attach(self, handle: _HeapState, name: str) -> None:
+        handle._delta = None if self._deltas is None else self._deltas.get(name)
+        handle._dirty = _UNTRACKED if self._dirty is None else self._dirty.setdefault(name, set())
+
+    def bulk_load(self, descriptor: StateDescriptor, keys: Iterable[Any], values: Iterable[Any]) -> None:
+        """Install the final value of a value state for many keys at once (a sorted backlog's
+        result); a None value leaves its key as it is."""
+        _, put = self.value_accessors(descriptor)
+        for key, value in zip(keys, values):
+            if value is not None:
+                put(key, value)
 
     def value_accessors(self, descriptor: StateDescriptor) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
         """``get(key)`` and ``put(key, value)`` of a value state by record key: the per-record
@@ -233,7 +274,7 @@ class HeapKeyedStateBackend:
         self._frozen = True
         for (name, _), handle in self._states.items():
             handle._delta, handle._dirty = self._deltas[name], self._dirty[name]
-        expiring = {name: policy.ttl for name, policy in self._ttl.items() if policy.in_full_snapshot}
+        expiring = self._expiring()
         self._view = KeyedStateView(dict(self._tables), self.max_parallelism, dirty, self._base,
                                     expiring, self._now() if expiring else 0)
         return self._view
@@ -284,6 +325,10 @@ class HeapKeyedStateBackend:
         """Load the entries of ``key_groups`` (all when None) from one or more snapshots; an entry
         whose value is None was removed (in the changes of an incremental checkpoint)."""
         for name, groups in snapshot.items():
+            if isinstance(groups, SstFile):
+                raise CheckpointError(f"state {name!r} was checkpointed by EmbeddedRocksDBStateBackend, as a "
+                                      "RocksDB table file, which HashMapStateBackend cannot read: restore the "
+                                      "job with env.set_state_backend(EmbeddedRocksDBStateBackend())")
             table = self._tables.setdefault(name, {})
             for group, entries in groups.items():
                 if key_groups is None or group in key_groups:
@@ -337,6 +382,14 @@ class KeyedStateView:
     def changed(self) -> int:
         """Entries changed since the previous freeze, over all states."""
         return sum(len(self.dirty.get(name, ())) for name in self._tables)
+
+    def encode_layer(self, incremental: bool) -> tuple[list[tuple[str, str, memoryview]], int]:
+        """The files of a checkpoint's layer, as ``(state name, format, contents)``, and how many
+        entries they hold: every entry, or (``incremental``) those changed since the previous freeze."""
+        if incremental:
+            changed = {name: self.changes(name) for name in self.names if self.dirty.get(name)}
+            return encode_keyed_state(changed), self.changed
+        return encode_keyed_state({name: self.entries(name) for name in self.names}), self.size
 
     def key_groups(self, entries: list[Any]) -> list[int]:
         """The key group of each entry key."""
