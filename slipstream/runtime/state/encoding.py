@@ -122,7 +122,11 @@ _WRITERS: dict[type, Callable[[Any, bytearray], None]] = {
 
 
 def _write(value: Any, out: bytearray) -> None:
-    _WRITERS.get(type(value), _pickled)(value, out)
+    if type(value) is int and -_BIAS <= value < _BIAS:  # the common case, without the dispatch
+        out.append(INT64)
+        out += (value + _BIAS).to_bytes(8, "big")
+    else:
+        _WRITERS.get(type(value), _pickled)(value, out)
 
 
 def encode(value: Any) -> bytes:
@@ -154,6 +158,22 @@ def _unescaped(data: bytes, position: int) -> tuple[bytes, int]:
     return b"".join(parts), end + 1
 
 
+def _items(data: bytes, position: int) -> tuple[list[Any], int]:
+    """The encoded values from ``position`` up to their container's END, and the position after it."""
+    items = []
+    append = items.append
+    while True:
+        tag = data[position]
+        if tag == INT64:  # inline: containers of ints are the common case
+            append(int.from_bytes(data[position + 1:position + 9], "big") - _BIAS)
+            position += 9
+        elif tag == END:
+            return items, position + 1
+        else:
+            item, position = _read(data, position)
+            append(item)
+
+
 def _read(data: bytes, position: int) -> tuple[Any, int]:
     tag = data[position]
     position += 1
@@ -176,11 +196,7 @@ def _read(data: bytes, position: int) -> tuple[Any, int]:
     if tag == BYTES:
         return _unescaped(data, position)
     if tag in (TUPLE, LIST, TTL, DICT):
-        items = []
-        while data[position] != END:
-            item, position = _read(data, position)
-            items.append(item)
-        position += 1
+        items, position = _items(data, position)
         if tag == TUPLE:
             return tuple(items), position
         if tag == LIST:
