@@ -51,6 +51,7 @@ from slipstream.datastream.state import (
 )
 from slipstream.datastream.typeinfo import Row
 from slipstream.errors import CheckpointError, SlipstreamError
+from slipstream.operators.timers import TimerQueue
 from slipstream.runtime.checkpoint.state_files import SstFile, encode_keyed_state
 from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.key_groups import assign_to_key_groups
@@ -214,6 +215,10 @@ class HeapKeyedStateBackend(KeyedBackendBase):
     def _attach(self, handle: _HeapState, name: str) -> None:
         handle._delta = None if self._deltas is None else self._deltas.get(name)
         handle._dirty = _UNTRACKED if self._dirty is None else self._dirty.setdefault(name, set())
+
+    def timer_queue(self, domain: str) -> TimerQueue:
+        """The timers of time domain ``domain`` (``event`` or ``processing``), in a sorted list."""
+        return TimerQueue()
 
     def bulk_load(self, descriptor: StateDescriptor, keys: Iterable[Any], values: Iterable[Any]) -> None:
         """Install the final value of a value state for many keys at once (a sorted backlog's

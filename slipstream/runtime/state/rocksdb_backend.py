@@ -1,6 +1,6 @@
 """Keyed state in an embedded RocksDB (through ``rocksdict``): state bounded by disk, not memory.
 
-Each state is a column family of one RocksDB per operator subtask, in a fresh directory
+Each state is a column family (``state/<name>``) of one RocksDB per operator subtask, in a fresh directory
 of the task's local working directory. An entry's RocksDB key is its key group (two bytes,
 big-endian), then the record key and, for namespaced state (windows), the namespace, in
 the order-preserving layout of :mod:`~slipstream.runtime.state.encoding`; its value is the
@@ -30,6 +30,7 @@ live database, and a RocksDB checkpoint flushes the memtable on the task's turn.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -37,10 +38,11 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Callable, Iterable
 
-from rocksdict import IngestExternalFileOptions, Options, Rdict, SstFileWriter, WriteBatch
+from rocksdict import IngestExternalFileOptions, Options, Rdict, SstFileWriter, WriteBatch, WriteOptions
 
 from slipstream.datastream.state import StateDescriptor
 from slipstream.errors import SlipstreamError
+from slipstream.operators.timers import InternalTimer
 from slipstream.runtime.checkpoint.state_files import SST, SstFile
 from slipstream.runtime.key_groups import assign_to_key_group
 from slipstream.runtime.state.encoding import decode, decode_prefix, encode, encode_into
@@ -52,6 +54,9 @@ from slipstream.runtime.state.heap_backend import (
     _NamespacedKey,
 )
 from slipstream.runtime.state.ttl import unexpired
+
+STATES, TIMERS = "state/", "timers/"
+"""The prefixes of the column families of states (then the state's name) and of timers (the time domain)."""
 
 FLUSH_ENTRIES = 4096
 """Cached entries (values read or written) past which the next record writes them into RocksDB."""
@@ -101,7 +106,7 @@ class _Column:
 
     def __init__(self, backend: RocksDBKeyedStateBackend, name: str, family: Rdict) -> None:
         self.backend, self.name, self.family = backend, name, family
-        self.handle = backend._db.get_column_family_handle(name)
+        self.handle = backend._db.get_column_family_handle(STATES + name)
         self.cache: dict[bytes, Any] = {}  # objects read or written since the last flush (_REMOVED: removed)
         self.delta: dict[bytes, bytes | None] | None = None  # frozen or merging: changes not in the family yet
         self.dirty: set[bytes] | None = None  # from the first freeze on: keys changed since the last one
@@ -211,6 +216,9 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         self.directory = tempfile.mkdtemp(prefix="slipstream-rocksdb-", dir=local_dir)
         self._options = _options()
         self._db = Rdict(os.path.join(self.directory, "db"), self._options)
+        writes = WriteOptions()
+        writes.disable_wal = True  # the database is rebuilt from a checkpoint after any failure: no log needed
+        self._db.set_write_options(writes)
         self._finalizer = weakref.finalize(self, _dispose, self._db, self.directory)
         self._columns: dict[str, _Column] = {}
         self._cached = 0  # entries in the columns' caches
@@ -224,7 +232,7 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
     def _column(self, name: str) -> _Column:
         column = self._columns.get(name)
         if column is None:
-            family = self._db.create_column_family(name, self._options)
+            family = self._db.create_column_family(STATES + name, self._options)
             column = self._columns[name] = _Column(self, name, family)
             column.dirty = set() if self._tracking else None
             column.delta = {} if self._frozen else None
@@ -270,6 +278,10 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
             return []
         self.flush()
         return [entry_of(raw) for raw in column.raw_keys()]
+
+    def timer_queue(self, domain: str) -> RocksDBTimerQueue:
+        """The timers of time domain ``domain`` (``event`` or ``processing``), on disk."""
+        return RocksDBTimerQueue(self, domain)
 
     def bulk_load(self, descriptor: StateDescriptor, keys: Iterable[Any], values: Iterable[Any]) -> None:
         """Install the final value of a value state for many keys at once (a sorted backlog's
@@ -412,6 +424,75 @@ def _write_table(options: Options, path: str, entries: Iterable[tuple[bytes, byt
     if writer is not None:
         writer.finish()
     return count
+
+
+class RocksDBTimerQueue:
+    """Timers of one time domain on disk, in two column families beside the states' (so no
+    checkpoint layer holds them: the timer service checkpoints them as operator state): one
+    by firing order, keyed by timestamp and registration number in the order-preserving layout,
+    so iterating it from its start pops them in order; one by ``(timestamp, key, namespace)``,
+    which finds a duplicate or a deleted timer's place. Popped timers are behind ``_floor``, so
+    finding the next one does not walk over their deletions again."""
+
+    def __init__(self, backend: RocksDBKeyedStateBackend, domain: str) -> None:
+        self._order = backend._db.create_column_family(f"{TIMERS}{domain}", backend._options)
+        self._ids = backend._db.create_column_family(f"{TIMERS}{domain}/ids", backend._options)
+        self._seq = itertools.count()
+        self._size = 0
+        self._floor = b""  # every timer before it has been popped
+
+    def add(self, timestamp: int, key: Any, namespace: Any) -> bool:
+        ident = encode((timestamp, key, namespace))
+        if self._ids.get(ident) is not None:
+            return False
+        order = encode(timestamp) + encode(next(self._seq))
+        self._ids[ident] = order
+        self._order[order] = encode((key, namespace))
+        self._size += 1
+        self._floor = min(self._floor, order)
+        return True
+
+    def remove(self, timestamp: int, key: Any, namespace: Any) -> None:
+        ident = encode((timestamp, key, namespace))
+        order = self._ids.get(ident)
+        if order is not None:
+            del self._ids[ident]
+            del self._order[order]
+            self._size -= 1
+
+    def _first(self) -> tuple[bytes, bytes] | None:
+        for order, value in self._order.items(from_key=self._floor):
+            self._floor = order
+            return order, value
+        return None
+
+    def pop_due(self, up_to: int) -> InternalTimer | None:
+        """Remove and return the first timer at or before ``up_to`` (None: none is due)."""
+        first = self._first()
+        if first is None:
+            return None
+        timestamp = decode_prefix(first[0], 0)[0]
+        if timestamp > up_to:
+            return None
+        key, namespace = decode(first[1])
+        self.remove(timestamp, key, namespace)
+        return InternalTimer(timestamp, key, namespace)
+
+    def peek_timestamp(self) -> int | None:
+        first = self._first()
+        return None if first is None else decode_prefix(first[0], 0)[0]
+
+    def __len__(self) -> int:
+        return self._size
+
+    def snapshot(self) -> list[tuple[int, Any, Any]]:
+        """The timers in firing order (registration order among equal timestamps, which
+        :meth:`restore` keeps by registering them in this order)."""
+        return [(decode_prefix(order, 0)[0], *decode(value)) for order, value in self._order.items()]
+
+    def restore(self, timers: list[tuple[int, Any, Any]]) -> None:
+        for timestamp, key, namespace in timers:
+            self.add(timestamp, key, namespace)
 
 
 class RocksDBStateView:
