@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slipstream.datastream.functions import AggregateFunction
+from test_heap_backend import Average
+
 from slipstream.datastream.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -23,17 +24,6 @@ from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 from slipstream.runtime.state import rocksdb_backend
 from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
 from slipstream.runtime.state.rocksdb_backend import RocksDBKeyedStateBackend
-
-
-class Average(AggregateFunction):
-    def create_accumulator(self):  # noqa: ANN201
-        return (0, 0)
-
-    def add(self, value, accumulator):  # noqa: ANN001, ANN201
-        return accumulator[0] + value, accumulator[1] + 1
-
-    def get_result(self, accumulator):  # noqa: ANN001, ANN201
-        return accumulator[0] / accumulator[1]
 
 
 def states(backend, namespaced: bool) -> dict:  # noqa: ANN001

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
@@ -109,7 +110,7 @@ def _copied(value: Any, state_name: str, entry: Any) -> Any:
                               f"{type(exc).__name__}: {exc}") from exc
 
 
-class KeyedBackendBase:
+class KeyedBackendBase(ABC):
     """What the keyed state backends share: the current key, the state handles by name (the
     heap's handle classes over each backend's tables) and time-to-live over them. A backend
     gives each state its table (:meth:`_table_for`: a dict, or what acts as one) and wires a
@@ -125,6 +126,8 @@ class KeyedBackendBase:
         self._key_listeners: list[Callable[[], None]] = []  # incremental TTL cleanups run for every record
         self._kinds: dict[str, str] = {}
         self._frozen = False
+        self._base: Any = None  # the files of the last completed checkpoint (opaque: see FrozenView)
+        self._view: FrozenView | None = None  # the frozen view of the checkpoint being written
 
     def set_current_key(self, key: Any) -> None:
         try:
@@ -183,14 +186,39 @@ class KeyedBackendBase:
     def dispose(self) -> None:
         """The job is over: free what garbage collection would not (nothing, for the heap)."""
 
+    def release(self) -> None:
+        """The frozen state is written (or given up): the changes made since go back in through
+        :meth:`merge_some` (at once if nothing changed). Nothing to do when not frozen.
+        A completed checkpoint's files become the base of the next; otherwise the entries it
+        would have saved stay marked changed."""
+        view, self._view = self._view, None
+        if view is not None:
+            if view.completed is not None:
+                self._base = view.completed
+            else:
+                self._keep_changes(view.dirty)
+        self._frozen = False
+        self.merge_some(0)
+
+    @abstractmethod
+    def merge_some(self, budget: int) -> bool:
+        """Put up to ``budget`` changes made while frozen back into the state; whether all are."""
+
+    @abstractmethod
+    def _keep_changes(self, dirty: dict[str, Any]) -> None:
+        """A checkpoint was given up: its changed entries stay marked changed for the next."""
+
+    @abstractmethod
     def _table_for(self, name: str) -> Any:
-        raise NotImplementedError
+        """State ``name``'s table (created when new): what its handles read and write."""
 
+    @abstractmethod
     def _attach(self, handle: _HeapState, name: str) -> None:
-        raise NotImplementedError
+        """Wire a new handle of state ``name`` to the backend's checkpoint bookkeeping."""
 
+    @abstractmethod
     def keys(self, state_name: str) -> Iterable[Any]:
-        raise NotImplementedError
+        """The keys that have an entry in ``state_name``."""
 
     def _expiring(self) -> dict[str, int]:
         """The states whose expired entries checkpoints leave out (TTL's full-snapshot cleanup), with their TTL."""
@@ -206,8 +234,6 @@ class HeapKeyedStateBackend(KeyedBackendBase):
         self._tables: dict[str, dict[Any, Any]] = {}
         self._deltas: dict[str, dict[Any, Any]] | None = None  # frozen, or merging: the changes per table
         self._dirty: dict[str, set[Any]] | None = None  # per state: the entries changed since the last freeze
-        self._base: Any = None  # the files of the last completed checkpoint (opaque: see KeyedStateView)
-        self._view: KeyedStateView | None = None  # the frozen view of the checkpoint being written
 
     def _table_for(self, name: str) -> dict[Any, Any]:
         return self._tables.setdefault(name, {})
@@ -284,21 +310,10 @@ class HeapKeyedStateBackend(KeyedBackendBase):
                                     expiring, self._now() if expiring else 0)
         return self._view
 
-    def release(self) -> None:
-        """The frozen tables are written (or given up): the changes made since are folded back by
-        :meth:`merge_some` (at once if nothing changed). Nothing to do when not frozen.
-        A completed checkpoint's files become the base of the next; otherwise the entries it
-        would have saved stay marked changed."""
-        view, self._view = self._view, None
-        if view is not None:
-            if view.completed is not None:
-                self._base = view.completed
-            else:
-                assert self._dirty is not None  # tracked since the first freeze, which made the view
-                for name, keys in view.dirty.items():
-                    self._dirty.setdefault(name, set()).update(keys)
-        self._frozen = False
-        self.merge_some(0)
+    def _keep_changes(self, dirty: dict[str, set[Any]]) -> None:
+        assert self._dirty is not None  # tracked since the first freeze, which made the view
+        for name, keys in dirty.items():
+            self._dirty.setdefault(name, set()).update(keys)
 
     @property
     def merging(self) -> bool:
@@ -344,17 +359,15 @@ class HeapKeyedStateBackend(KeyedBackendBase):
                             table[entry_key] = _own_copy(value)
 
 
-class KeyedStateView:
-    """A backend's tables as they were at a checkpoint barrier, read (by the checkpoint writer,
-    in its own thread) while the backend is frozen.
+class FrozenView:
+    """What a frozen backend's view tells its checkpoint writer, on either backend: the state
+    names (``tables``: each state's table), ``dirty`` per state the entries changed since the
+    previous freeze, ``base`` what the checkpoint writer recorded as ``completed`` in the
+    backend's last checkpoint that completed (None: none has yet). The states named in
+    ``expiring`` (with their TTL) leave out what has expired at ``now``: TTL's full-snapshot
+    cleanup (a changed entry that expired is written as removed)."""
 
-    ``dirty`` holds per state the entries changed since the previous freeze, ``base`` what the
-    checkpoint writer recorded as ``completed`` in the backend's last checkpoint that completed
-    (None: none has yet). The states named in ``expiring`` (with their TTL) leave out what has
-    expired at ``now``: TTL's full-snapshot cleanup (a changed entry that expired is written as
-    removed)."""
-
-    def __init__(self, tables: dict[str, dict[Any, Any]], max_parallelism: int,
+    def __init__(self, tables: dict[str, Any], max_parallelism: int,
                  dirty: dict[str, set[Any]] | None = None, base: Any = None,
                  expiring: dict[str, int] | None = None, now: int = 0) -> None:
         self._tables = tables
@@ -367,6 +380,16 @@ class KeyedStateView:
     @property
     def names(self) -> list[str]:
         return list(self._tables)
+
+    @property
+    def changed(self) -> int:
+        """Entries changed since the previous freeze, over all states."""
+        return sum(len(self.dirty.get(name, ())) for name in self._tables)
+
+
+class KeyedStateView(FrozenView):
+    """The heap backend's tables as they were at a checkpoint barrier, read (by the checkpoint
+    writer, in its own thread) while the backend is frozen."""
 
     @property
     def size(self) -> int:
@@ -382,11 +405,6 @@ class KeyedStateView:
         """The entries of state ``name`` changed since the previous freeze, a removed one with value None."""
         return _FrozenState(self.dirty.get(name, ()), self._tables[name].get, self, self._expiring.get(name),
                             removed_as_none=True)
-
-    @property
-    def changed(self) -> int:
-        """Entries changed since the previous freeze, over all states."""
-        return sum(len(self.dirty.get(name, ())) for name in self._tables)
 
     def encode_layer(self, incremental: bool) -> tuple[list[tuple[str, str, memoryview]], int]:
         """The files of a checkpoint's layer, as ``(state name, format, contents)``, and how many

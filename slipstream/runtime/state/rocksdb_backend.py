@@ -38,7 +38,14 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Callable, Iterable
 
-from rocksdict import IngestExternalFileOptions, Options, Rdict, SstFileWriter, WriteBatch, WriteOptions
+from rocksdict import (
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    SstFileWriter,
+    WriteBatch,
+    WriteOptions,
+)
 
 from slipstream.datastream.state import StateDescriptor
 from slipstream.errors import SlipstreamError
@@ -49,6 +56,7 @@ from slipstream.runtime.state.encoding import decode, decode_prefix, encode, enc
 from slipstream.runtime.state.heap_backend import (
     _ATOMS,
     _UNTRACKED,
+    FrozenView,
     KeyedBackendBase,
     _HeapState,
     _NamespacedKey,
@@ -224,8 +232,6 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         self._cached = 0  # entries in the columns' caches
         self._current_raw: bytes | None = None  # the RocksDB key of the current key, once asked for
         self._tracking = False  # whether columns track their changed keys (from the first freeze on)
-        self._base: Any = None  # the files of the last completed checkpoint (see KeyedStateView)
-        self._view: RocksDBStateView | None = None
         self._files = 0  # table files written, for unique names
 
     # -- tables -------------------------------------------------------------------------------------
@@ -319,19 +325,9 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         self._view = RocksDBStateView(self, dirty, self._base, expiring, self._now() if expiring else 0)
         return self._view
 
-    def release(self) -> None:
-        """The frozen database is written (or given up): the changes made since go back in through
-        :meth:`merge_some`. A completed checkpoint's files become the base of the next;
-        otherwise the entries it would have saved stay marked changed."""
-        view, self._view = self._view, None
-        if view is not None:
-            if view.completed is not None:
-                self._base = view.completed
-            else:
-                for name, keys in view.dirty.items():
-                    self._columns[name].dirty.update(keys)  # type: ignore[union-attr]
-        self._frozen = False
-        self.merge_some(0)
+    def _keep_changes(self, dirty: dict[str, set[bytes]]) -> None:
+        for name, keys in dirty.items():
+            self._columns[name].dirty.update(keys)  # type: ignore[union-attr]
 
     @property
     def merging(self) -> bool:
@@ -495,28 +491,15 @@ class RocksDBTimerQueue:
             self.add(timestamp, key, namespace)
 
 
-class RocksDBStateView:
+class RocksDBStateView(FrozenView):
     """A RocksDB backend's database as it was at a checkpoint barrier, read (by the checkpoint
-    writer, in its own thread) while the backend is frozen; the same bookkeeping as the heap
-    backend's :class:`~slipstream.runtime.state.heap_backend.KeyedStateView`."""
+    writer, in its own thread) while the backend is frozen; its tables are the column families."""
 
     def __init__(self, backend: RocksDBKeyedStateBackend, dirty: dict[str, set[bytes]], base: Any,
                  expiring: dict[str, int], now: int) -> None:
+        super().__init__(dict(backend._columns), backend.max_parallelism, dirty, base, expiring, now)
         self._backend = backend
-        self._columns = dict(backend._columns)
-        self.max_parallelism = backend.max_parallelism
-        self.dirty, self.base = dirty, base
-        self.completed: Any = None  # set by the writer once the checkpoint is durable
-        self._expiring, self.now = expiring, now
-
-    @property
-    def names(self) -> list[str]:
-        return list(self._columns)
-
-    @property
-    def changed(self) -> int:
-        """Entries changed since the previous freeze, over all states."""
-        return sum(len(keys) for keys in self.dirty.values())
+        self._columns: dict[str, _Column] = self._tables
 
     @property
     def size(self) -> int:
