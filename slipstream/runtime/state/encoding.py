@@ -160,7 +160,7 @@ def _unescaped(data: bytes, position: int) -> tuple[bytes, int]:
 
 def _items(data: bytes, position: int) -> tuple[list[Any], int]:
     """The encoded values from ``position`` up to their container's END, and the position after it."""
-    items = []
+    items: list[Any] = []
     append = items.append
     while True:
         tag = data[position]

@@ -36,7 +36,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterator
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 from rocksdict import (
     IngestExternalFileOptions,
@@ -198,7 +198,7 @@ class _Column:
     def raw_keys(self) -> Iterator[bytes]:
         """The keys of the entries in the database and the delta (after a flush)."""
         delta = self.delta or {}
-        for raw in self.family.keys():
+        for raw, _ in _items(self.family):
             if raw not in delta:
                 yield raw
         for raw, data in delta.items():
@@ -225,7 +225,9 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         self._options = _options()
         self._db = Rdict(os.path.join(self.directory, "db"), self._options)
         writes = WriteOptions()
-        writes.disable_wal = True  # the database is rebuilt from a checkpoint after any failure: no log needed
+        # the database is rebuilt from a checkpoint after any failure: no log needed (a property, which
+        # rocksdict's stub calls a method)
+        writes.disable_wal = True  # type: ignore[method-assign, assignment]
         self._db.set_write_options(writes)
         self._finalizer = weakref.finalize(self, _dispose, self._db, self.directory)
         self._columns: dict[str, _Column] = {}
@@ -357,7 +359,7 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         result: dict[str, dict[int, list[tuple[Any, Any]]]] = {}
         for name, column in self._columns.items():
             groups = result.setdefault(name, {})
-            for raw, data in column.family.items():
+            for raw, data in _items(column.family):
                 groups.setdefault(key_group_of(raw), []).append((entry_of(raw), decode(data)))
         return result
 
@@ -394,6 +396,12 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
     def dispose(self) -> None:
         """Close the database and delete its directory."""
         self._finalizer()
+
+
+def _items(family: Rdict, from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """A column family's entries in key order (from ``from_key``); bytes, as the database is in raw mode."""
+    items = family.items() if from_key is None else family.items(from_key=from_key)
+    return cast(Iterator[tuple[bytes, bytes]], iter(items))
 
 
 def _dispose(db: Rdict, directory: str) -> None:
@@ -457,7 +465,7 @@ class RocksDBTimerQueue:
             self._size -= 1
 
     def _first(self) -> tuple[bytes, bytes] | None:
-        for order, value in self._order.items(from_key=self._floor):
+        for order, value in _items(self._order, self._floor):
             self._floor = order
             return order, value
         return None
@@ -484,7 +492,7 @@ class RocksDBTimerQueue:
     def snapshot(self) -> list[tuple[int, Any, Any]]:
         """The timers in firing order (registration order among equal timestamps, which
         :meth:`restore` keeps by registering them in this order)."""
-        return [(decode_prefix(order, 0)[0], *decode(value)) for order, value in self._order.items()]
+        return [(decode_prefix(order, 0)[0], *decode(value)) for order, value in _items(self._order)]
 
     def restore(self, timers: list[tuple[int, Any, Any]]) -> None:
         for timestamp, key, namespace in timers:
@@ -514,7 +522,8 @@ class RocksDBStateView(FrozenView):
         for name, column in self._columns.items():
             if incremental and not self.dirty.get(name):
                 continue
-            entries = self._changes(column, name) if incremental else column.family.items()
+            entries: Iterable[tuple[bytes, bytes | None]] = self._changes(column, name) if incremental \
+                else _items(column.family)
             ttl = self._expiring.get(name)
             if ttl is not None:
                 entries = _unexpired(entries, self.now, ttl)
@@ -531,7 +540,7 @@ class RocksDBStateView(FrozenView):
         keys = sorted(self.dirty[name])
         for start in range(0, len(keys), 4096):
             chunk = keys[start:start + 4096]
-            yield from zip(chunk, column.family.get(chunk))
+            yield from zip(chunk, cast("list[bytes | None]", column.family.get(chunk)))
 
 
 def _unexpired(entries: Iterable[tuple[bytes, bytes | None]], now: int, ttl: int
