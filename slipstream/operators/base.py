@@ -137,6 +137,8 @@ class KeyedStateBackend(Protocol):
 
     def restore(self, snapshot: Any) -> None: ...
 
+    def dispose(self) -> None: ...
+
 
 class ProcessingTimeService(Protocol):
     """The task's wall clock and its processing-time callbacks."""

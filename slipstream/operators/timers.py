@@ -35,8 +35,9 @@ class InternalTimer(NamedTuple):
 
 
 class TimerQueue:
-    """The heap backend's timers of one time domain (:meth:`KeyedStateBackend.timer_queue`): in firing order, ``(timestamp, registration number)``, in a sorted list: a deleted
-    timer leaves it at once (no tombstone waits in it until its time comes); a dict finds a
+    """The heap backend's timers of one time domain (:meth:`KeyedStateBackend.timer_queue`): in
+    firing order, ``(timestamp, registration number)``, in a sorted list: a deleted timer
+    leaves it at once (no tombstone waits in it until its time comes); a dict finds a
     timer's registration number, so a duplicate is found in O(1) and a deletion in O(log n)."""
 
     def __init__(self) -> None:

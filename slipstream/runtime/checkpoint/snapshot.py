@@ -45,7 +45,7 @@ from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_f
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 
 if TYPE_CHECKING:
-    from slipstream.runtime.state.heap_backend import KeyedStateView
+    from slipstream.runtime.state.heap_backend import FrozenView
 
 
 MAX_DELTAS = 32
@@ -80,7 +80,7 @@ class OperatorSnapshot:
     subtask_index: int
     parallelism: int
     max_parallelism: int
-    keyed: KeyedStateView | None
+    keyed: FrozenView | None
     key_groups: tuple[int, int] | None
     state: bytes | None
     name: str = ""
@@ -119,6 +119,7 @@ def encode_keyed(snap: OperatorSnapshot) -> tuple[KeyedFiles, dict[str, memoryvi
 
 def _encoded(snap: OperatorSnapshot, incremental: bool) -> tuple[list[tuple[str, str, memoryview]], int]:
     try:
+        assert snap.keyed is not None  # only a snapshot with keyed state has keyed files
         return snap.keyed.encode_layer(incremental)
     except Exception as exc:  # noqa: BLE001 - any serialisation failure names the operator
         raise CheckpointError(f"operator '{snap.name}' (uid '{snap.uid}'), subtask {snap.subtask_index + 1}: "

@@ -21,9 +21,10 @@ Examples:
 from __future__ import annotations
 
 import pickle
-from pickle import loads as _unpickled  # bound once: the encoding is no reader of checkpoint files
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from pickle import loads as _unpickled  # bound once: the encoding is no reader of checkpoint files
+from typing import Any
 
 from slipstream.runtime.state.ttl import TtlValue
 
@@ -185,7 +186,7 @@ def _read(data: bytes, position: int) -> tuple[Any, int]:
         return raw.decode("utf-8", "surrogatepass"), position
     if tag == NONE:
         return None, position
-    if tag == FALSE or tag == TRUE:
+    if tag in (FALSE, TRUE):
         return tag == TRUE, position
     if tag == FLOAT:
         bits = bytearray(data[position:position + 8])
@@ -205,7 +206,7 @@ def _read(data: bytes, position: int) -> tuple[Any, int]:
         if tag == TTL:
             return TtlValue(*items), position
         return dict(zip(items[::2], items[1::2])), position
-    if tag == POS_BIG or tag == NEG_BIG:
+    if tag in (POS_BIG, NEG_BIG):
         length = data[position] if tag == POS_BIG else 255 - data[position]
         magnitude = int.from_bytes(data[position + 1:position + 1 + length], "big")
         if tag == NEG_BIG:

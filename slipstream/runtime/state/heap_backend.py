@@ -201,6 +201,35 @@ class KeyedBackendBase(ABC):
         self.merge_some(0)
 
     @abstractmethod
+    def value_accessors(self, descriptor: StateDescriptor) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
+        """``get(key)`` and ``put(key, value)`` of a value state by record key, for built-in operators."""
+
+    @abstractmethod
+    def bulk_load(self, descriptor: StateDescriptor, keys: Iterable[Any], values: Iterable[Any]) -> None:
+        """Install the final value of a value state for many keys at once (a None value leaves its key)."""
+
+    @abstractmethod
+    def timer_queue(self, domain: str) -> Any:
+        """The timers of time domain ``domain`` (``event`` or ``processing``)."""
+
+    @abstractmethod
+    def snapshot(self) -> dict[str, dict[int, list[tuple[Any, Any]]]]:
+        """Every entry by state name and key group, copied now."""
+
+    @abstractmethod
+    def restore(self, snapshot: dict[str, Any], key_groups: range | None = None) -> None:
+        """Load the entries of ``key_groups`` (all when None) from one layer of a checkpoint."""
+
+    @abstractmethod
+    def freeze(self) -> FrozenView:
+        """The state as it is now, for a checkpoint writer to read while the job goes on."""
+
+    @property
+    @abstractmethod
+    def merging(self) -> bool:
+        """Whether released changes still wait to be put back (:meth:`merge_some`)."""
+
+    @abstractmethod
     def merge_some(self, budget: int) -> bool:
         """Put up to ``budget`` changes made while frozen back into the state; whether all are."""
 
@@ -359,7 +388,7 @@ class HeapKeyedStateBackend(KeyedBackendBase):
                             table[entry_key] = _own_copy(value)
 
 
-class FrozenView:
+class FrozenView(ABC):
     """What a frozen backend's view tells its checkpoint writer, on either backend: the state
     names (``tables``: each state's table), ``dirty`` per state the entries changed since the
     previous freeze, ``base`` what the checkpoint writer recorded as ``completed`` in the
@@ -385,6 +414,16 @@ class FrozenView:
     def changed(self) -> int:
         """Entries changed since the previous freeze, over all states."""
         return sum(len(self.dirty.get(name, ())) for name in self._tables)
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """Entries over all states (the coordinator writes small state at once)."""
+
+    @abstractmethod
+    def encode_layer(self, incremental: bool) -> tuple[list[tuple[str, str, memoryview]], int]:
+        """The files of a checkpoint's layer, as ``(state name, format, contents)``, and how many
+        entries they hold: every entry, or (``incremental``) those changed since the previous freeze."""
 
 
 class KeyedStateView(FrozenView):
@@ -485,7 +524,7 @@ class _NamespacedKey(tuple):
 class _HeapState:
     """A state handle: reads and writes the table, or while frozen its delta (see the module docstring)."""
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: dict[Any, Any],
+    def __init__(self, backend: KeyedBackendBase, table: Any,
                  descriptor: StateDescriptor, namespaced: bool) -> None:
         self._backend = backend
         self._table = table

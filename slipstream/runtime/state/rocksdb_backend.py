@@ -35,8 +35,8 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterator
-from typing import Any, Callable, Iterable, cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
 from rocksdict import (
     IngestExternalFileOptions,
