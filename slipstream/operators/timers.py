@@ -3,6 +3,8 @@ processing-time timers as the task's clock does; each fires with its key set as 
 
 Timers are deduplicated per (timestamp, key, namespace), as in Flink, and fire in
 timestamp order (registration order among equal timestamps), which keeps runs deterministic.
+The state backend keeps them (:meth:`KeyedStateBackend.timer_queue`): the heap backend in a
+sorted list (:class:`TimerQueue`), the RocksDB backend on disk in the same order.
 
 A sorting operator replaying its backlog key by key (:mod:`slipstream.operators.backlog`)
 fires one key's event-time timers at a time: it sets the other keys' due timers aside
@@ -32,9 +34,10 @@ class InternalTimer(NamedTuple):
     namespace: Any
 
 
-class _TimerQueue:
-    """Timers in firing order, ``(timestamp, registration number)``, in a sorted list: a deleted
-    timer leaves it at once (no tombstone waits in it until its time comes); a dict finds a
+class TimerQueue:
+    """The heap backend's timers of one time domain (:meth:`KeyedStateBackend.timer_queue`): in
+    firing order, ``(timestamp, registration number)``, in a sorted list: a deleted timer
+    leaves it at once (no tombstone waits in it until its time comes); a dict finds a
     timer's registration number, so a duplicate is found in O(1) and a deletion in O(log n)."""
 
     def __init__(self) -> None:
@@ -95,8 +98,8 @@ class InternalTimerService:
         self._clock = processing_time_service
         self._on_event_time = on_event_time
         self._on_processing_time = on_processing_time
-        self._event = _TimerQueue()
-        self._processing = _TimerQueue()
+        self._event = backend.timer_queue("event")
+        self._processing = backend.timer_queue("processing")
         self._wakeups: set[int] = set()
         self.current_watermark = MIN_TIMESTAMP
         self.processing_time_registrations = 0
@@ -132,7 +135,8 @@ class InternalTimerService:
 
     def pop_due_event_timer(self, up_to: int) -> InternalTimer | None:
         """Remove and return the next event-time timer at or before ``up_to``, without firing it."""
-        return self._event.pop_due(up_to)
+        timer: InternalTimer | None = self._event.pop_due(up_to)
+        return timer
 
     def fire_event_timer(self, timer: InternalTimer) -> None:
         """Fire ``timer`` (popped by :meth:`pop_due_event_timer`) with its key current."""

@@ -262,9 +262,7 @@ def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _
             return False
         fired, still_open, totals = evaluate_count_windows(table, kind, size=assigner.size, slide=slide,
                                                            batch_mode=batch_mode)
-        _, put = operator.backend.value_accessors(assigner._counter)
-        for key, count in zip(*results.keys_and_values(totals, "count")):
-            put(key, count)
+        operator.backend.bulk_load(assigner._counter, *results.keys_and_values(totals, "count"))
     else:
         evaluated = evaluate_windows(table, kind, size=assigner.size, slide=slide, offset=assigner.offset,
                                      held=operator.held_watermarks, batch_mode=batch_mode)

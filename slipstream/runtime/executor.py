@@ -29,7 +29,7 @@ from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
 from slipstream.runtime.scheduler import Scheduler
-from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+from slipstream.runtime.state import create_keyed_backend
 from slipstream.runtime.task import InputChannel, SourceTask, StreamTask, TaskProcessingTimeService
 
 
@@ -110,7 +110,8 @@ class JobRun:
                         side.setdefault(edge.side_tag, []).append(writers_by_edge[edge])
                 output = NetworkOutput(main, side, node_metrics[position])
             keyed = node.transformation.is_keyed
-            backend = HeapKeyedStateBackend(node.max_parallelism, self.clock.now_ms) if keyed else None
+            backend = create_keyed_backend(self.spec.state_backend, node.max_parallelism, self.clock.now_ms) \
+                if keyed else None
             owner = f"operator '{node.name}' (subtask {subtask + 1}/{node.parallelism})"
             state_budget = None if backend is None else self.memory.task_heap.budget(owner, node_metrics[position])
             sorts = not node.backlog_streamed and operator.get_operator_attributes().has_internal_sorter()

@@ -15,6 +15,7 @@ from slipstream.common import Configuration, RestartStrategies
 from slipstream.datastream import (
     CheckpointingMode,
     ExternalizedCheckpointCleanup,
+    EmbeddedRocksDBStateBackend,
     FsStateBackend,
     HashMapStateBackend,
     MemoryStateBackend,
@@ -167,7 +168,7 @@ def test_unknown_keys_are_kept_readable_and_named_in_a_warning() -> None:
     ("execution.runtime-mode", "fast", "'fast' is not one of STREAMING, BATCH, AUTOMATIC"),
     ("execution.checkpointing.interval", "soon", "'soon' is not a duration"),
     ("pipeline.operator-chaining", "maybe", "'maybe' is not true or false"),
-    ("state.backend", "rocksdb", "EmbeddedRocksDBStateBackend is not available"),
+    ("state.backend", "leveldb", "'leveldb' is not one of hashmap, jobmanager, filesystem, rocksdb"),
     ("restart-strategy", "failure-rate", "restart strategy 'failure-rate' is not supported"),
 ])
 def test_a_value_that_does_not_parse_or_cannot_apply_is_refused_naming_the_key(key: str, value: str,
@@ -188,6 +189,10 @@ def test_state_backend_and_restart_strategy_keys(tmp_path) -> None:  # noqa: ANN
     env.configure(config(state__backend="hashmap", restart_strategy="none"))
     assert env.get_state_backend() == HashMapStateBackend()
     assert env.get_restart_strategy() == RestartStrategies.no_restart()
+    env.configure(config(state__backend="rocksdb", state__backend__rocksdb__localdir=str(tmp_path / "db")))
+    expected = EmbeddedRocksDBStateBackend()
+    expected.set_db_storage_paths(str(tmp_path / "db"))
+    assert env.get_state_backend() == expected
 
 
 def test_a_configured_job_runs_with_what_the_configuration_says() -> None:

@@ -64,11 +64,11 @@ from slipstream.runtime.checkpoint.manifest import (
     segment_name,
     shared_name,
 )
-from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_file, encode_keyed_state
+from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_file
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 
 if TYPE_CHECKING:
-    from slipstream.runtime.state.heap_backend import KeyedStateView
+    from slipstream.runtime.state.heap_backend import FrozenView
 
 
 MAX_DELTAS = 32
@@ -103,7 +103,7 @@ class OperatorSnapshot:
     subtask_index: int
     parallelism: int
     max_parallelism: int
-    keyed: KeyedStateView | None
+    keyed: FrozenView | None
     key_groups: tuple[int, int] | None
     state: bytes | None
     name: str = ""
@@ -189,21 +189,21 @@ def encode_keyed(snap: OperatorSnapshot) -> tuple[KeyedFiles, dict[str, memoryvi
     base = view.base
     incremental = base is not None and len(base.deltas) < MAX_DELTAS \
         and base.delta_entries + view.changed <= DELTA_SHARE * base.base_entries
-    states = {name: view.changes(name) for name in view.names if view.dirty.get(name)} if incremental else \
-        {name: view.entries(name) for name in view.names}
+    encoded, entries = _encoded(snap, incremental)
     layer, infos, contents = [], {}, {}
-    for state, kind, data in _encoded(snap, states):
+    for state, kind, data in encoded:
         name, infos[name] = shared_name(data, EXTENSIONS[kind])
         layer.append({"state": state, "file": name, "format": kind})
         contents[name] = data
     if incremental:
-        return base.extended(layer, infos, view.changed), contents
-    return KeyedFiles(layer, [], infos, view.size, 0), contents
+        return base.extended(layer, infos, entries), contents
+    return KeyedFiles(layer, [], infos, entries, 0), contents
 
 
-def _encoded(snap: OperatorSnapshot, states: dict[str, Any]) -> list[tuple[str, str, memoryview]]:
+def _encoded(snap: OperatorSnapshot, incremental: bool) -> tuple[list[tuple[str, str, memoryview]], int]:
     try:
-        return encode_keyed_state(states)
+        assert snap.keyed is not None  # only a snapshot with keyed state has keyed files
+        return snap.keyed.encode_layer(incremental)
     except Exception as exc:  # noqa: BLE001 - any serialisation failure names the operator
         raise CheckpointError(f"operator '{snap.name}' (uid '{snap.uid}'), subtask {snap.subtask_index + 1}: "
                               f"its keyed state cannot be written to a checkpoint: {type(exc).__name__}: {exc}"
