@@ -30,6 +30,7 @@ from slipstream.datastream.iteration import (
     IterationConfig,
     Iterations,
 )
+from slipstream.datastream.job_spec import JobSpec, RuntimeOptions
 from slipstream.datastream.state import MapStateDescriptor
 from slipstream.datastream.transformations import Transformation
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
@@ -43,8 +44,8 @@ from slipstream.operators.backlog_path import (
     streamed,
 )
 from slipstream.operators.base import StreamOperator
-from slipstream.runtime.job_graph import JobGraph, JobVertex, StreamNode
-from slipstream.runtime.planner import choose_backlog_paths, plan_job
+from slipstream.runtime.job_graph import StreamNode
+from slipstream.runtime.planner import StreamGraph, choose_backlog_paths, plan_job
 
 
 def operator_kinds() -> set[type[StreamOperator]]:
@@ -139,7 +140,7 @@ def every_kind_job(mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING,
 
 
 def planned_nodes(env: StreamExecutionEnvironment) -> list[StreamNode]:
-    graph = plan_job(env, list(env._transformations))
+    graph = plan_job(env._job_spec(list(env._transformations)))
     return [node for vertex in graph.vertices for node in vertex.nodes]
 
 
@@ -244,9 +245,10 @@ def slow_sort_kind() -> Any:
 def test_a_new_kind_is_planned_from_its_declaration_alone(slow_sort_kind: Any, mode: RuntimeExecutionMode,
                                                           sorting: bool | str, expected: BacklogChoice) -> None:
     node = StreamNode(1, slow_sort_kind(id=1, name="slow"), parallelism=1, max_parallelism=128, uid="slow")
-    vertex = JobVertex(1, [node])
-    graph = choose_backlog_paths(JobGraph([vertex], {node: vertex}, mode=mode), sorting)
-    assert BacklogChoice(graph.vertices[0].nodes[0].backlog_path, node.backlog_streamed) == expected
+    spec = JobSpec(job_name="hand-built", transformations=(), runtime_mode=mode,
+                   runtime_options=RuntimeOptions(backlog_sorting=sorting))
+    graph = choose_backlog_paths(StreamGraph([node], mode), spec)
+    assert BacklogChoice(graph.nodes[0].backlog_path, node.backlog_streamed) == expected
 
 
 def test_a_declaration_says_why_exactly_when_it_streams() -> None:

@@ -25,6 +25,7 @@ from slipstream.datastream.transformations import (
     Transformation,
 )
 from slipstream.errors import InvalidProgramError
+from slipstream.operators.backlog_path import BacklogPath
 from slipstream.runtime.job_graph import EdgeKind, StreamEdge, StreamNode
 from slipstream.runtime.planner import (
     PASSES,
@@ -186,7 +187,7 @@ def test_choose_backlog_paths_streams_a_keyed_process_functions_backlog_only_in_
     choose_backlog_paths(graph, spec(backlog_sorting=sorting))
     process = graph.nodes[1]
     assert bool(process.backlog_streamed) is streamed
-    assert not graph.nodes[0].backlog_streamed and not graph.nodes[2].backlog_streamed
+    assert graph.nodes[0].backlog_path is BacklogPath.STREAMED and graph.nodes[2].backlog_path is BacklogPath.STREAMED
     if streamed:
         assert "called once per record either way" in str(process.backlog_streamed)
 
