@@ -268,7 +268,9 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
             column.flush()
         self._cached = 0
 
-    def value_accessors(self, descriptor: StateDescriptor[Any]) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
+    def value_accessors(
+        self, descriptor: StateDescriptor[Any]
+    ) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
         """``get(key)`` and ``put(key, value)`` of a value state by record key, for built-in operators."""
         self.get_state(descriptor)
         column = self._columns[descriptor.name]
