@@ -144,11 +144,14 @@ class WriteWatch:
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
         self.wrote = False
+        self.line_open = False  # the job's last write did not end its line (print writes the newline apart)
         self.lock = threading.Lock()
 
     def write(self, text: str) -> int:
         with self.lock:
-            self.wrote = True
+            if text:
+                self.wrote = True
+                self.line_open = not text.endswith("\n")
             return self.stream.write(text)
 
     def __getattr__(self, name: str) -> Any:
@@ -171,6 +174,8 @@ class InPlace:
         lock = self._watch.lock if self._watch is not None else threading.Lock()
         with lock:
             if self._watch is not None:
+                if self._watch.line_open and renderable is not None:
+                    return  # never inside a line of the job's: the next sample draws
                 self._watch.stream.flush()
                 if self._watch.wrote:
                     self._watch.wrote, self._height = False, 0  # the old picture stays above the job's lines
