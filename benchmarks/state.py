@@ -16,7 +16,14 @@ RocksDB's own included), which other work on the machine does not change. A plai
 hand-written dict loop doing the same work runs first, as a baseline. Each configuration
 runs in a child process of its own, so its peak RSS is its own.
 
-Run: ``python benchmarks/state.py [--keys 100000 1000000 10000000] [--backends hashmap rocksdb]``.
+With ``--managed-memory 512mb`` each backend gets that budget as a job's only keyed subtask
+would (``taskmanager.memory.managed.size`` bounds RocksDB's cache and write buffers;
+``taskmanager.memory.task.heap.size`` the heap's state, which fails past it), checked after every
+turn as the task does. After the table, the issue's aims and whether each row meets them (the
+KMeans aim is ``benchmarks/iteration.py``'s).
+
+Run: ``python benchmarks/state.py [--keys 100000 1000000 10000000] [--backends hashmap rocksdb]
+[--managed-memory SIZE]``.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ TURN = 256
 """Records per task turn (the scheduler's quantum is of this order)."""
 CHANGED = 0.01
 MAX_PARALLELISM = 128
+PAUSE_AIM_MS, PAUSE_AIM_KEYS = 50, 1_000_000
+INCREMENTAL_AIM = 0.05
+RSS_AIM_MB, RSS_AIM_KEYS = 2_048, 10_000_000
 
 
 def peak_rss_mb() -> float:
@@ -60,20 +70,25 @@ def baseline(keys: int) -> dict[str, Any]:
     return {"records_per_s": keys / elapsed, "records_per_cpu_s": keys / elapsed_cpu, "peak_rss_mb": peak_rss_mb()}
 
 
-def measured(keys: int, kind: str) -> dict[str, Any]:
+def measured(keys: int, kind: str, memory: int | None = None) -> dict[str, Any]:
     """Load ``keys`` keys through a keyed process function on backend ``kind``, checkpoint fully
-    while 1% of the keys change, then checkpoint again (incrementally)."""
+    while 1% of the keys change, then checkpoint again (incrementally); with ``memory`` bytes as
+    the subtask's budget (managed memory for RocksDB, task heap for the heap)."""
     from slipstream.datastream.functions import KeyedProcessFunction
+    from slipstream.datastream.job_spec import RuntimeOptions
     from slipstream.datastream.state import MapStateDescriptor, ValueStateDescriptor
     from slipstream.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
+    from slipstream.operators.memory import MemoryBudgets
     from slipstream.runtime.checkpoint.coordinator import MERGE_BUDGET, CheckpointWriter
     from slipstream.runtime.checkpoint.manifest import Manifest
     from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot
     from slipstream.runtime.checkpoint.storage import CheckpointStorage
     from slipstream.runtime.state import create_keyed_backend
 
+    budgets = None if memory is None else MemoryBudgets.of(RuntimeOptions(managed_memory=memory,
+                                                                          task_heap_memory=memory))
     backend = create_keyed_backend(EmbeddedRocksDBStateBackend() if kind == "rocksdb" else HashMapStateBackend(),
-                                   MAX_PARALLELISM, lambda: int(time.time() * 1000))
+                                   MAX_PARALLELISM, lambda: int(time.time() * 1000), budgets, "the benchmark")
 
     class Counting(KeyedProcessFunction):
         def __init__(self) -> None:
@@ -96,6 +111,7 @@ def measured(keys: int, kind: str) -> dict[str, Any]:
         for key in records:
             set_key(key)
             process(key, None)
+        backend.account_memory()
         return time.perf_counter() - started
 
     started, cpu = time.perf_counter(), time.process_time()
@@ -144,9 +160,10 @@ def measured(keys: int, kind: str) -> dict[str, Any]:
             "pause_ms": max(pause_full, pause_incremental) * 1000, "turn_without_ms": longest_turn * 1000}
 
 
-def child(keys: int, kind: str) -> dict[str, Any]:
+def child(keys: int, kind: str, memory: str | None) -> dict[str, Any]:
     """One configuration in a process of its own."""
-    result = subprocess.run([sys.executable, __file__, "--child", kind, str(keys)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, __file__, "--child", kind, str(keys),
+                             *(["--managed-memory", memory] if memory else [])], capture_output=True, text=True,
                             check=False)
     if result.returncode != 0:
         raise SystemExit(f"{kind} at {keys:,} keys failed:\n{result.stderr}")
@@ -157,26 +174,52 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--backends", nargs="+", default=["hashmap", "rocksdb"], choices=["hashmap", "rocksdb"])
+    parser.add_argument("--managed-memory", help="each backend's memory budget, e.g. 512mb (default: none)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
+        from slipstream.datastream.pipeline_options import MANAGED, parse_memory_size
         kind, keys = args.child[0], int(args.child[1])
-        print(json.dumps(baseline(keys) if kind == "baseline" else measured(keys, kind)))
+        memory = None if args.managed_memory is None else parse_memory_size(args.managed_memory, MANAGED)
+        print(json.dumps(baseline(keys) if kind == "baseline" else measured(keys, kind, memory)))
         return
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load {os.getloadavg()[0]:.1f}")
     print(f"{'keys':>11} {'backend':>9} {'records/s':>10} {'per CPU s':>10} {'peak RSS':>9} {'full ckpt':>10} "
           f"{'incr. 1%':>9} {'incr/full':>9} {'freeze':>8} {'pause':>8} {'turn w/o':>8}")
+    rows = []
     for keys in args.keys:
         for kind in ["baseline", *args.backends]:
-            row = child(keys, kind)
+            row = child(keys, kind, args.managed_memory)
             line = (f"{keys:>11,} {kind:>9} {row['records_per_s']:>10,.0f} {row['records_per_cpu_s']:>10,.0f} "
                     f"{row['peak_rss_mb']:>7,.0f}MB")
             if kind != "baseline":
                 line += (f" {row['full_bytes'] / 1e6:>8,.1f}MB {row['incremental_bytes'] / 1e6:>7,.2f}MB "
                          f"{row['incremental_bytes'] / row['full_bytes']:>9.2%} {row['freeze_ms']:>6,.1f}ms "
                          f"{row['pause_ms']:>6,.1f}ms {row['turn_without_ms']:>6,.1f}ms")
+                rows.append((keys, kind, row))
             print(line, flush=True)
+    print_aims(rows)
+
+
+def print_aims(rows: list[tuple[int, str, dict[str, Any]]]) -> None:
+    """The issue's aims, and for each measured row whether it meets them."""
+    print(f"\naims: the task stops (freeze) < {PAUSE_AIM_MS} ms at {PAUSE_AIM_KEYS:,} keys; an incremental "
+          f"checkpoint of {CHANGED:.0%} changed keys < {INCREMENTAL_AIM:.0%} of a full one; {RSS_AIM_KEYS:,} keys "
+          f"on RocksDB within {RSS_AIM_MB:,} MB of RSS; KMeans with checkpoints every 500 ms >= 90% of its speed "
+          "without (benchmarks/iteration.py)")
+    for keys, kind, row in rows:
+        verdicts = [f"incremental {row['incremental_bytes'] / row['full_bytes']:.2%} "
+                    f"{_met(row['incremental_bytes'] < INCREMENTAL_AIM * row['full_bytes'])}"]
+        if keys == PAUSE_AIM_KEYS:
+            verdicts.append(f"freeze {row['freeze_ms']:.1f} ms {_met(row['freeze_ms'] < PAUSE_AIM_MS)}")
+        if keys == RSS_AIM_KEYS and kind == "rocksdb":
+            verdicts.append(f"peak RSS {row['peak_rss_mb']:,.0f} MB {_met(row['peak_rss_mb'] <= RSS_AIM_MB)}")
+        print(f"{keys:>11,} {kind:>9}: " + "; ".join(verdicts))
+
+
+def _met(holds: bool) -> str:
+    return "met" if holds else "MISSED"
 
 
 if __name__ == "__main__":

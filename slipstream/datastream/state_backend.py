@@ -6,8 +6,11 @@ incrementally as files into the checkpoint storage directory:
 * ``HashMapStateBackend()`` — Python dictionaries of the process (the default).
 * ``EmbeddedRocksDBStateBackend()`` — an embedded RocksDB per operator subtask, in a fresh
   directory under ``set_db_storage_paths(...)`` (default: the system's temporary
-  directory): state bounded by disk, not memory. ``RocksDBStateBackend(dir)`` is the same
-  with its checkpoints in ``dir``.
+  directory): state bounded by disk, not memory; with ``taskmanager.memory.managed.size``
+  set, each database's block cache and write buffers are sized to its subtask's share of
+  it, as Flink's ``state.backend.rocksdb.memory.managed`` does (see
+  :mod:`slipstream.operators.memory`). ``RocksDBStateBackend(dir)`` is the same with its
+  checkpoints in ``dir``.
 * ``FsStateBackend(dir)`` — heap state checkpointed into ``dir``: sets the checkpoint
   storage directory.
 * ``MemoryStateBackend(checkpoint_path=None)`` — heap state; with a path, checkpoints go
@@ -16,7 +19,8 @@ incrementally as files into the checkpoint storage directory:
 Options that have nothing to act on (a maximum state size, synchronous snapshots,
 buffer sizes, RocksDB tuning presets) are kept and warned about. Without
 ``set_state_backend``, the environment variable ``SLIPSTREAM_STATE_BACKEND``
-(``hashmap`` or ``rocksdb``) chooses, as Flink's configuration file's ``state.backend.type`` does.
+(``hashmap`` or ``rocksdb``) chooses, as Flink's configuration file's ``state.backend.type`` does
+(which ``env.configure`` applies too).
 """
 
 from __future__ import annotations

@@ -141,6 +141,10 @@ class KeyedStateBackend(Protocol):
 
     def restore(self, snapshot: Any) -> None: ...
 
+    def account_memory(self) -> None: ...
+
+    def fresh(self) -> KeyedStateBackend: ...
+
     def dispose(self) -> None: ...
 
 
@@ -175,7 +179,6 @@ class OperatorContext:
     channel_memory_budget: int = 100_000
     spill_dir: str | None = None  # where sorting operators spill; None means the system temp dir
     memory: MemoryBudgets | None = None  # the job's memory pools (slipstream.operators.memory)
-    state_budget: MemoryBudget | None = None  # this subtask's share of the task heap for its keyed state
     sort_budget: MemoryBudget | None = None  # its share of managed memory for sorting its backlog
     metric_group: OperatorMetricGroup | None = None  # the user metrics' group, made on first use
 

@@ -19,8 +19,12 @@ from slipstream.runtime.checkpoint.fs import FaultInjectingFileSystem, Simulated
 from slipstream.runtime.checkpoint.manifest import MANIFEST_NAME, Manifest
 from slipstream.runtime.checkpoint import snapshot as snapshot_module
 from slipstream.runtime.checkpoint.recovery import find_restore_point
-from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot, build_manifest_and_files, commit_keyed
-from slipstream.runtime.checkpoint.state_files import decode_state_file
+from slipstream.runtime.checkpoint.snapshot import (
+    OperatorSnapshot,
+    build_manifest_and_files,
+    commit_keyed,
+    keyed_layers,
+)
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.key_groups import key_group_range
@@ -84,9 +88,8 @@ def restored(storage: CheckpointStorage, checkpoint_id: int, key_groups: range |
     checkpoint = storage.read_verified(storage.path_of(checkpoint_id), "fp")
     subtask = checkpoint.manifest.operators["op"].subtasks[0]
     backend = new_backend()
-    for layer in [subtask.keyed_states, *subtask.keyed_deltas]:
-        backend.restore({f["state"]: decode_state_file(f["format"], checkpoint.files[f["file"]]) for f in layer},
-                        key_groups=key_groups)
+    for layer in keyed_layers(subtask, checkpoint.files, checkpoint.path):
+        backend.restore(layer, key_groups=key_groups)
     return {name: {key: value for entries in groups.values() for key, value in entries}
             for name, groups in backend.snapshot().items()}
 

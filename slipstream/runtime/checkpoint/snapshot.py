@@ -326,6 +326,15 @@ def loads_checkpointed(data: bytes, files: dict[str, bytes], checkpoint: str) ->
     return SegmentReader(fetch, getattr(files, "segments", None)).loads(data)
 
 
+def keyed_layers(subtask: SubtaskFiles, files: dict[str, bytes], checkpoint: str) -> list[dict[str, Any]]:
+    """A subtask's keyed state in a checkpoint as a backend restores it, layer by layer in order:
+    every entry, then the layers of changes (either backend's files; each state's file decoded)."""
+    if subtask.keyed is not None:  # format version 1
+        return [loads_checkpointed(files[subtask.keyed], files, checkpoint)]
+    return [{f["state"]: decode_state_file(f["format"], files[f["file"]]) for f in layer}
+            for layer in [subtask.keyed_states, *subtask.keyed_deltas]]
+
+
 def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes], checkpoint: str,
                   stored: Mapping[str, StoredContents] | None = None) -> None:
     """Put the state of a verified checkpoint into freshly built (not yet opened) tasks.
@@ -340,13 +349,6 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
     stored = stored or {}
     def load(name: str) -> Any:
         return loads_checkpointed(files[name], files, checkpoint)
-
-    def load_keyed(subtask: SubtaskFiles) -> list[dict[str, Any]]:
-        """The subtask's keyed state: every entry, then the layers of changes, to apply in order."""
-        if subtask.keyed is not None:  # format version 1
-            return [load(subtask.keyed)]
-        return [{f["state"]: decode_state_file(f["format"], files[f["file"]]) for f in layer}
-                for layer in [subtask.keyed_states, *subtask.keyed_deltas]]
 
     def has_keyed(subtask: SubtaskFiles) -> bool:
         return subtask.keyed is not None or bool(subtask.keyed_states)
@@ -368,7 +370,7 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
             if entry.parallelism == ctx.parallelism:
                 own = entry.subtasks[ctx.subtask_index]
                 if has_keyed(own) and backend is not None:
-                    for layer in load_keyed(own):
+                    for layer in keyed_layers(own, files, checkpoint):
                         backend.restore(layer)
                 if own.operator is not None:
                     operator.initialize_state(load(own.operator))
@@ -382,7 +384,7 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
                 for old in entry.subtasks:
                     if has_keyed(old) and old.key_groups is not None \
                             and old.key_groups[0] < groups.stop and groups.start < old.key_groups[1]:
-                        for layer in load_keyed(old):
+                        for layer in keyed_layers(old, files, checkpoint):
                             backend.restore(layer, key_groups=groups)
             max_parallelism = ctx.max_parallelism
 

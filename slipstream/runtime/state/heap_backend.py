@@ -38,6 +38,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
+from slipstream.datastream.pipeline_options import TASK_HEAP
 from slipstream.datastream.state import (
     AggregatingStateDescriptor,
     InternalAggregatingState,
@@ -52,7 +53,7 @@ from slipstream.datastream.state import (
 )
 from slipstream.datastream.typeinfo import Row
 from slipstream.errors import CheckpointError, SlipstreamError
-from slipstream.operators.memory import SAMPLE_ENTRIES, entry_bytes
+from slipstream.operators.memory import SAMPLE_ENTRIES, MemoryBudget, entry_bytes
 from slipstream.operators.timers import TimerQueue
 from slipstream.runtime.checkpoint.state_files import SstFile, encode_keyed_state
 from slipstream.runtime.clock import SystemClock
@@ -117,8 +118,10 @@ class KeyedBackendBase(ABC):
     gives each state its table (:meth:`_table_for`: a dict, or what acts as one) and wires a
     new handle to its checkpoint bookkeeping (:meth:`_attach`)."""
 
-    def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None) -> None:
+    def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None,
+                 budget: MemoryBudget | None = None) -> None:
         self.max_parallelism = max_parallelism
+        self.memory_budget = budget  # the subtask's share of the job's memory for its state (None: unbounded)
         self.current_key: Any = None
         self._now = now or SystemClock().now_ms
         self._states: dict[tuple[str, bool], _HeapState] = {}
@@ -184,6 +187,10 @@ class KeyedBackendBase(ABC):
                 self._key_listeners.append(cleanup.run)
         return handle
 
+    @abstractmethod
+    def fresh(self) -> KeyedBackendBase:
+        """An empty backend of the same kind, clock and memory budget (a new round's keyed state)."""
+
     def dispose(self) -> None:
         """The job is over: free what garbage collection would not (nothing, for the heap)."""
 
@@ -200,6 +207,11 @@ class KeyedBackendBase(ABC):
                 self._keep_changes(view.dirty)
         self._frozen = False
         self.merge_some(0)
+
+    @abstractmethod
+    def account_memory(self) -> None:
+        """Hold the state's memory to :attr:`memory_budget` and record its usage (after every turn
+        of the task): the heap backend fails past it, RocksDB writes past it to disk."""
 
     @abstractmethod
     def value_accessors(
@@ -261,11 +273,15 @@ class HeapKeyedStateBackend(KeyedBackendBase):
     """Keyed state of one operator subtask; ``now`` is the processing-time clock state
     time-to-live expires by (epoch ms)."""
 
-    def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None) -> None:
-        super().__init__(max_parallelism, now)
+    def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None,
+                 budget: MemoryBudget | None = None) -> None:
+        super().__init__(max_parallelism, now, budget)
         self._tables: dict[str, dict[Any, Any]] = {}
         self._deltas: dict[str, dict[Any, Any]] | None = None  # frozen, or merging: the changes per table
         self._dirty: dict[str, set[Any]] | None = None  # per state: the entries changed since the last freeze
+
+    def fresh(self) -> HeapKeyedStateBackend:
+        return HeapKeyedStateBackend(self.max_parallelism, self._now, self.memory_budget)
 
     def _table_for(self, name: str) -> dict[Any, Any]:
         return self._tables.setdefault(name, {})
@@ -316,6 +332,13 @@ class HeapKeyedStateBackend(KeyedBackendBase):
         state, their count times the mean size of a few of them (:func:`~slipstream.operators.memory.entry_bytes`)."""
         return int(sum(len(table) * entry_bytes(itertools.islice(table.items(), SAMPLE_ENTRIES))
                        for table in self._tables.values()))
+
+    def account_memory(self) -> None:
+        """Past its share of the task heap the state fails the job (:class:`~slipstream.errors.MemoryBudgetError`
+        naming the operator and the budget), before the operating system would kill the process."""
+        if self.memory_budget is not None:
+            self.memory_budget.check(self.estimated_bytes(), "its keyed state (kept on the heap)",
+                                     f"raise {TASK_HEAP}, or keep the state on disk with a RocksDB state backend")
 
     # -- snapshots ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, dict[int, list[tuple[Any, Any]]]]:

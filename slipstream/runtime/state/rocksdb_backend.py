@@ -11,9 +11,9 @@ restore at another parallelism drops the groups it does not own with two range d
 The state handles are the heap backend's (and TTL's, over them): each state's table is a
 :class:`_Column`, which acts as a dict. Values read or written are kept as objects in a
 small write-back cache, encoded and written in one ``WriteBatch`` once the cache holds
-``FLUSH_ENTRIES`` entries at the next record (so a value read from state may be changed in
-place right away, as on the heap backend, never later through a reference kept from an
-earlier call).
+``FLUSH_ENTRIES`` entries (within a memory budget, its write-back share) at the next record
+(so a value read from state may be changed in place right away, as on the heap backend,
+never later through a reference kept from an earlier call).
 
 Checkpoints are asynchronous and incremental. :meth:`RocksDBKeyedStateBackend.freeze`
 writes the cache and from then on, until :meth:`~RocksDBKeyedStateBackend.release`, keeps
@@ -39,16 +39,20 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from rocksdict import (
+    BlockBasedOptions,
+    Cache,
     IngestExternalFileOptions,
     Options,
     Rdict,
     SstFileWriter,
     WriteBatch,
+    WriteBufferManager,
     WriteOptions,
 )
 
 from slipstream.datastream.state import StateDescriptor
 from slipstream.errors import SlipstreamError
+from slipstream.operators.memory import SAMPLE_ENTRIES, MemoryBudget, entry_bytes
 from slipstream.operators.timers import InternalTimer
 from slipstream.runtime.checkpoint.state_files import SST, SstFile
 from slipstream.runtime.key_groups import assign_to_key_group
@@ -74,12 +78,79 @@ _REMOVED = object()
 
 _GROUP_BYTES = 2
 
+WRITE_BUFFER_RATIO = 0.5
+"""The share of RocksDB's memory its write buffers may take (``state.backend.rocksdb.memory.write-buffer-ratio``)."""
+WRITE_BACK_SHARE = 0.125
+"""The share of a subtask's memory budget its write-back cache of decoded values may take before it is written."""
+MAX_WRITE_BUFFER = 64 << 20
+"""A column family's write buffer (memtable) at most: RocksDB's default, kept when the budget allows."""
 
-def _options() -> Options:
+
+def _options(memory: BoundedMemory | None = None) -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    if memory is not None:
+        memory.configure(options)
     return options
+
+
+class BoundedMemory:
+    """RocksDB's memory held to a subtask's share of managed memory, as Flink's
+    ``state.backend.rocksdb.memory.managed`` does: one LRU block cache for every column family
+    of the database, and a write buffer manager that charges their write buffers to that cache
+    and flushes the largest into a table file on disk once they fill their share. Flink's split:
+    of a budget of ``B`` bytes the cache holds ``(3 - r) / 3 * B`` and the write buffers
+    ``2 * r / 3 * B`` of it (``r``: :data:`WRITE_BUFFER_RATIO`), leaving the cache room for
+    memtables past the manager's limit while they are flushed. A slice of the budget
+    (:data:`WRITE_BACK_SHARE`) is the write-back cache's, not RocksDB's. The budget's share
+    shrinks as later consumers take theirs: :meth:`fit` resizes both to it."""
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.budget = budget
+        self.limit = budget.limit
+        self.cache = Cache(self._cache_capacity())
+        self.write_buffers = WriteBufferManager.new_write_buffer_manager_with_cache(
+            self._write_buffer_capacity(), False, self.cache)
+
+    @property
+    def native(self) -> int:
+        """The bytes of the budget RocksDB's own memory gets (the rest is the write-back cache's)."""
+        return max(1, self.limit - self.write_back)
+
+    @property
+    def write_back(self) -> int:
+        """The bytes of decoded values the write-back cache may hold before it is written."""
+        return int(self.limit * WRITE_BACK_SHARE)
+
+    def _cache_capacity(self) -> int:
+        return max(1, int((3 - WRITE_BUFFER_RATIO) * self.native / 3))
+
+    def _write_buffer_capacity(self) -> int:
+        return max(1, int(2 * self.native * WRITE_BUFFER_RATIO / 3))
+
+    def configure(self, options: Options) -> None:
+        """Tables read through the shared cache (their index and filter blocks too, so they count),
+        write buffers under the manager, each column family's no larger than half its capacity."""
+        table = BlockBasedOptions()
+        table.set_block_cache(self.cache)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_top_level_index_and_filter(True)
+        options.set_block_based_table_factory(table)
+        options.set_write_buffer_manager(self.write_buffers)
+        options.set_write_buffer_size(max(64 << 10, min(MAX_WRITE_BUFFER, self._write_buffer_capacity() // 2)))
+
+    def fit(self) -> None:
+        """Resize the cache and the write buffers to the budget's share now."""
+        if self.budget.limit != self.limit:
+            self.limit = self.budget.limit
+            self.cache.set_capacity(self._cache_capacity())
+            self.write_buffers.set_buffer_size(self._write_buffer_capacity())
+
+    @property
+    def used(self) -> int:
+        """The bytes the cache holds now: table blocks and the write buffers charged to it."""
+        return self.cache.get_usage()
 
 
 def _group_prefix(group: int) -> bytes:
@@ -217,12 +288,14 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
     ``now`` is the processing-time clock state time-to-live expires by (epoch ms)."""
 
     def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None,
-                 local_dir: str | None = None) -> None:
-        super().__init__(max_parallelism, now)
+                 local_dir: str | None = None, budget: MemoryBudget | None = None) -> None:
+        super().__init__(max_parallelism, now, budget)
         if local_dir is not None:
             os.makedirs(local_dir, exist_ok=True)
+        self._local_dir = local_dir
         self.directory = tempfile.mkdtemp(prefix="slipstream-rocksdb-", dir=local_dir)
-        self._options = _options()
+        self._memory = None if budget is None else BoundedMemory(budget)
+        self._options = _options(self._memory)
         self._db = Rdict(os.path.join(self.directory, "db"), self._options)
         writes = WriteOptions()
         # the database is rebuilt from a checkpoint after any failure: no log needed (a property, which
@@ -232,6 +305,10 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         self._finalizer = weakref.finalize(self, _dispose, self._db, self.directory)
         self._columns: dict[str, _Column] = {}
         self._cached = 0  # entries in the columns' caches
+        # cached entries past which the next record writes them: within a memory budget, as many as
+        # fit in its write-back share (at a kilobyte each until a flush measures them)
+        self._flush_entries = FLUSH_ENTRIES if self._memory is None else \
+            _entries_within(self._memory.write_back, 1024)
         self._current_raw: bytes | None = None  # the RocksDB key of the current key, once asked for
         self._tracking = False  # whether columns track their changed keys (from the first freeze on)
         self._files = 0  # table files written, for unique names
@@ -240,11 +317,21 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
     def _column(self, name: str) -> _Column:
         column = self._columns.get(name)
         if column is None:
-            family = self._db.create_column_family(STATES + name, self._options)
+            family = self._new_family(STATES + name)
             column = self._columns[name] = _Column(self, name, family)
             column.dirty = set() if self._tracking else None
             column.delta = {} if self._frozen else None
         return column
+
+    def fresh(self) -> RocksDBKeyedStateBackend:
+        """An empty database in a fresh directory beside this one's, with the same memory budget."""
+        return RocksDBKeyedStateBackend(self.max_parallelism, self._now, self._local_dir, self.memory_budget)
+
+    def _new_family(self, name: str) -> Rdict:
+        """A new column family, its write buffer sized to the memory budget's share now."""
+        if self._memory is not None:
+            self._memory.fit()
+        return self._db.create_column_family(name, _options(self._memory))
 
     def _table_for(self, name: str) -> _Column:
         return self._column(name)
@@ -253,7 +340,7 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         handle._delta, handle._dirty = None, _UNTRACKED  # the column keeps both
 
     def set_current_key(self, key: Any) -> None:
-        if self._cached > FLUSH_ENTRIES:
+        if self._cached > self._flush_entries:
             self.flush()
         self._current_raw = None
         super().set_current_key(key)
@@ -263,10 +350,40 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         super().unset_current_key(reason)
 
     def flush(self) -> None:
-        """Write every cached entry (see the module docstring)."""
+        """Write every cached entry (see the module docstring); within a memory budget, first measure
+        them, so the next flush comes when the cache holds the budget's write-back share."""
+        if self._memory is not None and self._cached:
+            held = self._held_bytes(deltas=False)
+            if held:
+                self._flush_entries = _entries_within(self._memory.write_back, held / self._cached)
         for column in self._columns.values():
             column.flush()
         self._cached = 0
+
+    def account_memory(self) -> None:
+        """Within its share of managed memory the state never fails: RocksDB's cache and write
+        buffers are sized to it (:class:`BoundedMemory`), and the write-back cache is written once
+        its values take more than :data:`WRITE_BACK_SHARE` of it. What RocksDB's cache and the
+        decoded values hold is the usage recorded."""
+        memory = self._memory
+        if memory is None:
+            return
+        memory.fit()
+        held = self._held_bytes()
+        if held > memory.write_back:
+            self.flush()
+            held = self._held_bytes()
+        memory.budget.set_usage(memory.used + held)
+
+    def _held_bytes(self, deltas: bool = True) -> int:
+        """Roughly the memory of the decoded values cached and (``deltas``) of the changes held
+        while a checkpoint is written: their count times the mean size of a few."""
+        total = 0.0
+        for column in self._columns.values():
+            for held in (column.cache, column.delta if deltas else None):
+                if held:
+                    total += len(held) * entry_bytes(itertools.islice(held.items(), SAMPLE_ENTRIES))
+        return int(total)
 
     def value_accessors(
         self, descriptor: StateDescriptor[Any]
@@ -277,7 +394,7 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
 
         def put(key: Any, value: Any) -> None:
             column._cache(entry_key(key, self.max_parallelism), value)
-            if self._cached > FLUSH_ENTRIES:
+            if self._cached > self._flush_entries:
                 self.flush()
         return column.get, put
 
@@ -400,6 +517,11 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         self._finalizer()
 
 
+def _entries_within(size: int, entry_size: float) -> int:
+    """How many cached entries of ``entry_size`` bytes fit in ``size`` (16 to ``FLUSH_ENTRIES``)."""
+    return max(16, min(FLUSH_ENTRIES, int(size / max(1.0, entry_size))))
+
+
 def _items(family: Rdict, from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
     """A column family's entries in key order (from ``from_key``); bytes, as the database is in raw mode."""
     items = family.items() if from_key is None else family.items(from_key=from_key)
@@ -441,8 +563,8 @@ class RocksDBTimerQueue:
     finding the next one does not walk over their deletions again."""
 
     def __init__(self, backend: RocksDBKeyedStateBackend, domain: str) -> None:
-        self._order = backend._db.create_column_family(f"{TIMERS}{domain}", backend._options)
-        self._ids = backend._db.create_column_family(f"{TIMERS}{domain}/ids", backend._options)
+        self._order = backend._new_family(f"{TIMERS}{domain}")
+        self._ids = backend._new_family(f"{TIMERS}{domain}/ids")
         self._seq = itertools.count()
         self._size = 0
         self._floor = b""  # every timer before it has been popped
