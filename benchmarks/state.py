@@ -155,8 +155,9 @@ def measured(keys: int, kind: str, memory: int | None = None) -> dict[str, Any]:
     incremental, freeze_incremental, pause_incremental = checkpoint(2, [])
     storage.remove_all()
     backend.dispose()
-    return {"records_per_s": records_per_s, "records_per_cpu_s": records_per_cpu_s, "peak_rss_mb": peak_rss_mb(), "full_bytes": full,
-            "incremental_bytes": incremental, "freeze_ms": max(freeze_full, freeze_incremental) * 1000,
+    return {"records_per_s": records_per_s, "records_per_cpu_s": records_per_cpu_s, "peak_rss_mb": peak_rss_mb(),
+            "full_bytes": full, "incremental_bytes": incremental,
+            "freeze_ms": max(freeze_full, freeze_incremental) * 1000,
             "pause_ms": max(pause_full, pause_incremental) * 1000, "turn_without_ms": longest_turn * 1000}
 
 
@@ -181,7 +182,11 @@ def main() -> None:
         from slipstream.datastream.pipeline_options import MANAGED, parse_memory_size
         kind, keys = args.child[0], int(args.child[1])
         memory = None if args.managed_memory is None else parse_memory_size(args.managed_memory, MANAGED)
-        print(json.dumps(baseline(keys) if kind == "baseline" else measured(keys, kind, memory)))
+        from slipstream.errors import MemoryBudgetError
+        try:
+            print(json.dumps(baseline(keys) if kind == "baseline" else measured(keys, kind, memory)))
+        except MemoryBudgetError as error:  # the heap past its budget: a row of its own, not the end of the run
+            print(json.dumps({"error": str(error)}))
         return
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load {os.getloadavg()[0]:.1f}")
@@ -191,6 +196,9 @@ def main() -> None:
     for keys in args.keys:
         for kind in ["baseline", *args.backends]:
             row = child(keys, kind, args.managed_memory)
+            if "error" in row:
+                print(f"{keys:>11,} {kind:>9} failed: {row['error']}", flush=True)
+                continue
             line = (f"{keys:>11,} {kind:>9} {row['records_per_s']:>10,.0f} {row['records_per_cpu_s']:>10,.0f} "
                     f"{row['peak_rss_mb']:>7,.0f}MB")
             if kind != "baseline":

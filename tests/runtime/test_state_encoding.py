@@ -33,13 +33,13 @@ def same(a: object, b: object) -> bool:
 
 
 @given(PLAIN)
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 def test_plain_values_round_trip_with_their_types(value: object) -> None:
     assert same(decode(encode(value)), value)
 
 
 @given(st.lists(PLAIN, min_size=1, max_size=4))
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 def test_encodings_concatenate(values: list) -> None:
     out = bytearray()
     for value in values:
@@ -57,7 +57,7 @@ ORDERED = [st.integers(), st.floats(allow_nan=False), st.text(), st.binary(),
 
 
 @given(st.data())
-@settings(max_examples=600)
+@settings(max_examples=600, deadline=None)
 def test_keys_of_one_kind_sort_as_their_encodings(data: st.DataObject) -> None:
     kind = data.draw(st.sampled_from(ORDERED))
     a, b = data.draw(kind), data.draw(kind)
