@@ -14,7 +14,7 @@ rows (without building them), for kind in ``sum``, ``min``, ``max``, ``min_by``,
 A row runs ``sum`` in BATCH mode (one final value per key) against polars' ``group_by``. Then
 window aggregations, ``window(...).sum("v")``, over event time ``i`` ms (taken from the column
 by a ``FieldTimestampAssigner``, so the records stay Arrow): tumbling windows of 10 s, sliding windows of 10 s every 5 s, and tumbling count
-windows of 5 records per key — sorted (one polars query at the switch) vs streamed vs raw polars
+windows of 5 records per key, and session windows with a gap of 100 s — sorted (one polars query at the switch) vs streamed vs raw polars
 (``group_by`` on the window start or number). The ratio printed is slipstream's time over raw
 polars' (aim: at most 2).
 
@@ -37,7 +37,7 @@ from slipstream.datastream.connectors.arrow import ArrowSource
 from slipstream.datastream.connectors.base import Sink, SinkWriter
 from slipstream.datastream.execution_mode import RuntimeExecutionMode
 from slipstream.datastream.watermark_strategy import FieldTimestampAssigner, WatermarkStrategy
-from slipstream.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
+from slipstream.datastream.window import EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows
 
 KEYS = 100_000
 BATCH_SIZE = 65_536
@@ -45,10 +45,13 @@ KINDS = ("sum", "min", "max", "min_by", "max_by")
 WINDOW_MS = 10_000
 SLIDE_MS = 5_000
 COUNT = 5
+GAP_MS = 100_000
+"""Session gap: a key's records are about ``KEYS`` ms apart, so its sessions hold a few."""
 WINDOWS = {
     "tumbling 10 s": lambda keyed: keyed.window(TumblingEventTimeWindows.of(WINDOW_MS)),
     "sliding 10 s / 5 s": lambda keyed: keyed.window(SlidingEventTimeWindows.of(WINDOW_MS, SLIDE_MS)),
     "count 5": lambda keyed: keyed.count_window(COUNT),
+    "session 100 s": lambda keyed: keyed.window(EventTimeSessionWindows.with_gap(GAP_MS)),
 }
 
 
@@ -109,6 +112,10 @@ def raw_window(frame: pl.DataFrame, window: str) -> pl.DataFrame:
         numbered = frame.with_columns((pl.int_range(pl.len()).over("k") // COUNT).alias("w"))
         windows = numbered.group_by("k", "w", maintain_order=True).agg(*fold, pl.len().alias("n"))
         return windows.filter(pl.col("n") == COUNT)
+    if window.startswith("session"):
+        opens = (pl.col("i").diff().fill_null(GAP_MS + 1) > GAP_MS).over("k")
+        sessions = frame.with_columns(opens.cast(pl.Int64).cum_sum().over("k").alias("session"))
+        return sessions.group_by("k", "session", maintain_order=True).agg(*fold)
     if window.startswith("tumbling"):
         starts = frame.with_columns((pl.col("i") - pl.col("i") % WINDOW_MS).alias("start"))
     else:

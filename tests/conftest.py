@@ -1,74 +1,203 @@
-"""The ``env`` fixture: a fresh environment in every runtime mode × parallelism × scheduler seed.
+"""The ``env`` fixture: a fresh environment on every axis a test asks for; the shared SparkSession.
 
-A test that asks for ``env`` runs once per combination, so a job is checked in STREAMING and
-BATCH mode, at parallelism 1, 2 and 4 (PyFlink runs its DataStream tests in both modes the same
-way). Markers narrow or widen the axes for one test::
+A test that asks for ``env`` runs once per combination of the axes in :data:`AXES`, so a job is
+checked in STREAMING and BATCH mode, at parallelism 1, 2 and 4 (PyFlink runs its DataStream tests
+in both modes the same way). A marker of an axis's name narrows or widens it for one test, a class
+or a module (``pytestmark``); the closest one wins::
 
     @pytest.mark.modes(RuntimeExecutionMode.STREAMING)   # an event-time test that needs streaming
     @pytest.mark.parallelisms(2, 4)
     @pytest.mark.seeds(*range(5))                        # explore more interleavings
+    @pytest.mark.engines("polars", "spark")              # the backlog as batch work on both engines
+    @pytest.mark.configure(batch_size=2, channel_capacity=2)  # env.configure(...) for every run
+    @pytest.mark.zipped(parallelisms=(1, 4), seeds=(0, 3))  # two runs, p1-s0 and p4-s3, not a product
 
 By default each combination runs with one scheduler seed; ``SLIPSTREAM_TEST_SEEDS=N`` runs every
 ``env`` test with seeds 0..N-1 (a longer run, for a nightly or a hunt for an ordering bug). The
-environment's settings are read back from it (``env.get_parallelism()``, ``env.get_runtime_mode()``).
+environment's settings are read back from it (``env.get_parallelism()``, ``env.get_runtime_mode()``,
+``env.get_batch_engine()``).
+
+The ``engines`` axis says how a job's backlog runs: sorted and run as batch work on ``"polars"``
+(the default) or on ``"spark"`` (the session of the :func:`spark` fixture, shared by every Spark
+test), or ``"record-by-record"`` (``backlog_sorting=False``). A test that names a batch engine in
+its marker must use it: a run whose jobs sorted no backlog on that engine fails at teardown, so a
+job the Spark engine does not apply to never passes as a Spark test while running on polars.
+Spark runs cost a job each; give the axis to a few representative tests, not a whole module.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+from slipstream.datastream.progress_listener import JobProgressListener, JobTerminatedEvent
 
-MODES = (RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH)
-PARALLELISMS = (1, 2, 4)
+pytest_plugins = ("pytester",)  # tests/testing checks the env fixture on tests it runs
+
+TESTS = Path(__file__).resolve().parent
 
 
 def default_seeds() -> tuple[int, ...]:
     return tuple(range(int(os.environ.get("SLIPSTREAM_TEST_SEEDS", "1"))))
 
 
+def use_engine(env: StreamExecutionEnvironment, engine: str, request: pytest.FixtureRequest) -> None:
+    """Run ``env``'s backlog on ``engine``: a batch engine, or record by record."""
+    if engine == "record-by-record":
+        env.configure(backlog_sorting=False)
+    elif engine == "spark":
+        env.set_batch_engine("spark", session=request.getfixturevalue("spark"))
+    elif engine == "polars":
+        env.set_batch_engine("polars")
+    else:
+        raise pytest.UsageError(f"{request.node.nodeid}: unknown engine {engine!r} in its engines marker; "
+                                f"expected 'polars', 'spark' or 'record-by-record'")
+
+
 @dataclass(frozen=True)
-class EnvSettings:
-    """One combination of the ``env`` fixture's axes."""
+class Axis:
+    """One axis of the ``env`` fixture: the marker naming its values, and how a value is applied.
 
-    mode: RuntimeExecutionMode
-    parallelism: int
-    seed: int
+    ``labelled``: the value is in every test id; else only in the ids of tests whose marker names
+    the axis's values (so an axis added later leaves the ids of the tests that ignore it alone).
+    """
 
-    @property
-    def id(self) -> str:
-        return f"{self.mode.name.lower()}-p{self.parallelism}-s{self.seed}"
+    marker: str
+    help: str
+    default: Callable[[], tuple[Any, ...]]
+    label: Callable[[Any], str]
+    apply: Callable[[StreamExecutionEnvironment, Any, pytest.FixtureRequest], Any]
+    labelled: bool = True
+
+
+# The axes, in the order of a test id's parts. A workers axis is one more entry here:
+#   Axis("workers", "the worker processes", lambda: (1,), lambda n: f"w{n}",
+#        lambda env, n, _: env.configure(workers=n), labelled=False)
+AXES = (
+    Axis("modes", "the runtime modes", lambda: (RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH),
+         lambda mode: mode.name.lower(), lambda env, mode, _: env.set_runtime_mode(mode)),
+    Axis("parallelisms", "the parallelisms", lambda: (1, 2, 4), lambda n: f"p{n}",
+         lambda env, n, _: env.set_parallelism(n)),
+    Axis("seeds", "the scheduler seeds", default_seeds, lambda seed: f"s{seed}",
+         lambda env, seed, _: env.configure(scheduler_seed=seed)),
+    Axis("engines", "how the backlog runs: 'polars', 'spark' or 'record-by-record'", lambda: ("polars",), str,
+         use_engine, labelled=False),
+)
+
+
+@dataclass(frozen=True)
+class EnvRun:
+    """One run of the ``env`` fixture: a value on each axis (by marker name), and the id naming them."""
+
+    values: dict[str, Any]
+    id: str
+    named: frozenset[str]  # the axes whose values the test's markers named
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "modes(*modes): the runtime modes the env fixture runs the test in")
-    config.addinivalue_line("markers", "parallelisms(*ns): the parallelisms the env fixture runs the test at")
-    config.addinivalue_line("markers", "seeds(*seeds): the scheduler seeds the env fixture runs the test with")
+    for axis in AXES:
+        config.addinivalue_line("markers", f"{axis.marker}(*values): {axis.help} the env fixture runs the test with")
+    config.addinivalue_line("markers", "configure(**options): env.configure(**options) for every run of the env "
+                                       "fixture (the closest marker's value of each option wins)")
+    config.addinivalue_line("markers", "zipped(**axes): the env fixture's axes named here vary together (their "
+                                       "i-th values make one run), not as a product")
 
 
-def _axis(metafunc: pytest.Metafunc, name: str, default: tuple) -> tuple:
-    marker = metafunc.definition.get_closest_marker(name)
-    return tuple(marker.args) if marker is not None else default
+def _zipped(node: pytest.Function) -> dict[str, tuple[Any, ...]]:
+    """The axes the ``zipped`` marker ties together: their i-th values make one run."""
+    marker = node.get_closest_marker("zipped")
+    together = {name: tuple(values) for name, values in (marker.kwargs if marker is not None else {}).items()}
+    unknown = set(together) - {axis.marker for axis in AXES}
+    if unknown or len({len(values) for values in together.values()}) > 1:
+        raise pytest.UsageError(f"{node.nodeid}: zipped takes axes ({', '.join(a.marker for a in AXES)}) with as "
+                                f"many values each, got {together}")
+    return together
+
+
+def _runs(metafunc: pytest.Metafunc) -> list[EnvRun]:
+    node = metafunc.definition
+    together = _zipped(node)
+    free = [axis for axis in AXES if axis.marker not in together]
+    markers = {axis.marker: node.get_closest_marker(axis.marker) for axis in free}
+    named = frozenset(together) | {name for name, marker in markers.items() if marker is not None}
+    choices = [axis.default() if markers[axis.marker] is None else tuple(markers[axis.marker].args) for axis in free]
+    runs = []
+    for tied in zip(*together.values()) if together else [()]:
+        for combination in itertools.product(*choices):
+            values = dict(zip(markers, combination)) | dict(zip(together, tied))
+            label = "-".join(axis.label(values[axis.marker]) for axis in AXES if axis.labelled or axis.marker in named)
+            runs.append(EnvRun(values, label, named))
+    return runs
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "env" not in metafunc.fixturenames:
         return
-    settings = [EnvSettings(mode, parallelism, seed)
-                for mode in _axis(metafunc, "modes", MODES)
-                for parallelism in _axis(metafunc, "parallelisms", PARALLELISMS)
-                for seed in _axis(metafunc, "seeds", default_seeds())]
-    metafunc.parametrize("env", settings, ids=[s.id for s in settings], indirect=True)
+    runs = _runs(metafunc)
+    metafunc.parametrize("env", runs, ids=[run.id for run in runs], indirect=True)
+
+
+def configured_options(node: pytest.Item) -> dict[str, Any]:
+    """The options of the ``configure`` markers on ``node``, its class and module; the closest wins."""
+    options: dict[str, Any] = {}
+    for marker in reversed(list(node.iter_markers("configure"))):
+        options.update(marker.kwargs)
+    return options
+
+
+class EngineUse(JobProgressListener):
+    """The batch engines the jobs of one test sorted a backlog on (read from each job's last figures)."""
+
+    def __init__(self) -> None:
+        self.engines: set[str] = set()
+
+    def on_job_terminated(self, event: JobTerminatedEvent) -> None:
+        self.engines.update(op.batch_engine for op in event.progress.operators if op.batch_engine)
 
 
 @pytest.fixture
-def env(request: pytest.FixtureRequest) -> StreamExecutionEnvironment:
-    """A new environment in the mode, at the parallelism and with the scheduler seed of this run."""
-    settings: EnvSettings = request.param
+def env(request: pytest.FixtureRequest) -> Iterator[StreamExecutionEnvironment]:
+    """A new environment with this run's value on every axis, after the ``configure`` markers' options."""
+    run: EnvRun = request.param
     environment = StreamExecutionEnvironment.get_execution_environment()
-    environment.set_runtime_mode(settings.mode).set_parallelism(settings.parallelism)
-    environment.configure(scheduler_seed=settings.seed)
-    return environment
+    environment.configure(**configured_options(request.node))
+    for axis in AXES:
+        axis.apply(environment, run.values[axis.marker], request)
+    engine = run.values["engines"]
+    if "engines" not in run.named or engine == "record-by-record":
+        yield environment
+        return
+    use = EngineUse()
+    environment.add_progress_listener(use)
+    yield environment
+    if engine not in use.engines:
+        pytest.fail(f"{request.node.nodeid} asked for the {engine} engine, but none of its jobs sorted a backlog "
+                    f"on it (ran on: {sorted(use.engines) or 'none'}): the job has no operator whose backlog "
+                    f"runs as sorted batch work; drop {engine!r} from its engines marker", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession (``local[2]``) for every Spark test and Spark run of ``env``: a JVM
+    start costs seconds. Needs pyspark and Java 17 (without pyspark, the test is skipped)."""
+    pytest.importorskip("pyspark", reason="the Spark tests need pyspark: pip install -e '.[test,spark]'")
+    from slipstream.runtime.batch.spark_engine import start_session
+    # functions defined in test modules are pickled by reference: Spark's Python workers (started
+    # by the JVM, with this environment) must import the modules from the directories pytest put
+    # on sys.path for them (its default "prepend" import mode), all collected before this runs
+    test_dirs = [entry for entry in sys.path if entry and Path(entry).resolve().is_relative_to(TESTS)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*test_dirs, os.environ.get("PYTHONPATH")]))
+    session = start_session("local[2]", app_name="slipstream-tests", **{
+        "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2",
+        "spark.driver.memory": "1g", "spark.sql.adaptive.enabled": "false"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

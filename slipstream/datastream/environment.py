@@ -122,7 +122,8 @@ class StreamExecutionEnvironment:
                   show_progress: bool | None = None, progress_interval: float | None = None,
                   ui_port: int | None = None, metrics_port: int | None = None,
                   managed_memory: int | str | None = None, task_heap_memory: int | str | None = None,
-                  network_memory: int | str | None = None) -> StreamExecutionEnvironment:
+                  network_memory: int | str | None = None, workers: int | None = None
+                  ) -> StreamExecutionEnvironment:
         """Apply a PyFlink ``Configuration`` (Flink's keys, see
         :mod:`slipstream.datastream.pipeline_options`; other keys are kept and readable with
         :meth:`get_configuration`), and set the embedded runtime's knobs given by keyword (see
@@ -131,7 +132,9 @@ class StreamExecutionEnvironment:
         metrics for Prometheus, on 127.0.0.1 (0: a free port, logged when the job starts).
         ``managed_memory``, ``task_heap_memory`` and ``network_memory`` are the job's memory
         budgets in bytes (or ``"64 mb"``), Flink's ``taskmanager.memory.managed.size``,
-        ``.task.heap.size`` and ``.network.max`` (see :mod:`slipstream.operators.memory`)."""
+        ``.task.heap.size`` and ``.network.max`` (see :mod:`slipstream.operators.memory`).
+        ``workers`` is how many worker processes run the job's subtasks (Flink's
+        ``local.number-taskmanager``; 1, the default, runs everything in this process)."""
         if configuration is not None:
             apply_configuration(self, configuration)
         options = self.runtime_options
@@ -151,7 +154,8 @@ class StreamExecutionEnvironment:
                             ("channel_capacity", channel_capacity), ("quantum", quantum),
                             ("sort_memory_budget", sort_memory_budget),
                             ("channel_memory_budget", channel_memory_budget),
-                            ("channel_memory_budget_bytes", channel_memory_budget_bytes)):
+                            ("channel_memory_budget_bytes", channel_memory_budget_bytes),
+                            ("workers", workers)):
             if value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or (name != "scheduler_seed" and value < 1):

@@ -81,6 +81,12 @@ class RuntimeOptions:
     progress_interval: float = 1.0
     ui_port: int | None = None
     metrics_port: int | None = None
+    # worker processes (Flink's local.number-taskmanager): subtasks run in slots spread over them
+    # (slipstream.runtime.workers); each worker reports its status every heartbeat_interval_ms and is
+    # taken for lost (the job fails over) after heartbeat_timeout_ms of silence
+    workers: int = 1
+    heartbeat_interval_ms: int = 100
+    heartbeat_timeout_ms: int = 50_000
 
     @property
     def batch_engine_name(self) -> str:

@@ -21,7 +21,10 @@ so it is checked and warned about exactly as that call would be:
   (see :mod:`slipstream.datastream.python_dependencies`);
 * ``taskmanager.memory.managed.size``, ``taskmanager.memory.task.heap.size``,
   ``taskmanager.memory.network.max``: the job's memory budgets (``configure``'s
-  ``managed_memory``, ``task_heap_memory``, ``network_memory``; see :mod:`slipstream.operators.memory`).
+  ``managed_memory``, ``task_heap_memory``, ``network_memory``; see :mod:`slipstream.operators.memory`);
+* ``local.number-taskmanager``: how many worker processes run the job (``configure(workers=...)``;
+  see :mod:`slipstream.runtime.workers`), ``heartbeat.interval`` and ``heartbeat.timeout``: how often a
+  worker reports, and how long a silent one is waited for before the job fails over.
 
 Durations read as Flink writes them (``500``, ``500 ms``, ``10 s``, ``1 min``).
 A value that does not parse raises ``InvalidProgramError`` naming the key. Every other
@@ -256,6 +259,16 @@ def _memory(option: str) -> Apply:
     return apply
 
 
+def _runtime_option(option: str, parse: Callable[[str, str], int]) -> Apply:
+    """Set the runtime option ``option`` to the value as parsed (at least 1), naming the key when it is not."""
+    def apply(env: StreamExecutionEnvironment, text: str, key: str, _: Configuration) -> None:
+        value = parse(text, key)
+        if value < 1:
+            raise InvalidProgramError(f"{key} must be at least 1, got {text!r}")
+        setattr(env.runtime_options, option, value)
+    return apply
+
+
 def _text(text: str, key: str) -> str:
     return text.strip()
 
@@ -303,6 +316,9 @@ _OPTIONS: list[tuple[tuple[str, ...], Apply]] = [
     ((TASK_HEAP,), _memory("task_heap_memory")),
     ((NETWORK,), _memory("network_memory")),
     (("pipeline.classpaths",), _each_with("add_classpaths", ";")),
+    (("local.number-taskmanager",), _runtime_option("workers", _integer)),
+    (("heartbeat.interval",), _runtime_option("heartbeat_interval_ms", parse_duration_ms)),
+    (("heartbeat.timeout",), _runtime_option("heartbeat_timeout_ms", parse_duration_ms)),
 ]
 
 _READ_BY_OTHERS = ("restart-strategy.fixed-delay.attempts", "restart-strategy.fixed-delay.delay",

@@ -14,8 +14,9 @@ Example:
     ...     def on_job_progress(self, event):
     ...         for op in event.progress.operators:
     ...             print(op.name, op.records_out_per_second)
-    >>> env = StreamExecutionEnvironment.get_execution_environment()  # doctest: +SKIP
-    >>> env.add_progress_listener(PrintRates())  # doctest: +SKIP
+    >>> from slipstream.datastream import StreamExecutionEnvironment
+    >>> env = StreamExecutionEnvironment.get_execution_environment()
+    >>> env = env.add_progress_listener(PrintRates())
 """
 
 from __future__ import annotations

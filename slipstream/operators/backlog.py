@@ -106,7 +106,7 @@ from slipstream.operators.elements import RecordBatch
 from slipstream.operators.key_replay import KeyReplay
 from slipstream.operators.memory import sort_buffer_records
 from slipstream.operators.sort_buffer import BufferOrder, KeyDictionary, SortBuffer, interval_batches
-from slipstream.operators.timers import InternalTimerService
+from slipstream.operators.timers import InternalTimer, InternalTimerService
 
 PROCESSING_TIME_TIMERS_METRIC = "backlog_processing_time_timers"
 VECTORISED_METRIC = "backlog_records_vectorised"
@@ -231,9 +231,10 @@ class BacklogSortingOperator(StreamOperator):
             for batch in buffer.batches(size):
                 self.process_batch(batch, input_index)
 
-    def key_replay(self, buffer: SortBuffer) -> KeyReplay:
-        """A key-by-key replay of ``buffer`` at the watermarks held while it was buffered."""
-        return KeyReplay(self, buffer, self._held)
+    def key_replay(self, buffer: SortBuffer, fire: Callable[[InternalTimer], None] | None = None) -> KeyReplay:
+        """A key-by-key replay of ``buffer`` at the watermarks held while it was buffered (``fire``:
+        see :class:`~slipstream.operators.key_replay.KeyReplay`)."""
+        return KeyReplay(self, buffer, self._held, fire)
 
     # -- held watermarks ---------------------------------------------------------------------------
     def apply_held_watermarks(self, count: int) -> None:

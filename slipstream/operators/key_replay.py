@@ -25,7 +25,7 @@ timers fire at the end of its run, after all its records (Flink's sorted BATCH e
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from slipstream.attributes import RecordAttributes
@@ -35,6 +35,7 @@ from slipstream.errors import SlipstreamError
 from slipstream.operators.base import Output
 from slipstream.operators.elements import RecordBatch, WatermarkStatus
 from slipstream.operators.sort_buffer import SortBuffer
+from slipstream.operators.timers import InternalTimer
 
 if TYPE_CHECKING:
     from slipstream.operators.backlog import BacklogSortingOperator
@@ -62,6 +63,12 @@ class IntervalOutputs(Output):
         else:
             self._timestamped[interval] = True
             self.stamps[interval].extend(batch.timestamps)
+
+    def timestamped_lists(self) -> tuple[list[Any], list[int | None]]:
+        """The current interval's lists of values and timestamps, for outputs that all carry one."""
+        interval = self.interval
+        self._timestamped[interval] = True
+        return self.values[interval], self.stamps[interval]
 
     def collect_side(self, tag: OutputTag, batch: RecordBatch) -> None:
         self._sides[self.interval].append((tag, batch))
@@ -100,7 +107,10 @@ class KeyReplay:
     it returns (or to ``operator.output``); then :meth:`emit`. In BATCH mode every interval is 0.
     """
 
-    def __init__(self, operator: BacklogSortingOperator, buffer: SortBuffer, held: list[int]) -> None:
+    def __init__(self, operator: BacklogSortingOperator, buffer: SortBuffer, held: list[int],
+                 fire: Callable[[InternalTimer], None] | None = None) -> None:
+        """``fire(timer)`` fires a due event-time timer of the current key (by default the timer
+        service's callback, which makes the key current again and emits through ``operator.output``)."""
         self.operator = operator
         self.buffer = buffer
         self.batch_mode = operator.ctx.batch_mode
@@ -110,6 +120,7 @@ class KeyReplay:
         self.outputs = IntervalOutputs(len(held), operator.ctx.name, buffer.has_timestamps)
         self._level = 0
         self._aside = {} if self.timers is None else self.timers.set_aside_event_timers(held[-1])
+        self._fire = fire if fire is not None or self.timers is None else self.timers.fire_event_timer
 
     def runs(self) -> Iterator[tuple[Any, list[int], list[int | None], list[Any]]]:
         """The buffer's key runs with the key current, ending each with its due timers fired;
@@ -121,22 +132,30 @@ class KeyReplay:
             for key, intervals, stamps, values in self.buffer.key_runs():
                 self._enter(key, set_key)
                 yield key, [0] * len(values) if self.batch_mode else intervals, stamps, values
-                self.advance(self.last)
+                self._leave()
             for key in list(self._aside):
                 self._enter(key, set_key)
-                self.advance(self.last)
+                self._leave()
         finally:
+            if self.timers is not None:
+                self.timers.end_key_run()
             operator.output = downstream
             self.set_watermark(self.held[0])
 
     def _enter(self, key: Any, set_key: Any) -> None:
         set_key(key)
-        timers = self._aside.pop(key, None)
-        if timers:
-            self.timers.restore_event_timers(timers)  # type: ignore[union-attr]
+        if self.timers is not None:
+            self.timers.begin_key_run(key, self._aside.pop(key, []))
         self._level = 0
         self.set_watermark(self.held[0])
         self.outputs.interval = 0
+
+    def _leave(self) -> None:
+        """End the current key's run: fire its timers due by the last held watermark, and put the
+        others back among every key's."""
+        self.advance(self.last)
+        if self.timers is not None:
+            self.timers.end_key_run()
 
     def advance(self, interval: int) -> None:
         """Bring the current key to interval ``interval``: fire its event-time timers due by the
@@ -147,18 +166,23 @@ class KeyReplay:
             return
         held = self.held
         timers = self.timers
+        fire = self._fire
         if timers is not None and not self.batch_mode:
             at = self._level + 1
-            while (timer := timers.pop_due_event_timer(held[interval])) is not None:
+            fired_at = -1
+            pop = timers.pop_due_event_timer
+            while (timer := pop(held[interval])) is not None:
                 at = bisect_left(held, timer.timestamp, at, interval + 1)
-                self.set_watermark(held[at])
-                outputs.interval = at - 1  # fired by watermark `at`, so before it goes downstream
-                timers.fire_event_timer(timer)
+                if at != fired_at:
+                    fired_at = at
+                    self.set_watermark(held[at])
+                    outputs.interval = at - 1  # fired by watermark `at`, so before it goes downstream
+                fire(timer)  # type: ignore[misc]  # set when there are timers
         elif timers is not None:
             self.set_watermark(held[interval])
             outputs.interval = interval - 1
             while (timer := timers.pop_due_event_timer(held[interval])) is not None:
-                timers.fire_event_timer(timer)
+                fire(timer)  # type: ignore[misc]
         self._level = interval
         self.set_watermark(held[interval])
         outputs.interval = interval

@@ -34,7 +34,7 @@ from slipstream.operators.backlog_bootstrap import BootstrapBacklog
 from slipstream.operators.backlog_path import VECTORISED, BacklogDeclaration, sorted_unless_streaming, streamed
 from slipstream.operators.base import OperatorContext, StreamOperator, split_outputs
 from slipstream.operators.elements import RecordBatch
-from slipstream.operators.key_replay import KeyReplay
+from slipstream.operators.key_replay import IntervalOutputs, KeyReplay
 from slipstream.operators.sort_buffer import SortBuffer
 from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService, merge_timer_snapshots
 
@@ -280,6 +280,7 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
         self.context = ProcessContext(self, KeyedTimerService(self.timers))
         self.key_selector = self.transformation.key_selectors[0]
         self._bootstrap: BootstrapBacklog | None = None
+        self._replay_outputs: IntervalOutputs  # while the sorted backlog replays: where its timers' outputs go
 
     def begin_backlog(self) -> None:
         """A ``KeyedStateBootstrapFunction`` gets the backlog as one frame rather than record by record."""
@@ -315,7 +316,8 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
     def process_backlog(self, buffer: SortBuffer) -> None:
         """Each key's backlog through ``process_element`` in a tight loop, the key set once and its
         timers fired within its run (:mod:`slipstream.operators.key_replay`)."""
-        replay = self.key_replay(buffer)
+        replay = self.key_replay(buffer, self._fire_replayed_timer)
+        self._replay_outputs = replay.outputs
         method = self.function.process_element
         context = self.context
         tag_type = OutputTag
@@ -323,13 +325,13 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
         with user_code(self, lambda: value, explain=lambda exc: process_cause(exc, results)):
             for _key, intervals, stamps, values in replay.runs():
                 level = -1
-                for index, value in enumerate(values):
-                    if intervals[index] != level:
+                for interval, timestamp, value in zip(intervals, stamps, values):
+                    if interval != level:
                         self._send_side(context, replay)
-                        level = intervals[index]
+                        level = interval
                         out_values, out_stamps = replay.outputs_at(level)
                         append, stamp = out_values.append, out_stamps.append
-                    timestamp = context.current_timestamp = stamps[index]
+                    context.current_timestamp = timestamp
                     results = method(value, context)
                     if results is None:
                         continue
@@ -341,6 +343,23 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
                             stamp(timestamp)
                 self._send_side(context, replay)
         replay.emit()
+
+    def _fire_replayed_timer(self, timer: InternalTimer) -> None:
+        """An event-time timer of the key being replayed: ``on_timer`` with its outputs put straight
+        into the replay's lists for the interval it fires in (the key is current already)."""
+        self._firing = timer
+        context = self.context
+        context.current_timestamp = timestamp = timer.timestamp
+        values, stamps = self._replay_outputs.timestamped_lists()
+        with self._timer_guard:
+            for out in self.function.on_timer(timestamp, context) or ():
+                if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
+                    context.output(out[0], out[1])
+                else:
+                    values.append(out)
+                    stamps.append(timestamp)
+        if context.side:
+            emit(self, [], None, context)
 
     @staticmethod
     def _send_side(context: ProcessContext, replay: KeyReplay) -> None:

@@ -9,12 +9,14 @@ sorted list (:class:`TimerQueue`), the RocksDB backend on disk in the same order
 A sorting operator replaying its backlog key by key (:mod:`slipstream.operators.backlog`)
 fires one key's event-time timers at a time: it sets the other keys' due timers aside
 (:meth:`InternalTimerService.set_aside_event_timers`), gives each key its own back when the
-key's turn comes, and pops and fires them itself (:meth:`InternalTimerService.pop_due_event_timer`,
-:meth:`InternalTimerService.fire_event_timer`).
+key's turn comes (:meth:`InternalTimerService.begin_key_run`: the key's timers then live in a small
+queue of their own, not among every key's), and pops and fires them itself
+(:meth:`InternalTimerService.pop_due_event_timer`, :meth:`InternalTimerService.fire_event_timer`).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -84,6 +86,62 @@ class TimerQueue:
             self.add(timestamp, key, namespace)
 
 
+class _KeyRunQueue:
+    """The event-time timers of the one key a sorted backlog replays at a time: a heap and a dict,
+    far cheaper per timer than the backend's queue of every key's timers (:class:`TimerQueue`). A deleted
+    timer stays in the heap until it comes up, then is skipped; a deletion also reaches the timers of
+    the key still in ``outer`` (those after the backlog's last watermark)."""
+
+    def __init__(self, outer: Any) -> None:  # the backend's queue: a TimerQueue, or on disk with RocksDB
+        self.outer = outer
+        self.key: Any = None
+        self._heap: list[tuple[int, int, Any]] = []  # (timestamp, seq, namespace): seq decides first
+        self._live: dict[tuple[int, Any], int] = {}
+        self._seq = itertools.count()
+
+    def start(self, key: Any) -> None:
+        self.key = key
+        if self._live or self._heap:
+            self._heap = []
+            self._live = {}
+
+    def add(self, timestamp: int, key: Any, namespace: Any) -> bool:
+        if key != self.key:
+            return bool(self.outer.add(timestamp, key, namespace))
+        ident = (timestamp, namespace)
+        if ident in self._live:
+            return False
+        seq = next(self._seq)
+        self._live[ident] = seq
+        heapq.heappush(self._heap, (timestamp, seq, namespace))
+        return True
+
+    def remove(self, timestamp: int, key: Any, namespace: Any) -> None:
+        if key == self.key:
+            self._live.pop((timestamp, namespace), None)
+        self.outer.remove(timestamp, key, namespace)
+
+    def pop_due(self, up_to: int) -> InternalTimer | None:
+        heap, live = self._heap, self._live
+        while heap and heap[0][0] <= up_to:
+            timestamp, seq, namespace = heapq.heappop(heap)
+            if live.get((timestamp, namespace)) == seq:
+                del live[(timestamp, namespace)]
+                return InternalTimer(timestamp, self.key, namespace)
+        return None
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def drain(self) -> list[tuple[int, Any]]:
+        """The timers left, ``(timestamp, namespace)`` in firing order; the queue is empty after."""
+        live = self._live
+        left = [(timestamp, namespace) for timestamp, seq, namespace in sorted(self._heap)
+                if live.get((timestamp, namespace)) == seq] if live else []
+        self.start(None)
+        return left
+
+
 class InternalTimerService:
     """Event- and processing-time timers of one operator subtask.
 
@@ -98,7 +156,10 @@ class InternalTimerService:
         self._clock = processing_time_service
         self._on_event_time = on_event_time
         self._on_processing_time = on_processing_time
-        self._event = backend.timer_queue("event")
+        self._all_event = backend.timer_queue("event")
+        self._event: Any = self._all_event
+        """Where event-time timers go: every key's queue (the backend's), or the key run's (:meth:`begin_key_run`)."""
+        self._key_run = _KeyRunQueue(self._all_event)
         self._processing = backend.timer_queue("processing")
         self._wakeups: set[int] = set()
         self.current_watermark = MIN_TIMESTAMP
@@ -145,16 +206,32 @@ class InternalTimerService:
 
     def set_aside_event_timers(self, up_to: int) -> dict[Any, list[InternalTimer]]:
         """Remove every event-time timer at or before ``up_to``; return them per key, each key's in
-        firing order, for :meth:`restore_event_timers` to give back a key at a time."""
+        firing order, for :meth:`begin_key_run` to give back a key at a time."""
         aside: dict[Any, list[InternalTimer]] = {}
-        while (timer := self._event.pop_due(up_to)) is not None:
+        while (timer := self._all_event.pop_due(up_to)) is not None:
             aside.setdefault(timer.key, []).append(timer)
         return aside
 
-    def restore_event_timers(self, timers: list[InternalTimer]) -> None:
-        """Register ``timers`` again (in their order, so equal timestamps keep it)."""
+    def begin_key_run(self, key: Any, timers: list[InternalTimer]) -> None:
+        """Until :meth:`end_key_run`, keep the event-time timers of ``key`` (the current key, whose
+        backlog is replayed alone) in a queue of their own, starting with ``timers`` (set aside by
+        :meth:`set_aside_event_timers`, in their order, so equal timestamps keep it)."""
+        self._key_run.start(key)
+        self._event = self._key_run
         for timer in timers:
-            self._event.add(timer.timestamp, timer.key, timer.namespace)
+            self._key_run.add(timer.timestamp, key, timer.namespace)
+
+    def end_key_run(self) -> None:
+        """Put the key run's timers still waiting back among every key's, in firing order."""
+        if self._event is self._all_event:
+            return
+        key = self._key_run.key
+        self._event = self._all_event
+        if not self._key_run:
+            self._key_run.start(None)
+            return
+        for timestamp, namespace in self._key_run.drain():
+            self._all_event.add(timestamp, key, namespace)
 
     def _fire_processing_time(self, now: int) -> None:
         self._wakeups.discard(now)
@@ -163,16 +240,16 @@ class InternalTimerService:
             self._on_processing_time(timer)
 
     def num_event_time_timers(self) -> int:
-        return len(self._event)
+        return len(self._all_event) + (len(self._event) if self._event is self._key_run else 0)
 
     def num_processing_time_timers(self) -> int:
         return len(self._processing)
 
     def snapshot(self) -> dict[str, list[Any]]:
-        return {"event": self._event.snapshot(), "processing": self._processing.snapshot()}
+        return {"event": self._all_event.snapshot(), "processing": self._processing.snapshot()}
 
     def restore(self, snapshot: dict[str, list[Any]]) -> None:
-        self._event.restore(snapshot["event"])
+        self._all_event.restore(snapshot["event"])
         self._processing.restore(snapshot["processing"])
         for timestamp, _key, _namespace in snapshot["processing"]:
             self._schedule_wakeup(timestamp)

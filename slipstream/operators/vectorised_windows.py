@@ -1,6 +1,6 @@
 """Built-in window aggregations over a sorted backlog, as one polars query.
 
-A keyed event-time window over tumbling or sliding windows with the default trigger, no
+A keyed event-time window over tumbling, sliding or session windows with the default trigger, no
 evictor, no allowed lateness and no late-data side output, reduced by a built-in
 :class:`~slipstream.datastream.aggregation.AggregationFunction` (``window(...).sum(f)`` and
 friends), does not need its backlog replayed record by record through window state, triggers
@@ -30,6 +30,15 @@ first record holding the extreme.
 Count windows (tumbling or sliding, their own purging count trigger) are numbered per key
 (:func:`evaluate_count_windows`): a window fires as the record that fills it arrives, and the
 open ones keep their contents, their trigger's count and the key's count of records.
+
+Event-time session windows with a fixed gap (:func:`evaluate_sessions`) follow from each key's
+records in fold order when their timestamps never go back within the key (always in BATCH mode;
+a key whose records arrive out of order sends the backlog to the replay): a record is late when
+its own window ``[t, t + gap)`` ended by the watermark it arrived at; otherwise it opens a new
+session when it is the key's first, lies beyond the gap after the previous accepted record, or
+that record's session had fired by then; a session's end is its last record's time plus the gap.
+Its contents live under the window its first record opened (the state window streaming merges
+into) and its timer counts as registered by the first record that gave it its end.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from slipstream.datastream.window import (
     CountTrigger,
     CountTumblingWindowAssigner,
     CountWindow,
+    EventTimeSessionWindows,
     EventTimeTrigger,
     PurgingTrigger,
     SlidingEventTimeWindows,
@@ -115,11 +125,20 @@ def evaluate_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, o
     windows = folded.group_by(["key", "start"]).agg(
         *values, pl.col("seq").first().alias("first_seq"), pl.col("interval").first().alias("first_interval"),
         pl.col("ts").first().alias("first_ts"), pl.col("last").first())
+    fired, still_open = _fired_and_open(windows, marks, batch_mode)
+    return fired, still_open, late
+
+
+def _fired_and_open(windows: pl.DataFrame, marks: np.ndarray, batch_mode: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``windows`` (``key``, ``start``, ``last``, and the ``first_interval``, ``first_ts`` and ``first_seq``
+    of the record that registered its timer) split into those a held watermark fires, with the index
+    of that watermark (:data:`FIRE_COLUMN`) in firing order, and those still open, in the order their
+    timers were registered."""
     fire = np.searchsorted(marks, windows["last"].to_numpy(), side="left")
     if batch_mode:
         fire = np.where(windows["last"].to_numpy() <= marks[-1], len(marks) - 1, len(marks))
     windows = windows.with_columns(pl.Series(FIRE_COLUMN, fire, dtype=pl.Int64))
-    # The order timers were registered in: a window's first record's place in the replay (interval,
+    # The order timers were registered in: the registering record's place in the replay (interval,
     # then key, in STREAMING; key, then time, in BATCH). Windows that fire together are ordered by
     # end, then that; their fire index grows with their end, and two of them never share key and end.
     keys = int(cast(int, windows["key"].max()) or 0) + 1  # the key ids are integers
@@ -128,7 +147,37 @@ def evaluate_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, o
     fired = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) < len(marks)), ["last", registered[0]])
     still_open = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) >= len(marks)), [*registered, "start"],
                             descending="start")
-    return fired, still_open, late
+    return fired, still_open
+
+
+def evaluate_sessions(frame: pl.DataFrame, kind: str, *, gap: int, held: list[int],
+                      batch_mode: bool) -> tuple[pl.DataFrame, pl.DataFrame, int] | None:
+    """Fired sessions, open sessions and the count of late records, as :func:`evaluate_windows` gives
+    them (``start`` is the session's first timestamp, ``last`` its ``max_timestamp()``); None when a
+    record has no timestamp or a key's records go back in time in fold order (the replay merges those)."""
+    if frame["ts"].null_count():
+        return None
+    frame = _in_order(frame, ["ts", "seq"] if batch_mode else ["seq"]).sort("key", maintain_order=True)
+    keys, stamps = frame["key"].to_numpy(), frame["ts"].to_numpy()
+    if np.any((keys[1:] == keys[:-1]) & (stamps[1:] < stamps[:-1])):
+        return None
+    marks = np.asarray(held, dtype=np.int64)
+    seen = np.full(frame.height, marks[0]) if batch_mode else marks[frame["interval"].to_numpy()]
+    on_time = stamps + (gap - 1) > seen  # its own window [t, t + gap) is still open at its watermark
+    frame, keys, stamps, seen = frame.filter(pl.Series(on_time)), keys[on_time], stamps[on_time], seen[on_time]
+    opens = np.ones(len(stamps), dtype=bool)
+    # a new session: another key, beyond the gap, or the previous record's session fired before this arrived
+    opens[1:] = (keys[1:] != keys[:-1]) | (stamps[1:] > stamps[:-1] + gap) | (seen[1:] >= stamps[:-1] + (gap - 1))
+    frame = frame.with_columns(pl.Series("session", np.cumsum(opens), dtype=pl.Int64))
+    folded, values = _fold(frame, kind, ["session"])
+    ends = pl.col("ts") == pl.col("ts").last()  # the records that reached the session's end: the first registered it
+    windows = folded.group_by("session").agg(
+        *values, pl.col("key").first(), pl.col("ts").first().alias("start"),
+        (pl.col("ts").last() + (gap - 1)).alias("last"), pl.col("ts").last().alias("first_ts"),
+        pl.col("seq").filter(ends).first().alias("first_seq"),
+        pl.col("interval").filter(ends).first().alias("first_interval"))
+    fired, still_open = _fired_and_open(windows, marks, batch_mode)
+    return fired, still_open, len(on_time) - len(stamps)
 
 
 def evaluate_count_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int,
@@ -181,13 +230,14 @@ def _in_order(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return frame.sort(by, nulls_last=False)
 
 
-def _fold(frame: pl.DataFrame, kind: str) -> tuple[pl.DataFrame, list[pl.Expr]]:
-    """What each window's records (rows of ``frame`` in the order they fold) fold into: ``value``
-    and ``pick``. A float sum adds in that order (a running sum over the window, its last value),
-    as the reducing state does; the rest does not depend on how polars adds or compares."""
+def _fold(frame: pl.DataFrame, kind: str, window: list[str] | None = None) -> tuple[pl.DataFrame, list[pl.Expr]]:
+    """What each window's records (rows of ``frame`` in the order they fold; a window is a value of the
+    columns ``window``, by default ``key`` and ``start``) fold into: ``value`` and ``pick``. A float sum
+    adds in that order (a running sum over the window, its last value), as the reducing state does;
+    the rest does not depend on how polars adds or compares."""
     field, seq = pl.col("field"), pl.col("seq")
     if kind == "sum" and frame.schema["field"].is_float():
-        frame = frame.with_columns(field.cum_sum().over(["key", "start"]).alias("running"))
+        frame = frame.with_columns(field.cum_sum().over(window or ["key", "start"]).alias("running"))
         return frame, [pl.col("running").last().alias("value"), seq.first().alias("pick")]
     if kind in ("sum", "min", "max"):
         return frame, [getattr(field, kind)().alias("value"), seq.first().alias("pick")]
@@ -201,7 +251,8 @@ def builtin_aggregation(window: WindowTransformation) -> tuple[str, int | str] |
     trigger = window.trigger or assigner.get_default_trigger()
     if (window.function_kind != "reduce" or not isinstance(function, AggregationFunction)
             or window.window_function is not None or window.evictor is not None or window.late_data_tag is not None
-            or not (_time_windows(assigner, trigger, window.allowed_lateness) or _count_windows(assigner, trigger))):
+            or not (_time_windows(assigner, trigger, window.allowed_lateness) or _count_windows(assigner, trigger)
+                    or _session_windows(assigner, trigger, window.allowed_lateness))):
         return None
     return function.aggregation
 
@@ -210,6 +261,11 @@ def _time_windows(assigner: WindowAssigner[Any, Any], trigger: Trigger[Any, Any]
     """Tumbling or sliding event-time windows with their own trigger and no allowed lateness."""
     return (type(assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
             and type(trigger) is EventTimeTrigger and not allowed_lateness)
+
+
+def _session_windows(assigner: WindowAssigner[Any, Any], trigger: Trigger[Any, Any], allowed_lateness: int) -> bool:
+    """Event-time session windows with a fixed gap, their own trigger and no allowed lateness."""
+    return type(assigner) is EventTimeSessionWindows and type(trigger) is EventTimeTrigger and not allowed_lateness
 
 
 def _count_windows(assigner: WindowAssigner[Any, Any], trigger: Trigger[Any, Any]) -> bool:
@@ -254,7 +310,7 @@ def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _
     assigner: Any = operator.assigner  # a count or time assigner (_count_windows, _time_windows): its sizes
     kind = operator.columnar_aggregation()[0]  # type: ignore[index]
     batch_mode = operator.ctx.batch_mode
-    slide = getattr(assigner, "slide", assigner.size)
+    slide: int = getattr(assigner, "slide", getattr(assigner, "size", 0))  # sessions have neither
     if operator.timers.num_event_time_timers():
         return False
     if _count_windows(operator.assigner, operator.trigger):
@@ -264,8 +320,12 @@ def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _
                                                            batch_mode=batch_mode)
         operator.backend.bulk_load(assigner._counter, *results.keys_and_values(totals, "count"))
     else:
-        evaluated = evaluate_windows(table, kind, size=assigner.size, slide=slide, offset=assigner.offset,
-                                     held=operator.held_watermarks, batch_mode=batch_mode)
+        if _session_windows(operator.assigner, operator.trigger, operator.allowed_lateness):
+            evaluated = evaluate_sessions(table, kind, gap=assigner.gap, held=operator.held_watermarks,
+                                          batch_mode=batch_mode)
+        else:
+            evaluated = evaluate_windows(table, kind, size=assigner.size, slide=slide, offset=assigner.offset,
+                                         held=operator.held_watermarks, batch_mode=batch_mode)
         if evaluated is None:
             return False
         fired, still_open, late = evaluated
@@ -299,21 +359,29 @@ def _emit(operator: WindowOperator, fired: pl.DataFrame, results: _RowResults | 
 
 
 def _install(operator: WindowOperator, still_open: pl.DataFrame, results: _RowResults | _ColumnResults) -> None:
-    """Open windows become window contents: with their timer (time windows), or with their trigger's
-    count (count windows), in the order the replay would have registered them."""
+    """Open windows become window contents: with their timer (time windows; a session also in the key's
+    merging window set, its contents under the window its first record opened, as streaming keeps
+    them), or with their trigger's count (count windows), in the order the replay would have
+    registered them."""
     count_windows = _count_windows(operator.assigner, operator.trigger)
+    sessions = _session_windows(operator.assigner, operator.trigger, operator.allowed_lateness)
     trigger: Any = operator.trigger  # a PurgingTrigger over a CountTrigger when count_windows
-    assigner: Any = operator.assigner  # a count or time assigner: its size
+    assigner: Any = operator.assigner  # a count, session or time assigner: its size or gap
     seen = operator.backend.get_state(trigger.nested_trigger.state_desc, namespaced=True) if count_windows else None
-    size = assigner.size
+    size = assigner.gap if sessions else assigner.size
     keys, values = results.keys_and_values(still_open, None)
-    for key, start, value, count in zip(keys, still_open["start"].to_list(), values,
-                                        still_open["count"].to_list() if count_windows else keys):
+    for key, start, last, value, count in zip(keys, still_open["start"].to_list(), still_open["last"].to_list(),
+                                              values, still_open["count"].to_list() if count_windows else keys):
         operator.backend.set_current_key(key)
-        window = CountWindow(start) if count_windows else TimeWindow(start, start + size)
+        window = state_window = CountWindow(start) if count_windows else TimeWindow(start, start + size)
         contents = operator.contents
-        contents.set_current_namespace(window)
+        contents.set_current_namespace(state_window)
         contents.add(value)
+        if sessions:
+            window = TimeWindow(start, last + 1)
+            merging = operator._merging_window_set()  # the key's other open sessions stay in it
+            merging.mapping[window] = state_window
+            operator._persist(merging)
         if seen is not None:
             seen.set_current_namespace(window)
             seen.add(count)

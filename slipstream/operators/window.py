@@ -25,8 +25,8 @@ in STREAMING mode interval by interval with the held watermarks applied between 
 intervals, so windows fire and records are late exactly as when the backlog streams; in
 BATCH mode key by key in timestamp order, then the final watermark fires the windows
 (the shared logic and its contract: :mod:`slipstream.operators.backlog`). A built-in
-aggregation (``window(...).sum(f)``) over tumbling or sliding event-time or count windows
-runs its backlog as one polars query instead — on the columns when it arrives as Arrow keyed
+aggregation (``window(...).sum(f)``) over tumbling, sliding or session event-time windows or
+count windows runs its backlog as one polars query instead — on the columns when it arrives as Arrow keyed
 by a field —, with the same output, late records and open windows
 (:mod:`slipstream.operators.vectorised_windows`).
 """

@@ -24,6 +24,7 @@ from slipstream.datastream.window import (
     ProcessAllWindowFunction,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
+    TimeWindow,
     TumblingEventTimeWindows,
 )
 from slipstream.errors import user_code
@@ -36,18 +37,20 @@ if TYPE_CHECKING:
 def replays_windows_by_key(operator: WindowOperator) -> bool:
     """Whether ``operator``'s backlog can run key by key here (see the module docstring; a
     co-group's two inputs go their own way)."""
-    return (operator.num_inputs == 1 and isinstance(operator.assigner, (TumblingEventTimeWindows,
-                                                                            SlidingEventTimeWindows))
+    return (operator.num_inputs == 1 and type(operator.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
             and type(operator.trigger) is EventTimeTrigger and operator.evictor is None
             and operator.allowed_lateness == 0 and operator.timers is not None
             and not operator.timers.num_event_time_timers() and not operator.timers.num_processing_time_timers())
 
 
 class _KeyWindows:
-    """The current key's open windows during the replay: their contents, in a local dict."""
+    """The current key's open windows during the replay: their contents in a local dict by window start
+    (an int: cheaper to hash and compare than a :class:`~slipstream.datastream.window.TimeWindow`, which
+    is made only for the window function and for the windows installed at the end)."""
 
     def __init__(self, operator: WindowOperator) -> None:
         self.operator = operator
+        self.size: int = operator.assigner.size  # type: ignore[attr-defined]  # tumbling or sliding
         self.kind = operator.kind
         self.function = operator.function
         evaluator = operator._evaluator()
@@ -60,8 +63,12 @@ class _KeyWindows:
             self._fold = function.add
             self._first = lambda value: function.add(value, function.create_accumulator())
         self.add = self._add_folded if self.kind in ("reduce", "aggregate") else self._add_row
-        """``add(window, value)``: the record joins the window (appended, or folded into it)."""
-        self.open: dict[Any, Any] = {}
+        """``add(start, value)``: the record joins the window at ``start`` (appended, or folded into it)."""
+        self.open: dict[int, Any] = {}
+        self.firing: Any = None
+        """The window being evaluated, which :attr:`guard` names when its function fails."""
+        self.guard = user_code(operator, lambda: self.firing,
+                               what=lambda: f"key {operator.backend.get_current_key()!r}, window")
         self.next_end = MAX_TIMESTAMP
         """The least ``max_timestamp()`` of the open windows: nothing fires before it."""
 
@@ -70,25 +77,28 @@ class _KeyWindows:
         self.open = {}
         self.next_end = MAX_TIMESTAMP
 
-    def _add_row(self, window: Any, value: Any) -> None:
-        rows = self.open.get(window)
+    def _add_row(self, start: int, value: Any) -> None:
+        rows = self.open.get(start)
         if rows is not None:
             rows.append(value)
             return
-        self.open[window] = [value]
-        self._opened(window)
+        self.open[start] = [value]
+        self._opened(start)
 
-    def _add_folded(self, window: Any, value: Any) -> None:
-        current = self.open.get(window)
+    def _add_folded(self, start: int, value: Any) -> None:
+        current = self.open.get(start)
         if current is not None:
-            self.open[window] = self._fold(value, current)
+            self.open[start] = self._fold(value, current)
             return
-        self.open[window] = self._first(value)
-        self._opened(window)
+        self.open[start] = self._first(value)
+        self._opened(start)
 
-    def _opened(self, window: Any) -> None:
-        if window.end <= self.next_end:
-            self.next_end = window.end - 1
+    def _opened(self, start: int) -> None:
+        self.next_end = min(self.next_end, start + self.size - 1)
+
+    def window(self, start: int) -> TimeWindow:
+        """The window at ``start``."""
+        return TimeWindow(start, start + self.size)
 
     def clear(self, window: Any) -> None:
         """A fired window is gone: its window function clears its per-window state (its contents
@@ -106,9 +116,14 @@ class _KeyWindows:
 
 
 def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
-    """Run the backlog key by key (:func:`replays_windows_by_key` must hold), then send it on."""
-    assign = operator.assigner.assign_windows
-    assigner_context = operator.assigner_context
+    """Run the backlog key by key (:func:`replays_windows_by_key` must hold), then send it on.
+
+    A record's windows are computed as their starts, as the assigner computes them: the window of
+    ``size`` whose start is ``offset`` plus a multiple of ``slide`` (tumbling: of ``size``) at or before
+    the timestamp, and for sliding windows every ``slide`` earlier one that still holds it."""
+    assigner: Any = operator.assigner  # tumbling or sliding event-time windows (replays_windows_by_key)
+    size, offset = assigner.size, assigner.offset
+    slide = getattr(assigner, "slide", size)
     held = replay.held
     windows = _KeyWindows(operator)
     add = windows.add
@@ -124,12 +139,17 @@ def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
                     level = replay.outputs.interval = intervals[index]
                     watermark = held[level]
                 timestamp = stamps[index]
-                on_time = False
-                for window in assign(value, timestamp, assigner_context):
-                    if window.end > watermark + 1:  # its max_timestamp() is after the watermark
-                        add(window, value)
-                        on_time = True
-                if not on_time and timestamp is not None and timestamp <= watermark:
+                if timestamp is None:
+                    operator.assigner.assign_windows(value, None, operator.assigner_context)  # raises, naming it
+                # the windows holding the record start after `timestamp - size`; those the watermark left
+                # open (their max_timestamp() after it), after `watermark - size + 1`
+                bound = (timestamp if timestamp > watermark else watermark + 1) - size  # type: ignore[operator]
+                start = timestamp - (timestamp - offset) % slide
+                if start > bound:
+                    while start > bound:
+                        add(start, value)
+                        start -= slide
+                elif timestamp <= watermark:  # type: ignore[operator]  # late in every window
                     operator._late(value, timestamp)
                     operator._flush()
             _fire_due(operator, replay, windows, max(level, 0), replay.last)
@@ -144,35 +164,36 @@ def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows,
     if level < 0 or windows.next_end > held[interval]:
         return
     open_windows = windows.open
+    last_start = held[interval] - windows.size + 1  # the windows starting by it end by the watermark
     if len(open_windows) == 1:
         due = list(open_windows)  # the one window ends at next_end: it is due
     else:
-        due = sorted((window for window in open_windows if window.max_timestamp() <= held[interval]),
-                     key=lambda window: window.max_timestamp())
+        due = sorted(start for start in open_windows if start <= last_start)
     outputs = replay.outputs
     at = level + 1
     fired_at = -1
-    window: Any = None
-    guard = user_code(operator, lambda: window, what=lambda: f"key {operator.backend.get_current_key()!r}, window")
-    for window in due:
-        at = bisect_left(held, window.max_timestamp(), at, interval + 1)
+    guard = windows.guard
+    for start in due:
+        window = windows.firing = windows.window(start)
+        at = bisect_left(held, start + windows.size - 1, at, interval + 1)
         if at != fired_at:
             operator._flush()
             fired_at = at
             replay.set_watermark(held[at])
             outputs.interval = at - 1  # fired by watermark `at`: before it goes downstream
         with guard:
-            operator._evaluate(window, windows.inputs(open_windows.pop(window)))
+            operator._evaluate(window, windows.inputs(open_windows.pop(start)))
             windows.clear(window)
     operator._flush()
-    windows.next_end = min((window.max_timestamp() for window in open_windows), default=MAX_TIMESTAMP)
+    windows.next_end = min(open_windows, default=MAX_TIMESTAMP - windows.size + 1) + windows.size - 1
     outputs.interval = level
 
 
 def _install(operator: WindowOperator, windows: _KeyWindows) -> None:
     """Put the key's windows still open into the operator's state, each with its timer."""
     contents = operator.contents
-    for window, held in windows.open.items():
+    for start, held in windows.open.items():
+        window = windows.window(start)
         contents.set_current_namespace(window)
         if windows.kind == "aggregate":
             contents.set_accumulator(held)

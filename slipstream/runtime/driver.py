@@ -28,9 +28,11 @@ from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator
 from slipstream.runtime.checkpoint.fs import FileSystem
 from slipstream.runtime.checkpoint.recovery import Recovery
 from slipstream.runtime.checkpoint.storage import copy_checkpoint
-from slipstream.runtime.executor import JobRun
+from slipstream.runtime.executor import JobRun, Run
 from slipstream.runtime.monitor import JobMonitor, start_monitor
 from slipstream.runtime.planner import plan_job
+from slipstream.runtime.workers.placement import place_subtasks
+from slipstream.runtime.workers.run import WorkerRun
 
 if TYPE_CHECKING:
     from slipstream.datastream.connectors.sinks import CollectSink
@@ -76,10 +78,11 @@ class JobDriver:
         self.spec = spec
         self.job_name = spec.job_name
         self.graph = plan_job(spec)
+        self.placement = place_subtasks(self.graph, spec)  # None: every subtask in this process
         self.recovery = Recovery(spec, self.graph, restore_from, fs)
         self.result: JobExecutionResult | None = None
         self.job_id = uuid.uuid4().hex  # one id for every run of the job, as Flink's across restarts
-        self.current_run: JobRun | None = None  # the current run: its metrics are the job's so far
+        self.current_run: Run | None = None  # the current run: its metrics are the job's so far
         self.savepoint_request: SavepointRequest | None = None  # set by a JobClient, read between turns
         self.monitor: JobMonitor | None = None  # while watched: samples the job's progress on its own thread
         self.status = JobStatus.CREATED
@@ -116,7 +119,7 @@ class JobDriver:
         try:
             recovery.open()
             while True:
-                run = self.current_run = JobRun(self.spec, self.graph)
+                run = self.current_run = self._new_run()
                 run.job_id = self.job_id
                 coordinator = None
                 try:
@@ -138,6 +141,12 @@ class JobDriver:
                 return
         finally:
             recovery.release()
+
+    def _new_run(self) -> Run:
+        """A run in this process, or on worker processes (``configure(workers=N)``)."""
+        if self.placement is None:
+            return JobRun(self.spec, self.graph)
+        return WorkerRun(self.spec, self.graph, self.placement)
 
     def _place_savepoint(self, coordinator: CheckpointCoordinator | None) -> None:
         """Tell a savepoint request where its savepoint is: the one taken, or the final checkpoint
@@ -162,10 +171,10 @@ class JobDriver:
         return self.result
 
 
-def _drive(run: JobRun, coordinator: CheckpointCoordinator | None, driver: JobDriver) -> Generator[None, None, bool]:
+def _drive(run: Run, coordinator: CheckpointCoordinator | None, driver: JobDriver) -> Generator[None, None, bool]:
     """Give ``run``'s tasks their turns until all finished (returns False) or a requested
     savepoint is complete (returns True); the coordinator (if any) checkpoints between turns."""
-    scheduler, clock = run.scheduler, run.clock
+    clock = run.clock
     while True:
         if coordinator is not None:
             now = clock.now_ms()
@@ -173,7 +182,7 @@ def _drive(run: JobRun, coordinator: CheckpointCoordinator | None, driver: JobDr
             request = driver.savepoint_request
             if request is not None and _savepoint_taken(request, coordinator, now):
                 return True
-        if not scheduler.run_turn():
+        if not run.run_turn():
             return False
         yield
 

@@ -2,13 +2,16 @@
 
 A :class:`JobRun` is opened, driven turn by turn and closed by the driver
 (:mod:`slipstream.runtime.driver`), which every way of running a job goes through.
+On worker processes (:mod:`slipstream.runtime.workers`) each worker builds a ``JobRun`` of
+the subtasks placed on it (``links``): a channel whose other end is on another worker is
+connected through the links instead of held in memory.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 import slipstream.operators  # noqa: F401  (registers every operator kind)
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec, RuntimeExecutionMode, RuntimeOptions
@@ -23,6 +26,10 @@ from slipstream.operators.memory import MemoryBudgets, share_network_memory
 from slipstream.runtime import gc_policy
 from slipstream.runtime.batch import make_batch_engine
 from slipstream.runtime.channels import Channel, SpillingChannel
+from slipstream.runtime.checkpoint.coordinator import CheckpointParticipants, LocalTasks
+from slipstream.runtime.checkpoint.iteration_region import restore_iteration_regions
+from slipstream.runtime.checkpoint.snapshot import check_restore, restore_tasks
+from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
 from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
 from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach_termination
@@ -33,11 +40,52 @@ from slipstream.runtime.state import create_keyed_backend
 from slipstream.runtime.task import InputChannel, SourceTask, StreamTask, TaskProcessingTimeService
 
 
-class JobRun:
-    """One run of a job graph (planned from ``spec``): its tasks, their scheduler, and the metrics they count."""
+class ChannelLinks(Protocol):
+    """Where the subtasks of a run on worker processes are, and the channels between workers."""
 
-    def __init__(self, spec: JobSpec, graph: JobGraph, clock: Clock | None = None) -> None:
+    def is_local(self, subtask: int) -> bool:
+        """Whether subtask ``subtask`` (of any vertex: slot ``subtask``) runs in this process."""
+        ...
+
+    def connect(self, edge: StreamEdge, producer: int, consumer: int, channel: Channel) -> Channel:
+        """The channel a local end of an edge between two workers uses: ``channel`` itself where the
+        consumer is local (it receives), an outbound channel where the producer is local."""
+        ...
+
+
+class Run(Protocol):
+    """What the driver, recovery and the monitor use of a run: a :class:`JobRun` in this process,
+    or a :class:`~slipstream.runtime.workers.run.WorkerRun` on worker processes."""
+
+    job_id: str
+    metrics: dict[str, dict[str, Any]]
+    task_metrics: dict[StreamTask, list[dict[str, Any]]]
+    clock: Clock
+    checkpoint_coordinator: Any
+
+    @property
+    def started_at(self) -> float: ...
+    def set_attempt(self, attempt: int) -> None: ...
+    def checkpoint_participants(self) -> CheckpointParticipants: ...
+    def restore(self, checkpoint: VerifiedCheckpoint) -> None: ...
+    def open(self) -> None: ...
+    def run_turn(self) -> bool: ...
+    def wake(self) -> None: ...
+    def in_backlog(self) -> bool: ...
+    def close(self) -> None: ...
+    def close_quietly(self) -> None: ...
+    def result(self) -> JobExecutionResult: ...
+
+
+class JobRun:
+    """One run of a job graph (planned from ``spec``): its tasks, their scheduler, and the metrics they count.
+
+    With ``links`` (on a worker process) only the subtasks placed on this process are built."""
+
+    def __init__(self, spec: JobSpec, graph: JobGraph, clock: Clock | None = None,
+                 links: ChannelLinks | None = None) -> None:
         self.spec = spec
+        self.links = links
         self.graph = graph
         self.job_name = spec.job_name
         self.job_id = uuid.uuid4().hex
@@ -67,20 +115,29 @@ class JobRun:
     def _build_tasks(self, options: RuntimeOptions) -> list[StreamTask]:
         capacity = options.channel_capacity
         channels: dict[tuple[StreamEdge, int, int], Channel] = {}
+        links = self.links
         for vertex in self.graph.vertices:
             for edge in vertex.in_edges:
                 for i in range(edge.source.parallelism):
                     for j in target_subtasks(edge.partitioning, i, edge.source.parallelism,
                                              edge.target.parallelism):
+                        producer = links is None or links.is_local(i)
+                        consumer = links is None or links.is_local(j)
+                        if not (producer or consumer):
+                            continue
                         name = f"{edge.source.name}[{i}]->{edge.target.name}[{j}]"
-                        channels[(edge, i, j)] = Channel(capacity, name) if edge.kind is EdgeKind.PIPELINED \
+                        channel = Channel(capacity, name) if edge.kind is EdgeKind.PIPELINED \
                             else SpillingChannel(options.channel_memory_budget, name, options.spill_dir,
                                                  options.channel_memory_budget_bytes)
+                        if links is not None and producer != consumer:
+                            channel = links.connect(edge, i, j, channel)
+                        channels[(edge, i, j)] = channel
         tasks: list[StreamTask] = []
         for vertex in self.graph.vertices:
             for subtask in range(vertex.parallelism):
-                tasks.append(self._build_task(vertex, subtask, channels, options.batch_size,
-                                              options.quantum, options.scheduler_seed))
+                if links is None or links.is_local(subtask):
+                    tasks.append(self._build_task(vertex, subtask, channels, options.batch_size,
+                                                  options.quantum, options.scheduler_seed))
         self.channels = list(channels.values())
         share_network_memory(self.memory.network, self.channels)
         self.termination = attach_termination(tasks)  # loops end by the FLIP-15 protocol
@@ -154,7 +211,33 @@ class JobRun:
             task_cls = IterationHeadTask
         return task_cls(name, subtask, operators, inputs, writers, timers, self.clock, quantum)
 
+    # -- checkpoints and restores ---------------------------------------------------------------
+    def set_attempt(self, attempt: int) -> None:
+        """Number this run's attempt (operators see it as ``ctx.attempt_number``)."""
+        for task in self.tasks:
+            for operator in task.operators:
+                operator.ctx.attempt_number = attempt
+
+    def checkpoint_participants(self) -> CheckpointParticipants:
+        return LocalTasks(self.tasks)
+
+    def restore(self, checkpoint: VerifiedCheckpoint) -> None:
+        """Put the state of ``checkpoint`` into the (not yet opened) tasks, and let every operator
+        refuse it before any opens (see :func:`check_restore`)."""
+        ended = restore_iteration_regions(self.tasks, checkpoint.manifest, checkpoint.files, checkpoint.path)
+        restore_tasks([task for task in self.tasks if task not in ended], checkpoint.manifest,
+                      checkpoint.files, checkpoint.path, checkpoint.stored)
+        check_restore(self.tasks)
+
     # -- running ----------------------------------------------------------------------------------
+    def run_turn(self) -> bool:
+        """Give one task a turn (waiting for one to be runnable); False once every task finished."""
+        return self.scheduler.run_turn()
+
+    def wake(self) -> None:
+        """Cut an idle wait short (from any thread)."""
+        self.scheduler.wake()
+
     def open(self) -> None:
         """Start the clock and the garbage collection policy of :mod:`~slipstream.runtime.gc_policy`;
         each task deploys (opens its operators) on its first turn."""

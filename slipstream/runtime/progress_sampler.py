@@ -26,7 +26,7 @@ from slipstream.operators.window import LATE_DROPPED_METRIC
 from slipstream.runtime.task import SourceTask, StreamTask
 
 if TYPE_CHECKING:
-    from slipstream.runtime.executor import JobRun
+    from slipstream.runtime.executor import Run
 
 
 @dataclass
@@ -54,7 +54,7 @@ class _Operator:
         return isinstance(self.subtasks[0].operator, SinkOperator)
 
 
-def run_operators(run: JobRun) -> list[_Operator]:
+def run_operators(run: Run) -> list[_Operator]:
     """The run's operators in plan order, each with its subtasks' tasks and operator objects."""
     key_of = {id(values): name for name, values in run.metrics.items()}
     operators: dict[str, _Operator] = {}
@@ -82,11 +82,11 @@ class ProgressSampler:
         self.job_id = job_id
         self.job_name = job_name
         self.started = started  # time.time() when the job started
-        self._run: JobRun | None = None
+        self._run: Run | None = None
         self._operators: list[_Operator] = []
         self._last: dict[str, tuple[float, int, int]] = {}  # operator -> (time, records in, records out)
 
-    def sample(self, run: JobRun | None, status: str) -> JobProgress:
+    def sample(self, run: Run | None, status: str) -> JobProgress:
         """The job's progress now (``run`` None: before its first run opened)."""
         now = time.time()
         if run is not self._run:
@@ -124,7 +124,7 @@ class ProgressSampler:
             records_remaining=_remaining(_reading(subtasks)) if operator.is_source else None,
             is_source=operator.is_source, is_sink=operator.is_sink)
 
-    def _backlog(self, run: JobRun | None, operators: list[OperatorProgress]) -> BacklogProgress:
+    def _backlog(self, run: Run | None, operators: list[OperatorProgress]) -> BacklogProgress:
         reading = _reading([s for op in self._operators if op.is_source for s in op.subtasks])
         sorting = any(op.backlog_phase in ("buffering", "batch work") for op in operators)
         read = sum(op.records_out for op in operators if op.is_source)
@@ -154,7 +154,7 @@ def _remaining(reading: list[_Subtask]) -> int | None:
     return total
 
 
-def _switched_after(run: JobRun | None, operators: list[_Operator]) -> float | None:
+def _switched_after(run: Run | None, operators: list[_Operator]) -> float | None:
     """Seconds from the run's start to its switch from backlog to streaming: the job's own switch
     (no task has backlog left and a source goes on), or the last operator's (None: none yet)."""
     if run is None:

@@ -36,10 +36,6 @@ class Scheduler:
         """Cut an idle wait short (from any thread): something outside the tasks changed."""
         self._wake.set()
 
-    @property
-    def finished(self) -> bool:
-        return not self._active
-
     def run(self) -> None:
         """Run until every task has finished."""
         while self.run_turn():
@@ -48,31 +44,51 @@ class Scheduler:
     def run_turn(self) -> bool:
         """Give one runnable task a turn, waiting for one if needed; False once all finished."""
         while True:
-            if self._active and any(task.finished for task in self._active):
-                self._active = [task for task in self._active if not task.finished]
-            if not self._active:
+            if self.finished:
                 return False
             now = self.clock.now_ms()
-            runnable = [task for task in self._active if task.is_runnable(now)]
-            if runnable:
-                task = runnable[self._rng.randrange(len(runnable))] if len(runnable) > 1 else runnable[0]
-                self.turns += 1
-                task.step()
+            if self.try_turn(now):
                 return True
             self._wait(now)
+
+    @property
+    def finished(self) -> bool:
+        """Whether every task finished."""
+        if self._active and any(task.finished for task in self._active):
+            self._active = [task for task in self._active if not task.finished]
+        return not self._active
+
+    def try_turn(self, now: int) -> bool:
+        """Give one runnable task a turn if there is one (drawn by the seed); whether one ran."""
+        runnable = [task for task in self._active if task.is_runnable(now)]
+        if not runnable:
+            return False
+        task = runnable[self._rng.randrange(len(runnable))] if len(runnable) > 1 else runnable[0]
+        self.turns += 1
+        task.step()
+        return True
+
+    def idle_wait(self, now: int, longest_s: float) -> None:
+        """Sleep until woken, the next processing-time deadline or ``longest_s``, whichever comes first
+        (a worker process: its input may come from other processes, so idling is no deadlock)."""
+        deadlines = self._deadlines()
+        timeout = longest_s if not deadlines else max(0.0, min(longest_s, (min(deadlines) - now) / 1000))
+        self._wake.wait(timeout)
+        self._wake.clear()
+
+    def _deadlines(self) -> list[int]:
+        """When tasks have something to do without new input (none counts under a manual clock)."""
+        if self.clock.is_manual():
+            return []
+        return [d for d in (task.next_deadline() for task in self._active) if d is not None]
 
     def _wait(self, now: int) -> None:
         if self.clock.on_idle():  # a manual clock moved: timers may be due, a source may go on
             return
         sources_waiting = any(isinstance(task, SourceTask) for task in self._active)
-        deadlines = [] if self.clock.is_manual() else \
-            [d for d in (task.next_deadline() for task in self._active) if d is not None]
-        if not deadlines and not sources_waiting:
+        if not self._deadlines() and not sources_waiting:
             raise DeadlockError(self._describe_deadlock())
-        timeout = MAX_IDLE_WAIT_S if not deadlines else \
-            max(0.0, min(MAX_IDLE_WAIT_S, (min(deadlines) - now) / 1000))
-        self._wake.wait(timeout)
-        self._wake.clear()
+        self.idle_wait(now, MAX_IDLE_WAIT_S)
 
     def _describe_deadlock(self) -> str:
         lines = ["no task can make progress:"]

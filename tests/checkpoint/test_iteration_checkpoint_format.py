@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from slipstream.datastream import OutputTag, ProcessFunction, StreamExecutionEnvironment
+from slipstream.datastream import OutputTag, ProcessFunction, RuntimeExecutionMode, StreamExecutionEnvironment
 from slipstream.datastream.iteration import (
     DataStreamList,
     IterationBodyResult,
@@ -112,9 +112,9 @@ def expected() -> tuple[int, int, int]:
     return len(numbers), sum(numbers), max(rounds(x) for x in numbers)
 
 
-def make_env() -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    return env.configure(scheduler_seed=0, batch_size=8, channel_capacity=2, quantum=2)
+# the jobs below (the env fixture's): streaming at parallelism 2, in small batches through short channels
+pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING), pytest.mark.parallelisms(2),
+              pytest.mark.configure(batch_size=8, channel_capacity=2, quantum=2)]
 
 
 class TickClock:
@@ -168,21 +168,22 @@ def test_the_fixtures_hold_commands_and_decisions_as_strings() -> None:
 
 
 @pytest.mark.parametrize("name", CHECKPOINTS)
-@pytest.mark.parametrize("seed", [0, 5])
+@pytest.mark.seeds(0, 5)
 def test_an_iteration_checkpoint_written_before_the_enums_restores_to_the_uninterrupted_result(
-        tmp_path: Path, name: str, seed: int) -> None:
+        env: StreamExecutionEnvironment, tmp_path: Path, name: str) -> None:
     RESULTS.clear()
     shutil.copytree(FIXTURES, tmp_path / "chk")
-    env = make_env().configure(scheduler_seed=seed)
     build(env)
     env.execute("restored", restore_from=str(tmp_path / "chk" / name))
     assert [expected()] == RESULTS
 
 
-def test_checkpoints_write_commands_and_decisions_as_the_strings_they_always_were(tmp_path: Path) -> None:
+@pytest.mark.seeds(0)
+def test_checkpoints_write_commands_and_decisions_as_the_strings_they_always_were(
+        env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     """A run checkpointing every 20 ticks gives the oracle, and its checkpoints hold plain strings."""
     RESULTS.clear()
-    env = make_env().configure(clock=TickClock())
+    env.configure(clock=TickClock())
     env.get_checkpoint_config().set_checkpoint_interval(20).set_checkpoint_storage_dir(
         str(tmp_path / "chk")).set_num_retained_checkpoints(1000)
     build(env)

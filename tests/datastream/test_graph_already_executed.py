@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 from slipstream.errors import InvalidProgramError, SlipstreamError
 
-
-def make_env() -> StreamExecutionEnvironment:
-    return StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING), pytest.mark.parallelisms(2)]
 
 
-def test_execute_twice_says_the_graph_was_already_executed() -> None:
-    env = make_env()
+def test_execute_twice_says_the_graph_was_already_executed(env: StreamExecutionEnvironment) -> None:
     got: list[int] = []
     env.from_collection([1, 2, 3]).map(lambda x: x * 10).add_sink(got.append)
     env.execute()
@@ -24,8 +21,7 @@ def test_execute_twice_says_the_graph_was_already_executed() -> None:
     assert sorted(got) == [10, 20, 30]  # the refused call ran nothing
 
 
-def test_collecting_the_same_stream_twice_names_the_stream_and_what_to_do() -> None:
-    env = make_env()
+def test_collecting_the_same_stream_twice_names_the_stream_and_what_to_do(env: StreamExecutionEnvironment) -> None:
     stream = env.from_collection([1, 2, 3]).map(lambda x: x + 1)
     assert sorted(stream.execute_and_collect()) == [2, 3, 4]
     with pytest.raises(InvalidProgramError, match=r"cannot add 'Sink: Collect' after 'Map': 'Map' was already "
@@ -33,8 +29,7 @@ def test_collecting_the_same_stream_twice_names_the_stream_and_what_to_do() -> N
         stream.execute_and_collect()
 
 
-def test_a_sink_added_after_execute_is_refused_at_once() -> None:
-    env = make_env()
+def test_a_sink_added_after_execute_is_refused_at_once(env: StreamExecutionEnvironment) -> None:
     stream = env.from_collection([1, 2]).map(lambda x: x).name("doubled")
     stream.print()
     env.execute()
@@ -44,8 +39,7 @@ def test_a_sink_added_after_execute_is_refused_at_once() -> None:
         stream.union(env.from_collection([3]))
 
 
-def test_a_new_job_on_the_same_environment_runs() -> None:
-    env = make_env()
+def test_a_new_job_on_the_same_environment_runs(env: StreamExecutionEnvironment) -> None:
     assert sorted(env.from_collection([1, 2]).execute_and_collect()) == [1, 2]
     got: list[int] = []
     env.from_collection([3, 4]).add_sink(got.append)
@@ -53,8 +47,7 @@ def test_a_new_job_on_the_same_environment_runs() -> None:
     assert sorted(got) == [3, 4]
 
 
-def test_a_job_without_a_sink_still_says_so() -> None:
-    env = make_env()
+def test_a_job_without_a_sink_still_says_so(env: StreamExecutionEnvironment) -> None:
     env.from_collection([1]).map(lambda x: x)
     with pytest.raises(InvalidProgramError, match="the job has no sink"):
         env.execute()

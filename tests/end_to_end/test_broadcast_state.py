@@ -37,12 +37,8 @@ RULES = MapStateDescriptor("rules", Types.STRING(), Types.INT())
 UNMATCHED = OutputTag("unmatched", Types.STRING())
 
 
-def make_env(parallelism: int, seed: int, mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING
-             ) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).set_runtime_mode(mode)
-    env.configure(scheduler_seed=seed, batch_size=3, channel_capacity=2)
-    return env
+SMALL_BATCHES = {"batch_size": 3, "channel_capacity": 2}
+pytestmark = pytest.mark.configure(**SMALL_BATCHES)
 
 
 class ApplyRules(BroadcastProcessFunction):
@@ -64,8 +60,7 @@ class ApplyRules(BroadcastProcessFunction):
             yield ("word", value, factor)
 
 
-def run_rules(rules, words, parallelism, seed, mode):
-    env = make_env(parallelism, seed, mode)
+def run_rules(env, rules, words):
     broadcast = env.from_collection(rules).broadcast(RULES)
     assert isinstance(broadcast, BroadcastStream)
     applied = env.from_collection(words).connect(broadcast).process(ApplyRules())
@@ -89,18 +84,20 @@ WORDS = st.sampled_from(["a", "b", "c", "d", "e"])
        seed=st.integers(0, 1000), mode=st.sampled_from(MODES))
 def test_every_record_sees_the_state_all_rules_built_and_every_instance_gets_every_rule(
         rules, words, parallelism, seed, mode):
-    assert run_rules(rules, words, parallelism, seed, mode) == rules_oracle(rules, words, parallelism)
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism).set_runtime_mode(mode)
+    env.configure(scheduler_seed=seed, **SMALL_BATCHES)
+    assert run_rules(env, rules, words) == rules_oracle(rules, words, parallelism)
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-def test_the_broadcast_side_comes_first_while_it_is_backlog(parallelism, seed, mode):
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.modes(*MODES)
+def test_the_broadcast_side_comes_first_while_it_is_backlog(env):
     """The last rule for a word overrides the first, and the data side is far longer than the rules:
     had a record gone before the rules ended, it would show an older factor or none."""
     rules = [("a", 1), ("b", 2), ("a", 3)] + [(f"x{i}", i) for i in range(40)] + [("b", 4)]
     words = ["a", "b", "c"] * 50
-    assert run_rules(rules, words, parallelism, seed, mode) == rules_oracle(rules, words, parallelism)
+    assert run_rules(env, rules, words) == rules_oracle(rules, words, env.get_parallelism())
 
 
 # -- keyed: keyed state, timers, side outputs ----------------------------------------------------------
@@ -149,13 +146,12 @@ def weighted_oracle(rules, events):
     return expected + unmatched
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-def test_keyed_broadcast_function_with_keyed_state_timers_and_side_output(parallelism, seed, mode):
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.modes(*MODES)
+def test_keyed_broadcast_function_with_keyed_state_timers_and_side_output(env: StreamExecutionEnvironment) -> None:
     rules = [("k0", 1), ("k1", 10), ("k2", 100), ("k1", 20)]
     events = [(f"k{i % 4}", i % 7, i * 3) for i in range(120)]  # k3 has no weight
-    env = make_env(parallelism, seed, mode)
     timed = env.from_collection(events).assign_timestamps_and_watermarks(
         WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Stamp()))
     sums = timed.key_by(lambda e: e[0]).connect(env.from_collection(rules).broadcast(RULES)) \
@@ -174,8 +170,11 @@ class ChangesStateOnTheDataSide(BroadcastProcessFunction):
         return ()
 
 
-def test_changing_broadcast_state_on_the_data_side_is_refused_naming_the_operator():
-    env = make_env(2, 0)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_changing_broadcast_state_on_the_data_side_is_refused_naming_the_operator(
+        env: StreamExecutionEnvironment) -> None:
     rules = env.from_collection([("a", 1)]).broadcast(RULES)
     stream = env.from_collection(["a"]).connect(rules).process(ChangesStateOnTheDataSide())
     with pytest.raises(SlipstreamError, match=r"'Co-Process-Broadcast'.*'rules' is read-only in process_element"):
@@ -191,16 +190,20 @@ class AsksForAnUndeclaredState(BroadcastProcessFunction):
         return ()
 
 
-def test_a_broadcast_state_broadcast_did_not_declare_is_refused():
-    env = make_env(1, 0)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_a_broadcast_state_broadcast_did_not_declare_is_refused(env: StreamExecutionEnvironment) -> None:
     stream = env.from_collection(["a"]).connect(env.from_collection(["r"]).broadcast(RULES)) \
         .process(AsksForAnUndeclaredState())
     with pytest.raises(SlipstreamError, match=r"no broadcast state 'other'; broadcast\(\) declared \['rules'\]"):
         list(stream.execute_and_collect())
 
 
-def test_misuse_is_refused_while_building_the_graph():
-    env = make_env(1, 0)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_misuse_is_refused_while_building_the_graph(env: StreamExecutionEnvironment) -> None:
     rules = env.from_collection([("a", 1)])
     data = env.from_collection(["a"])
     with pytest.raises(InvalidProgramError, match="MapStateDescriptor"):
@@ -219,8 +222,10 @@ def test_misuse_is_refused_while_building_the_graph():
 
 
 # -- the plan --------------------------------------------------------------------------------------------
-def test_explain_and_the_json_plan_show_the_broadcast_edge():
-    env = make_env(2, 0)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_explain_and_the_json_plan_show_the_broadcast_edge(env: StreamExecutionEnvironment) -> None:
     rules = env.from_collection([("a", 1)]).name("rules source").broadcast(RULES)
     env.from_collection(["a"]).name("words").key_by(lambda w: w).connect(rules).process(WeightedSums()).print()
     plan = env.explain()

@@ -16,6 +16,7 @@ import pytest
 from slipstream.datastream import (
     CoGroupFunction,
     ProcessFunction,
+    RuntimeExecutionMode,
     StreamExecutionEnvironment,
     VectorizedCoGroupFunction,
 )
@@ -30,16 +31,11 @@ from slipstream.datastream.window import (
 )
 from slipstream.errors import UserFunctionError
 
-PARALLELISMS = [1, 2, 4]
 SEEDS = [0, 7]
-SORTING = [True, False]
+SORTING = ["polars", "record-by-record"]  # the backlog sorted as batch work, or record by record
 
-
-def make_env(parallelism: int, seed: int, sorting: bool, batch_size: int = 3) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=batch_size, channel_capacity=2,
-                                               backlog_sorting=sorting)
-    return env
+pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING),
+              pytest.mark.configure(batch_size=3, channel_capacity=2)]
 
 
 def flip327_records(n: int) -> list[tuple[int, int, float]]:
@@ -96,11 +92,11 @@ class WithTimestamp(ProcessFunction):
 
 
 # -- EndOfStreamWindows -----------------------------------------------------------------------------
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("sorting", SORTING)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.engines(*SORTING)
 @pytest.mark.parametrize("distribution", ["each key once", "many per key", "one-sided keys"])
-def test_co_group_with_end_of_stream_windows(parallelism: int, seed: int, sorting: bool, distribution: str) -> None:
+def test_co_group_with_end_of_stream_windows(env: StreamExecutionEnvironment, distribution: str) -> None:
+    seed = env.runtime_options.scheduler_seed
     if distribution == "each key once":
         first = second = flip327_records(60)
     elif distribution == "many per key":
@@ -108,7 +104,6 @@ def test_co_group_with_end_of_stream_windows(parallelism: int, seed: int, sortin
     else:  # keys 0..7 on the first side, 4..11 on the second: co_group sees empty sides
         first = [(k, i, 1.0) for i, k in enumerate(list(range(8)) * 3)]
         second = [(k, i, 2.0) for i, k in enumerate(range(4, 12))]
-    env = make_env(parallelism, seed, sorting)
     got = list(env.from_collection(first).co_group(env.from_collection(second))
                .where(0).equal_to(0).window(EndOfStreamWindows.get()).apply(Summary())
                .process(WithTimestamp()).execute_and_collect())
@@ -116,13 +111,11 @@ def test_co_group_with_end_of_stream_windows(parallelism: int, seed: int, sortin
     assert {ts for _, ts in got} == {MAX_TIMESTAMP}
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("sorting", SORTING)
-def test_join_with_end_of_stream_windows_is_the_inner_join(parallelism: int, seed: int, sorting: bool) -> None:
-    first = many_per_key(80, 12, seed)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.engines(*SORTING)
+def test_join_with_end_of_stream_windows_is_the_inner_join(env: StreamExecutionEnvironment) -> None:
+    first = many_per_key(80, 12, env.runtime_options.scheduler_seed)
     second = [(k, -i, 0.5) for i, k in enumerate(list(range(6, 16)) * 2)]  # keys 12..15 never match
-    env = make_env(parallelism, seed, sorting)
     got = (env.from_collection(first).join(env.from_collection(second))
            .where(lambda r: r[0]).equal_to(lambda r: r[0]).window(EndOfStreamWindows.get())
            .apply(lambda a, b: (a[0], a[1], b[1]))
@@ -131,9 +124,9 @@ def test_join_with_end_of_stream_windows_is_the_inner_join(parallelism: int, see
     assert sorted(got) == expected and expected
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("sorting", SORTING)
-def test_flat_join_and_field_name_keys_on_dicts(parallelism: int, sorting: bool) -> None:
+@pytest.mark.seeds(3)
+@pytest.mark.engines(*SORTING)
+def test_flat_join_and_field_name_keys_on_dicts(env: StreamExecutionEnvironment) -> None:
     users = [{"id": i, "name": f"user{i}"} for i in range(10)]
     orders = [{"user": i % 13, "amount": i} for i in range(40)]
 
@@ -141,7 +134,6 @@ def test_flat_join_and_field_name_keys_on_dicts(parallelism: int, sorting: bool)
         for _ in range(order["amount"] % 3):
             yield user["name"], order["amount"]
 
-    env = make_env(parallelism, 3, sorting)
     got = (env.from_collection(users).join(env.from_collection(orders))
            .where("id").equal_to("user").window(GlobalWindows.create_with_end_of_stream_trigger())
            .apply(each_unit).execute_and_collect())
@@ -150,14 +142,13 @@ def test_flat_join_and_field_name_keys_on_dicts(parallelism: int, sorting: bool)
     assert sorted(got) == sorted(expected)
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("sorting", SORTING)
-def test_vectorised_co_group_equals_the_per_key_form(parallelism: int, seed: int, sorting: bool) -> None:
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.engines(*SORTING)
+def test_vectorised_co_group_equals_the_per_key_form(env: StreamExecutionEnvironment) -> None:
+    seed = env.runtime_options.scheduler_seed
     first, second = many_per_key(150, 20, seed), many_per_key(100, 25, seed + 9)
     results = []
     for function in (Summary(), FrameSummary()):
-        env = make_env(parallelism, seed, sorting)
         a = env.from_collection(first, type_info=RECORD_TYPE)
         b = env.from_collection(second, type_info=RECORD_TYPE)
         results.append(sorted(a.co_group(b).where(0).equal_to(0).window(EndOfStreamWindows.get())
@@ -165,14 +156,23 @@ def test_vectorised_co_group_equals_the_per_key_form(parallelism: int, seed: int
     assert results[0] == results[1] == summary_oracle(first, second)
 
 
-def test_a_vectorised_callable_sees_all_keys_of_its_subtask_in_one_call() -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(7)
+@pytest.mark.engines("spark")
+def test_vectorised_co_group_equals_the_per_key_form_on_spark(env: StreamExecutionEnvironment) -> None:
+    """Both forms as Spark jobs (grouped co-group in Spark's Python workers): once, a Spark run costs seconds."""
+    test_vectorised_co_group_equals_the_per_key_form(env)
+
+
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_a_vectorised_callable_sees_all_keys_of_its_subtask_in_one_call(env: StreamExecutionEnvironment) -> None:
     calls: list[int] = []
 
     def count_rows(first: pl.DataFrame, second: pl.DataFrame) -> pl.DataFrame:
         calls.append(first.height + second.height)
         return pl.DataFrame({"rows": [first.height + second.height]})
 
-    env = make_env(1, 0, True)
     got = list(env.from_collection(many_per_key(50, 10, 1)).co_group(env.from_collection(many_per_key(30, 10, 2)))
                .where(0).equal_to(0).window(EndOfStreamWindows.get())
                .apply(count_rows, vectorized=True).execute_and_collect())
@@ -180,10 +180,12 @@ def test_a_vectorised_callable_sees_all_keys_of_its_subtask_in_one_call() -> Non
 
 
 # -- nothing before the end -------------------------------------------------------------------------
-@pytest.mark.parametrize("sorting", SORTING)
-@pytest.mark.parametrize("parallelism", [1, 3])
-def test_downstream_of_end_of_stream_windows_receives_nothing_before_end_of_input(sorting: bool,
-                                                                                  parallelism: int) -> None:
+@pytest.mark.engines(*SORTING)
+@pytest.mark.parallelisms(1, 3)
+@pytest.mark.seeds(1)
+@pytest.mark.configure(batch_size=2)
+def test_downstream_of_end_of_stream_windows_receives_nothing_before_end_of_input(
+        env: StreamExecutionEnvironment) -> None:
     log: list[str] = []
 
     def produce(side: str, n: int) -> Any:
@@ -193,7 +195,6 @@ def test_downstream_of_end_of_stream_windows_receives_nothing_before_end_of_inpu
                 yield i % 5, i, 1.0
         return records
 
-    env = make_env(parallelism, 1, sorting, batch_size=2)
     a = env.from_source(IteratorSource(produce("a", 40)), None, "a").set_parallelism(1)
     b = env.from_source(IteratorSource(produce("b", 25)), None, "b").set_parallelism(1)
     result = (a.co_group(b).where(0).equal_to(0).window(EndOfStreamWindows.get()).apply(Summary())
@@ -204,8 +205,10 @@ def test_downstream_of_end_of_stream_windows_receives_nothing_before_end_of_inpu
     assert log[:first_received].count("produced a") == 40 and log[:first_received].count("produced b") == 25
 
 
-def test_the_co_group_output_edge_blocks_and_its_consumer_starts_after_it_finished() -> None:
-    env = make_env(1, 0, True)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_the_co_group_output_edge_blocks_and_its_consumer_starts_after_it_finished(
+        env: StreamExecutionEnvironment) -> None:
     (env.from_collection(flip327_records(30)).co_group(env.from_collection(flip327_records(30)))
      .where(0).equal_to(0).window(EndOfStreamWindows.get()).apply(Summary()).name("eos co-group")
      .map(lambda r: r).name("after").add_sink(lambda r: None))
@@ -233,17 +236,16 @@ def timed(env: StreamExecutionEnvironment, events: list, bound: int = 40) -> Any
     return env.from_source(CollectionSource(events), strategy, "events")
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("sorting", SORTING)
-def test_co_group_and_join_in_tumbling_event_time_windows(parallelism: int, seed: int, sorting: bool) -> None:
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.engines(*SORTING)
+def test_co_group_and_join_in_tumbling_event_time_windows(env: StreamExecutionEnvironment) -> None:
+    seed = env.runtime_options.scheduler_seed
     first, second = timed_events(120, 4, seed), timed_events(90, 4, seed + 100)
     size = 100
 
     def window_of(record: Any) -> int:
         return record[1] - record[1] % size
 
-    env = make_env(parallelism, seed, sorting)
     co_grouped = list(timed(env, first).co_group(timed(env, second)).where(0).equal_to(0)
                       .window(TumblingEventTimeWindows.of(size)).apply(Summary())
                       .process(WithTimestamp()).execute_and_collect())
@@ -256,7 +258,6 @@ def test_co_group_and_join_in_tumbling_event_time_windows(parallelism: int, seed
                     for (key, start), (a, b) in expected.items())
     assert sorted(co_grouped) == oracle
 
-    env = make_env(parallelism, seed, sorting)
     joined = list(timed(env, first).join(timed(env, second)).where(0).equal_to(0)
                   .window(TumblingEventTimeWindows.of(size)).apply(lambda a, b: (a[1], b[1]))
                   .execute_and_collect())
@@ -265,11 +266,10 @@ def test_co_group_and_join_in_tumbling_event_time_windows(parallelism: int, seed
 
 
 # -- keyed and all-window EndOfStreamWindows --------------------------------------------------------
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("sorting", SORTING)
-def test_keyed_window_and_window_all_with_end_of_stream_windows(parallelism: int, sorting: bool) -> None:
+@pytest.mark.seeds(2)
+@pytest.mark.engines(*SORTING)
+def test_keyed_window_and_window_all_with_end_of_stream_windows(env: StreamExecutionEnvironment) -> None:
     records = many_per_key(100, 7, 4)
-    env = make_env(parallelism, 2, sorting)
     keyed = list(env.from_collection(records).key_by(0).window(EndOfStreamWindows.get())
                  .reduce(lambda a, b: (a[0], a[1] + b[1], a[2] + b[2])).process(WithTimestamp())
                  .execute_and_collect())
@@ -279,22 +279,22 @@ def test_keyed_window_and_window_all_with_end_of_stream_windows(parallelism: int
         sums[key][1] += value
     assert sorted(v for v, _ in keyed) == sorted((k, s[0], s[1]) for k, s in sums.items())
     assert {ts for _, ts in keyed} == {MAX_TIMESTAMP}
-    env = make_env(parallelism, 2, sorting)
     total = list(env.from_collection(records).window_all(GlobalWindows.create_with_end_of_stream_trigger())
                  .apply(lambda window, xs: [sum(x[1] for x in xs)]).execute_and_collect())
     assert total == [sum(r[1] for r in records)]
 
 
 # -- errors -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("sorting", SORTING)
-def test_a_failing_co_group_function_names_the_operator_and_the_key(sorting: bool) -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+@pytest.mark.engines(*SORTING)
+def test_a_failing_co_group_function_names_the_operator_and_the_key(env: StreamExecutionEnvironment) -> None:
     def fragile(first: Any, second: Any) -> Iterator[Any]:
         first = list(first)
         if first and first[0][0] == 3:
             raise ValueError("cannot handle key 3")
         yield len(first)
 
-    env = make_env(2, 0, sorting)
     result = (env.from_collection(many_per_key(40, 5, 0)).co_group(env.from_collection(many_per_key(10, 5, 1)))
               .where(0).equal_to(0).window(EndOfStreamWindows.get()).apply(fragile).name("fragile co-group"))
     with pytest.raises(UserFunctionError, match=r"operator 'fragile co-group'.*key 3.*ValueError: cannot handle key 3"):

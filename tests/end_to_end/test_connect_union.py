@@ -18,6 +18,7 @@ from slipstream.datastream import (
     OutputTag,
     Partitioner,
     RuntimeContext,
+    RuntimeExecutionMode,
     StreamExecutionEnvironment,
     ValueStateDescriptor,
 )
@@ -27,10 +28,7 @@ from slipstream.testing import CollectingSink
 
 SEEDS = [0, 6, 13]
 
-
-def make_env(parallelism: int, seed: int) -> StreamExecutionEnvironment:
-    return small_batches(StreamExecutionEnvironment.get_execution_environment()
-                         .set_parallelism(parallelism).configure(scheduler_seed=seed))
+pytestmark = pytest.mark.configure(batch_size=3, channel_capacity=2)
 
 
 def small_batches(env: StreamExecutionEnvironment) -> StreamExecutionEnvironment:
@@ -48,15 +46,18 @@ def test_union_of_three_streams(env: StreamExecutionEnvironment) -> None:
     assert Counter(got) == Counter(expected)
 
 
-@pytest.mark.parametrize("parallelism", [1, 3])
-def test_union_with_itself_duplicates_every_record(parallelism: int) -> None:
-    env = make_env(parallelism, 1)
+@pytest.mark.parallelisms(1, 3)
+@pytest.mark.seeds(1)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_union_with_itself_duplicates_every_record(env: StreamExecutionEnvironment) -> None:
     s = env.from_collection(list(range(10)))
     assert Counter(s.union(s).execute_and_collect()) == Counter(list(range(10)) * 2)
 
 
-def test_union_keeps_per_source_order_into_one_subtask() -> None:
-    env = make_env(1, 2)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(2)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_union_keeps_per_source_order_into_one_subtask(env: StreamExecutionEnvironment) -> None:
     a = env.from_collection([("a", i) for i in range(30)])
     b = env.from_collection([("b", i) for i in range(30)])
     got = list(a.union(b).execute_and_collect())
@@ -174,8 +175,10 @@ def test_keyed_co_process_enrichment(env: StreamExecutionEnvironment) -> None:
     assert Counter(got) == Counter(expected)
 
 
-def test_connected_streams_need_both_keyed_for_keyed_co_process() -> None:
-    env = make_env(1, 0)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_connected_streams_need_both_keyed_for_keyed_co_process(env: StreamExecutionEnvironment) -> None:
     connected = env.from_collection([1]).connect(env.from_collection([2]))
     with pytest.raises(InvalidProgramError):
         connected.process(Enrich())
@@ -201,9 +204,10 @@ def placement(pairs: list) -> dict[int, list]:
 N = 60
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_rebalance_round_robins_over_all_subtasks(seed: int) -> None:
-    env = make_env(4, seed)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.parallelisms(4)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_rebalance_round_robins_over_all_subtasks(env: StreamExecutionEnvironment) -> None:
     got = list(env.from_collection(list(range(N))).set_parallelism(1).rebalance().map(WhereAmI())
                .execute_and_collect())
     where = placement(got)
@@ -215,9 +219,10 @@ def test_rebalance_round_robins_over_all_subtasks(seed: int) -> None:
     assert all(len({v % 4 for v in values}) == 1 for values in where.values())
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_rescale_keeps_records_within_the_local_group(seed: int) -> None:
-    env = make_env(4, seed)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.parallelisms(4)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_rescale_keeps_records_within_the_local_group(env: StreamExecutionEnvironment) -> None:
     got = list(env.from_collection(list(range(N))).set_parallelism(2).rescale().map(WhereAmI())
                .execute_and_collect())
     where = placement(got)
@@ -227,36 +232,40 @@ def test_rescale_keeps_records_within_the_local_group(seed: int) -> None:
     assert all(len(where.get(i, [])) == N // 4 for i in range(4))
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_shuffle_delivers_everything_somewhere(seed: int) -> None:
-    env = make_env(4, seed)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.parallelisms(4)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_shuffle_delivers_everything_somewhere(env: StreamExecutionEnvironment) -> None:
     got = list(env.from_collection(list(range(N))).shuffle().map(WhereAmI()).execute_and_collect())
     where = placement(got)
     assert sorted(v for values in where.values() for v in values) == list(range(N))
     assert len(where) > 1 and set(where) <= {0, 1, 2, 3}
 
 
-@pytest.mark.parametrize("parallelism", [2, 3])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_broadcast_sends_every_record_to_every_subtask(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+@pytest.mark.parallelisms(2, 3)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_broadcast_sends_every_record_to_every_subtask(env: StreamExecutionEnvironment) -> None:
+    parallelism = env.get_parallelism()
     got = list(env.from_collection(list(range(N))).broadcast().map(WhereAmI()).execute_and_collect())
     where = placement(got)
     assert sorted(where) == list(range(parallelism))
     assert all(sorted(values) == list(range(N)) for values in where.values())
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_global_sends_everything_to_subtask_zero(seed: int) -> None:
-    env = make_env(4, seed)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.parallelisms(4)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_global_sends_everything_to_subtask_zero(env: StreamExecutionEnvironment) -> None:
     got = list(env.from_collection(list(range(N))).global_().map(WhereAmI()).execute_and_collect())
     assert placement(got) == {0: list(range(N))} or (set(placement(got)) == {0} and
                                                     sorted(placement(got)[0]) == list(range(N)))
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_forward_keeps_records_in_their_subtask(seed: int) -> None:
-    env = make_env(3, seed)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.parallelisms(3)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_forward_keeps_records_in_their_subtask(env: StreamExecutionEnvironment) -> None:
     first = env.from_collection(list(range(N))).set_parallelism(3).map(WhereAmI())
     got = list(first.forward().map(WhereAmI()).execute_and_collect())
     assert len(got) == N
@@ -271,11 +280,12 @@ class ModuloPartitioner(Partitioner):
         return key % num_partitions
 
 
-@pytest.mark.parametrize("parallelism", [2, 4])
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parallelisms(2, 4)
+@pytest.mark.seeds(*SEEDS)
 @pytest.mark.parametrize("as_class", [True, False])
-def test_partition_custom_goes_where_the_partitioner_says(parallelism: int, seed: int, as_class: bool) -> None:
-    env = make_env(parallelism, seed)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_partition_custom_goes_where_the_partitioner_says(env: StreamExecutionEnvironment, as_class: bool) -> None:
+    parallelism = env.get_parallelism()
     partitioner = ModuloPartitioner() if as_class else (lambda key, n: (key * 7) % n)
     records = [{"id": i, "payload": str(i)} for i in range(N)]
     got = list(env.from_collection(records).partition_custom(partitioner, "id").map(WhereAmI())
@@ -286,18 +296,20 @@ def test_partition_custom_goes_where_the_partitioner_says(parallelism: int, seed
         assert index == expected
 
 
-def test_forward_with_mismatched_parallelism_is_refused_at_plan_time() -> None:
-    env = make_env(2, 0)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_forward_with_mismatched_parallelism_is_refused_at_plan_time(env: StreamExecutionEnvironment) -> None:
     env.from_collection(list(range(5))).forward().map(lambda x: x).set_parallelism(3).print()
     with pytest.raises(InvalidProgramError, match="forward"):
         env.explain()
-    env = make_env(2, 0)
-    env.from_collection(list(range(5))).forward().map(lambda x: x).set_parallelism(3).print()
     with pytest.raises(InvalidProgramError, match="forward"):
         env.execute()
 
 
-def test_partitioning_has_no_parallelism_of_its_own() -> None:
-    env = make_env(2, 0)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_partitioning_has_no_parallelism_of_its_own(env: StreamExecutionEnvironment) -> None:
     with pytest.raises(InvalidProgramError):
         env.from_collection([1, 2]).rebalance().set_parallelism(3)

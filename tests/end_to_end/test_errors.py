@@ -14,6 +14,7 @@ from slipstream.datastream import (
     KeyedProcessFunction,
     OutputTag,
     ProcessFunction,
+    RuntimeExecutionMode,
     StreamExecutionEnvironment,
 )
 from slipstream.errors import InvalidProgramError, SlipstreamError, UserFunctionError
@@ -28,10 +29,8 @@ class Boom(Exception):
     pass
 
 
-def make_env(parallelism: int = 2, seed: int = 0) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=2, channel_capacity=2)
-    return env
+pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING),
+              pytest.mark.configure(batch_size=2, channel_capacity=2)]
 
 
 def fail_on_bad(value: Any) -> Any:
@@ -79,9 +78,10 @@ BUILDERS = {
 
 
 @pytest.mark.parametrize("kind", sorted(BUILDERS))
-@pytest.mark.parametrize("seed", [0, 5])
-def test_user_function_error_names_operator_uid_subtask_and_record(kind: str, seed: int) -> None:
-    env = make_env(2, seed)
+@pytest.mark.seeds(0, 5)
+@pytest.mark.parallelisms(2)
+def test_user_function_error_names_operator_uid_subtask_and_record(
+        env: StreamExecutionEnvironment, kind: str) -> None:
     stream = BUILDERS[kind](env.from_collection(DATA)).name(f"my {kind}").uid(f"{kind}-uid")
     error = run_and_catch(stream)
     assert_names(error, f"my {kind}", "subtask 2/2", BAD, uid=f"{kind}-uid")
@@ -89,12 +89,16 @@ def test_user_function_error_names_operator_uid_subtask_and_record(kind: str, se
     assert error.subtask_index == 1
 
 
-def test_default_operator_name() -> None:
-    error = run_and_catch(make_env(1).from_collection(DATA).map(fail_on_bad))
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_default_operator_name(env: StreamExecutionEnvironment) -> None:
+    error = run_and_catch(env.from_collection(DATA).map(fail_on_bad))
     assert_names(error, "Map", "subtask 1/1", BAD)
 
 
-def test_the_cause_is_the_very_exception_raised() -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_the_cause_is_the_very_exception_raised(env: StreamExecutionEnvironment) -> None:
     raised: list[BaseException] = []
 
     def fail(value: int) -> int:
@@ -104,11 +108,13 @@ def test_the_cause_is_the_very_exception_raised() -> None:
             raise exc
         return value
 
-    error = run_and_catch(make_env(2).from_collection(DATA).map(fail))
+    error = run_and_catch(env.from_collection(DATA).map(fail))
     assert error.__cause__ is raised[0]
 
 
-def test_reduce_error_names_the_incoming_record() -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_reduce_error_names_the_incoming_record(env: StreamExecutionEnvironment) -> None:
     data = [(i % 3, i) for i in range(12)]
 
     def reduce(a: tuple, b: tuple) -> tuple:
@@ -116,21 +122,24 @@ def test_reduce_error_names_the_incoming_record() -> None:
             raise Boom("no tens")
         return (a[0], a[1] + b[1])
 
-    error = run_and_catch(make_env(1).from_collection(data).key_by(lambda r: r[0]).reduce(reduce)
+    error = run_and_catch(env.from_collection(data).key_by(lambda r: r[0]).reduce(reduce)
                           .name("summing").uid("sum-uid"))
     assert_names(error, "summing", "subtask 1/1", (1, 10), uid="sum-uid")
 
 
-def test_reduce_returning_none_fails_instead_of_restarting_the_key() -> None:
-    stream = make_env(1).from_collection([1, 2, 3]).key_by(lambda x: 0).reduce(lambda a, b: None)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_reduce_returning_none_fails_instead_of_restarting_the_key(env: StreamExecutionEnvironment) -> None:
+    stream = env.from_collection([1, 2, 3]).key_by(lambda x: 0).reduce(lambda a, b: None)
     with pytest.raises(UserFunctionError) as info:
         list(stream.execute_and_collect())
     assert "returned None" in str(info.value) and "record 2" in str(info.value)
 
 
-@pytest.mark.parametrize("parallelism", [1, 2])
-def test_sink_function_error_names_the_sink_and_record(parallelism: int) -> None:
-    env = make_env(parallelism)
+@pytest.mark.parallelisms(1, 2)
+@pytest.mark.seeds(0)
+def test_sink_function_error_names_the_sink_and_record(env: StreamExecutionEnvironment) -> None:
+    parallelism = env.get_parallelism()
 
     def explode(value: int) -> None:
         fail_on_bad(value)
@@ -141,10 +150,11 @@ def test_sink_function_error_names_the_sink_and_record(parallelism: int) -> None
     assert_names(info.value, "my sink", f"subtask {parallelism}/{parallelism}", BAD, uid="sink-uid")
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-def test_key_selector_error_names_the_record(parallelism: int) -> None:
+@pytest.mark.parallelisms(1, 2, 4)
+@pytest.mark.seeds(0)
+def test_key_selector_error_names_the_record(env: StreamExecutionEnvironment) -> None:
     data = [(i, i) for i in range(10)]
-    stream = make_env(parallelism).from_collection(data).key_by(
+    stream = env.from_collection(data).key_by(
         lambda r: fail_on_bad(r)[0]).reduce(lambda a, b: a).name("after key")
     error = run_and_catch(stream)
     message = str(error)
@@ -153,11 +163,12 @@ def test_key_selector_error_names_the_record(parallelism: int) -> None:
     assert isinstance(error.__cause__, Boom)
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parallelisms(1, 2, 4)
 @pytest.mark.parametrize("downstream", ["reduce", "process", "map"])
-def test_unhashable_key_names_the_record(parallelism: int, downstream: str) -> None:
+@pytest.mark.seeds(0)
+def test_unhashable_key_names_the_record(env: StreamExecutionEnvironment, downstream: str) -> None:
     data = [(i, "x") for i in range(10)]
-    keyed = make_env(parallelism).from_collection(data).key_by(
+    keyed = env.from_collection(data).key_by(
         lambda r: [r[0]] if r[0] == BAD else r[0])
 
     class Echo(KeyedProcessFunction):
@@ -173,7 +184,9 @@ def test_unhashable_key_names_the_record(parallelism: int, downstream: str) -> N
     assert isinstance(error.__cause__, TypeError)
 
 
-def test_open_error_is_a_user_function_error() -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_open_error_is_a_user_function_error(env: StreamExecutionEnvironment) -> None:
     class BadOpen(ProcessFunction):
         def open(self, runtime_context: Any) -> None:
             raise Boom("cannot open")
@@ -181,17 +194,19 @@ def test_open_error_is_a_user_function_error() -> None:
         def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
             yield value
 
-    error = run_and_catch(make_env(1).from_collection(DATA).process(BadOpen()).name("opener"))
+    error = run_and_catch(env.from_collection(DATA).process(BadOpen()).name("opener"))
     assert "opener" in str(error) and "open()" in str(error)
     assert isinstance(error.__cause__, Boom)
 
 
-def test_process_function_must_yield() -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_process_function_must_yield(env: StreamExecutionEnvironment) -> None:
     class ReturnsInt(ProcessFunction):
         def process_element(self, value: Any, ctx: Any) -> Any:
             return 42
 
-    error = run_and_catch(make_env(1).from_collection(DATA).process(ReturnsInt()))
+    error = run_and_catch(env.from_collection(DATA).process(ReturnsInt()))
     assert "yield" in str(error) and "42" in str(error)
 
 
@@ -252,21 +267,25 @@ def graph_misuse() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", sorted(graph_misuse()))
-def test_graph_building_misuse_fails_at_once(case: str) -> None:
-    env = make_env(1)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_graph_building_misuse_fails_at_once(env: StreamExecutionEnvironment, case: str) -> None:
     stream = env.from_collection([1, 2, 3])
     with pytest.raises((InvalidProgramError, ValueError)) as info:
         graph_misuse()[case](stream, env)
     assert isinstance(info.value, InvalidProgramError) or case == "OutputTag without an id"
 
 
-def test_a_job_without_a_sink_is_refused_on_execute() -> None:
-    env = make_env(1)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_a_job_without_a_sink_is_refused_on_execute(env: StreamExecutionEnvironment) -> None:
     env.from_collection([1, 2, 3]).map(lambda v: v)
     with pytest.raises(InvalidProgramError, match="no sink"):
         env.execute()
 
 
-def test_an_empty_job_is_refused_on_execute() -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_an_empty_job_is_refused_on_execute(env: StreamExecutionEnvironment) -> None:
     with pytest.raises(InvalidProgramError):
-        make_env(1).execute()
+        env.execute()

@@ -10,14 +10,11 @@ from typing import Any
 
 import pytest
 
-from slipstream.datastream import CloseableIterator, MapFunction, StreamExecutionEnvironment
+from slipstream.datastream import CloseableIterator, MapFunction, RuntimeExecutionMode, StreamExecutionEnvironment
 from slipstream.datastream.connectors.iterator import IteratorSource
 
-
-def make_env(parallelism: int = 1, seed: int = 0) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=4, channel_capacity=2)
-    return env
+pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING),
+              pytest.mark.configure(batch_size=4, channel_capacity=2)]
 
 
 def unbounded(env: StreamExecutionEnvironment) -> Any:
@@ -50,10 +47,9 @@ class TracksClose(MapFunction):
 
 
 # -- the iterator ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-@pytest.mark.parametrize("seed", [0, 8])
-def test_iterator_protocol(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+@pytest.mark.parallelisms(1, 2, 4)
+@pytest.mark.seeds(0, 8)
+def test_iterator_protocol(env: StreamExecutionEnvironment) -> None:
     it = env.from_collection(list(range(50))).map(lambda x: x * x).execute_and_collect()
     assert isinstance(it, CloseableIterator)
     assert iter(it) is it
@@ -64,20 +60,24 @@ def test_iterator_protocol(parallelism: int, seed: int) -> None:
         next(it)
 
 
-def test_order_is_kept_at_parallelism_one() -> None:
-    env = make_env(1, 3)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(3)
+def test_order_is_kept_at_parallelism_one(env: StreamExecutionEnvironment) -> None:
     assert list(env.from_collection(list(range(100))).map(lambda x: -x).execute_and_collect()) == \
         [-x for x in range(100)]
 
 
-def test_an_empty_source_yields_nothing() -> None:
-    assert list(make_env(2).from_collection([]).map(lambda x: x).execute_and_collect()) == []
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_an_empty_source_yields_nothing(env: StreamExecutionEnvironment) -> None:
+    assert list(env.from_collection([]).map(lambda x: x).execute_and_collect()) == []
 
 
-def test_context_manager_closes_and_cancels_the_job() -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_context_manager_closes_and_cancels_the_job(env: StreamExecutionEnvironment) -> None:
     CLOSED.clear()
     before = len(reader_threads())
-    env = make_env(2)
     taken = []
     with unbounded(env).map(TracksClose()).execute_and_collect() as it:
         for value in it:
@@ -91,9 +91,10 @@ def test_context_manager_closes_and_cancels_the_job() -> None:
     wait_for_no_reader_threads(before)
 
 
-def test_close_is_idempotent_and_stops_a_bounded_job_early() -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_close_is_idempotent_and_stops_a_bounded_job_early(env: StreamExecutionEnvironment) -> None:
     CLOSED.clear()
-    env = make_env(1)
     it = env.from_collection(list(range(1000))).map(TracksClose()).execute_and_collect()
     assert [next(it) for _ in range(3)] == [0, 1, 2]
     it.close()
@@ -102,38 +103,39 @@ def test_close_is_idempotent_and_stops_a_bounded_job_early() -> None:
     assert list(it) == []
 
 
-def test_an_exhausted_iterator_has_closed_the_job() -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_an_exhausted_iterator_has_closed_the_job(env: StreamExecutionEnvironment) -> None:
     CLOSED.clear()
-    env = make_env(2)
     assert sorted(env.from_collection(list(range(10))).map(TracksClose()).execute_and_collect()) == \
         list(range(10))
     assert sorted(CLOSED) == [0, 1]
 
 
-@pytest.mark.parametrize("parallelism", [1, 2])
-def test_limit_returns_a_list(parallelism: int) -> None:
-    env = make_env(parallelism)
+@pytest.mark.parallelisms(1, 2)
+@pytest.mark.seeds(0)
+def test_limit_returns_a_list(env: StreamExecutionEnvironment) -> None:
     got = env.from_collection(list(range(30))).execute_and_collect(limit=7)
     assert isinstance(got, list) and len(got) == 7 and set(got) <= set(range(30))
-    env = make_env(parallelism)
     assert sorted(env.from_collection(list(range(5))).execute_and_collect(limit=10)) == list(range(5))
-    env = make_env(parallelism)
     assert env.from_collection(list(range(5))).execute_and_collect(limit=0) == []
 
 
-def test_limit_on_an_unbounded_source_returns_and_stops_the_job() -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_limit_on_an_unbounded_source_returns_and_stops_the_job(env: StreamExecutionEnvironment) -> None:
     CLOSED.clear()
     before = len(reader_threads())
-    env = make_env(1)
     assert unbounded(env).map(TracksClose()).execute_and_collect(limit=10) == list(range(10))
     assert CLOSED == [0]
     wait_for_no_reader_threads(before)
 
 
-@pytest.mark.parametrize("parallelism", [1, 3])
-def test_breaking_out_of_an_unbounded_job(parallelism: int) -> None:
+@pytest.mark.parallelisms(1, 3)
+@pytest.mark.seeds(0)
+def test_breaking_out_of_an_unbounded_job(env: StreamExecutionEnvironment) -> None:
     before = len(reader_threads())
-    env = make_env(parallelism)
+    parallelism = env.get_parallelism()
     seen = []
     with unbounded(env).filter(lambda x: x % 7 == 0).map(lambda x: x // 7).execute_and_collect() as it:
         for value in it:
@@ -146,9 +148,10 @@ def test_breaking_out_of_an_unbounded_job(parallelism: int) -> None:
     wait_for_no_reader_threads(before)
 
 
-def test_a_failure_while_collecting_closes_the_job() -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_a_failure_while_collecting_closes_the_job(env: StreamExecutionEnvironment) -> None:
     CLOSED.clear()
-    env = make_env(1)
 
     def fail(x: int) -> int:
         if x == 20:
@@ -162,10 +165,9 @@ def test_a_failure_while_collecting_closes_the_job() -> None:
 
 
 # -- execute() and its result ------------------------------------------------------------------------
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-@pytest.mark.parametrize("seed", [0, 2])
-def test_execute_result_counts_records_per_operator(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+@pytest.mark.parallelisms(1, 2, 4)
+@pytest.mark.seeds(0, 2)
+def test_execute_result_counts_records_per_operator(env: StreamExecutionEnvironment) -> None:
     sunk: list = []
     data = list(range(60))
     (env.from_collection(data).name("numbers")
@@ -196,8 +198,9 @@ def test_execute_result_counts_records_per_operator(parallelism: int, seed: int)
     assert result.get_all_accumulator_results()["sum"]["records_in"] == 2 * len(thirds)
 
 
-def test_execute_counts_side_outputs_and_several_sinks() -> None:
-    env = make_env(2)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_execute_counts_side_outputs_and_several_sinks(env: StreamExecutionEnvironment) -> None:
     a: list = []
     b: list = []
     stream = env.from_collection(list(range(20))).map(lambda x: x).name("m")
@@ -210,8 +213,9 @@ def test_execute_counts_side_outputs_and_several_sinks() -> None:
     assert sorted(a) == list(range(5)) and sorted(b) == list(range(20))
 
 
-def test_the_environment_can_run_a_second_job() -> None:
-    env = make_env(2)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_the_environment_can_run_a_second_job(env: StreamExecutionEnvironment) -> None:
     assert sorted(env.from_collection([1, 2]).execute_and_collect()) == [1, 2]
     assert sorted(env.from_collection([3, 4]).execute_and_collect()) == [3, 4]
 
@@ -221,15 +225,17 @@ def printed(capsys: Any) -> list[str]:
     return capsys.readouterr().out.splitlines()
 
 
-def test_print_at_parallelism_one_has_no_prefix(capsys: Any) -> None:
-    env = make_env(1)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_print_at_parallelism_one_has_no_prefix(env: StreamExecutionEnvironment, capsys: Any) -> None:
     env.from_collection([1, "two", (3, 4)]).print()
     env.execute()
     assert printed(capsys) == ["1", "two", "(3, 4)"]
 
 
-def test_print_at_parallelism_two_prefixes_the_subtask(capsys: Any) -> None:
-    env = make_env(2)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_print_at_parallelism_two_prefixes_the_subtask(env: StreamExecutionEnvironment, capsys: Any) -> None:
     env.from_collection(list(range(10))).set_parallelism(2).print()
     env.execute()
     lines = printed(capsys)
@@ -237,12 +243,13 @@ def test_print_at_parallelism_two_prefixes_the_subtask(capsys: Any) -> None:
     assert sorted(lines) == sorted([f"1> {i}" for i in range(5)] + [f"2> {i}" for i in range(5, 10)])
 
 
-def test_print_with_an_identifier(capsys: Any) -> None:
-    env = make_env(2)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_print_with_an_identifier(env: StreamExecutionEnvironment, capsys: Any) -> None:
     env.from_collection(list(range(4))).set_parallelism(2).print("id")
     env.execute()
     assert sorted(printed(capsys)) == ["id:1> 0", "id:1> 1", "id:2> 2", "id:2> 3"]
-    env = make_env(1)
+    env.set_parallelism(1)
     env.from_collection(["x"]).print("id")
     env.execute()
     assert printed(capsys) == ["id> x"]

@@ -29,11 +29,6 @@ TUPLES = [("a", 5, "x1"), ("b", 2, "y1"), ("a", 3, "x2"), ("c", 9, "z1"), ("a", 
           ("c", 9, "z3"), ("b", 7, "y4"), ("d", 4, "w1")] * 3
 
 
-def make_env(parallelism: int, seed: int) -> StreamExecutionEnvironment:
-    return small_batches(StreamExecutionEnvironment.get_execution_environment()
-                         .set_parallelism(parallelism).configure(scheduler_seed=seed))
-
-
 def small_batches(env: StreamExecutionEnvironment) -> StreamExecutionEnvironment:
     """Batches of two records through channels of two batches: many interleavings."""
     return env.configure(batch_size=2, channel_capacity=2)
@@ -102,13 +97,14 @@ def test_tuple_aggregates_follow_flink_semantics(kind: str, env: StreamExecution
     assert len(updates) == sum(map(len, expected.values()))
 
 
-def test_semantics_on_a_hand_checked_example() -> None:
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+@pytest.mark.parallelisms(1)
+def test_semantics_on_a_hand_checked_example(env: StreamExecutionEnvironment) -> None:
     """Spelled out, so the oracle itself is checked: first record's fields, first record on ties."""
     data = [("k", 3, "first"), ("k", 1, "second"), ("k", 1, "third"), ("k", 4, "fourth")]
 
     def last(kind: str) -> tuple:
-        env = make_env(1, 0)
-        return run_aggregate(env.from_collection(data).key_by(lambda r: r[0]), kind, 1)[-1]
+        return run_aggregate(small_batches(env).from_collection(data).key_by(lambda r: r[0]), kind, 1)[-1]
 
     assert last("sum") == ("k", 9, "first")
     assert last("min") == ("k", 1, "first")
@@ -150,19 +146,30 @@ def test_dict_aggregates_by_field_name(kind: str, env: StreamExecutionEnvironmen
     assert all(set(d) == {"user", "amount", "note"} for d in updates)
 
 
-def test_dict_input_records_are_not_mutated() -> None:
+@pytest.mark.parametrize("kind", ["sum", "max_by"])
+@pytest.mark.engines("spark")
+@pytest.mark.zipped(modes=(RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH), parallelisms=(2, 4))
+def test_dict_aggregates_by_field_name_on_spark(kind: str, env: StreamExecutionEnvironment) -> None:
+    """The keyed built-ins' backlog as Spark jobs: an aggregate and a by-record one, in each mode
+    (a Spark run costs seconds, so not at every parallelism)."""
+    test_dict_aggregates_by_field_name(kind, env)
+
+
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+@pytest.mark.parallelisms(1)
+def test_dict_input_records_are_not_mutated(env: StreamExecutionEnvironment) -> None:
     data = [{"k": 1, "v": 1}, {"k": 1, "v": 2}, {"k": 1, "v": 3}]
     snapshot = [dict(d) for d in data]
-    env = make_env(1, 0)
-    updates = list(env.from_collection(data).key_by("k").sum("v").execute_and_collect())
+    updates = list(small_batches(env).from_collection(data).key_by("k").sum("v").execute_and_collect())
     assert [u["v"] for u in updates] == [1, 3, 6]
     assert data == snapshot
 
 
-def test_unknown_field_name_fails_naming_the_record() -> None:
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+@pytest.mark.parallelisms(1)
+def test_unknown_field_name_fails_naming_the_record(env: StreamExecutionEnvironment) -> None:
     from slipstream.errors import UserFunctionError
-    env = make_env(1, 0)
-    stream = env.from_collection([{"k": 1, "v": 1}, {"k": 1, "v": 2}]).key_by("k").sum("amount")
+    stream = small_batches(env).from_collection([{"k": 1, "v": 1}, {"k": 1, "v": 2}]).key_by("k").sum("amount")
     with pytest.raises(UserFunctionError) as info:
         list(stream.execute_and_collect())
     assert "'amount'" in str(info.value)
@@ -226,7 +233,8 @@ def test_property_final_result_and_update_count(data: list, parallelism: int, se
 @given(data=pairs, parallelism=st.sampled_from(PARALLELISMS), seed=st.integers(0, 2**16))
 def test_property_parallel_source_sum(data: list, parallelism: int, seed: int) -> None:
     """With a parallel source the per-key order varies, but the final sum and the count do not."""
-    env = make_env(parallelism, seed)
+    env = small_batches(StreamExecutionEnvironment.get_execution_environment()
+                        .set_parallelism(parallelism).configure(scheduler_seed=seed))
     updates = list(env.from_collection([(k, v, 1) for k, v in data]).key_by(lambda r: r[0])
                    .reduce(lambda a, b: (a[0], a[1] + b[1], a[2] + b[2])).execute_and_collect())
     totals: dict[str, int] = defaultdict(int)

@@ -32,7 +32,7 @@ from slipstream.datastream.window import EndOfStreamWindows
 
 MODES = [RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH]
 PARALLELISMS = [1, 2, 4]
-SORTING = [True, False]
+SORTING = ["polars", "record-by-record"]  # the backlog sorted as batch work, or record by record
 
 LETTERS = [("a", 0), ("c", 1), ("d", 1), ("b", 0), ("e", 1)]
 """Flink's test_reduce_with_state input, keyed by field 1."""
@@ -41,11 +41,8 @@ MANY = [(f"v{i}", i % 5, i) for i in range(60)]
 """``(name, key, timestamp)``: 12 records for each of 5 keys."""
 
 
-def make_env(mode: RuntimeExecutionMode, parallelism: int, sorting: bool) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_runtime_mode(mode).set_parallelism(parallelism)
-    env.configure(backlog_sorting=sorting, batch_size=3, scheduler_seed=parallelism)
-    return env
+# each job runs with its parallelism as its scheduler seed, in small batches
+pytestmark = [pytest.mark.zipped(parallelisms=PARALLELISMS, seeds=PARALLELISMS), pytest.mark.configure(batch_size=3)]
 
 
 def timestamped(env: StreamExecutionEnvironment, records: list) -> Any:
@@ -66,12 +63,11 @@ class CountingReduce(ReduceFunction):
         return value1[0] + value2[0], value1[1], calls
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("sorting", SORTING)
-def test_a_reduce_function_counts_its_calls_per_key(mode: RuntimeExecutionMode, parallelism: int,
-                                                    sorting: bool) -> None:
-    env = make_env(mode, parallelism, sorting)
+@pytest.mark.modes(*MODES)
+@pytest.mark.parametrize("sorting", [True, False])  # in STREAMING a user reduce streams its backlog either way
+def test_a_reduce_function_counts_its_calls_per_key(env: StreamExecutionEnvironment, sorting: bool) -> None:
+    env.configure(backlog_sorting=sorting)
+    mode = env.get_runtime_mode()
     out = env.from_collection(LETTERS).set_parallelism(1).key_by(lambda r: r[1]) \
         .reduce(CountingReduce()).execute_and_collect()
     out = list(out)
@@ -126,26 +122,21 @@ def window_oracle() -> tuple[dict, Counter]:
     return dict(records), windows
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("sorting", SORTING)
-def test_window_functions_see_the_state_of_the_windows_key(mode: RuntimeExecutionMode, parallelism: int,
-                                                           sorting: bool) -> None:
+@pytest.mark.modes(*MODES)
+@pytest.mark.engines(*SORTING)
+def test_window_functions_see_the_state_of_the_windows_key(env: StreamExecutionEnvironment) -> None:
     records, windows = window_oracle()
-    env = make_env(mode, parallelism, sorting)
     keyed = timestamped(env, MANY).key_by(lambda r: r[1])
     whole = EndOfStreamWindows.get()
     reduced = keyed.window(whole).reduce(CountingWindowReduce()).execute_and_collect()
     # a window of n records calls reduce n - 1 times, all on the key's own count
     assert {r[1]: r[3] for r in reduced} == {key: n - 1 for key, n in records.items()}
 
-    env = make_env(mode, parallelism, sorting)
     added = timestamped(env, MANY).key_by(lambda r: r[1]).window(whole) \
         .aggregate(CountingAggregate(), lambda key, window, results: [(key, r) for r in results]) \
         .execute_and_collect()
     assert dict(added) == records
 
-    env = make_env(mode, parallelism, sorting)
     processed = timestamped(env, MANY).key_by(lambda r: r[1]) \
         .window(TumblingEventTimeWindows.of(Duration.of_millis(10))) \
         .process(CountingWindowProcess()).execute_and_collect()
@@ -163,12 +154,9 @@ class CountingCoGroup(CoGroupFunction):
         return [(left[0][1] if left else list(second)[0][1], self.calls.value())]
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("sorting", SORTING)
-def test_a_co_group_function_sees_the_state_of_its_key(mode: RuntimeExecutionMode, parallelism: int,
-                                                       sorting: bool) -> None:
-    env = make_env(mode, parallelism, sorting)
+@pytest.mark.modes(*MODES)
+@pytest.mark.engines(*SORTING)
+def test_a_co_group_function_sees_the_state_of_its_key(env: StreamExecutionEnvironment) -> None:
     left = timestamped(env, MANY)
     right = timestamped(env, [(name, key + 3, ts) for name, key, ts in MANY])
     out = left.co_group(right).where(lambda r: r[1]).equal_to(lambda r: r[1]) \
@@ -204,17 +192,15 @@ class CountingCoProcess(KeyedCoProcessFunction):
         return self._count(ctx)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("sorting", SORTING)
-def test_process_functions_count_per_key(mode: RuntimeExecutionMode, parallelism: int, sorting: bool) -> None:
+@pytest.mark.modes(*MODES)
+@pytest.mark.parametrize("sorting", [True, False])  # in STREAMING a process function streams its backlog either way
+def test_process_functions_count_per_key(env: StreamExecutionEnvironment, sorting: bool) -> None:
+    env.configure(backlog_sorting=sorting)
     records, _ = window_oracle()
-    env = make_env(mode, parallelism, sorting)
     out = timestamped(env, MANY).key_by(lambda r: r[1]).process(CountingProcess()).execute_and_collect()
     out = list(out)
     assert {key: max(c for k, c in out if k == key) for key, _ in out} == records
 
-    env = make_env(mode, parallelism, sorting)
     both = timestamped(env, MANY).connect(timestamped(env, MANY)) \
         .key_by(lambda r: r[1], lambda r: r[1]).process(CountingCoProcess()).execute_and_collect()
     both = list(both)
@@ -222,8 +208,8 @@ def test_process_functions_count_per_key(mode: RuntimeExecutionMode, parallelism
         {key: 2 * n for key, n in records.items()}
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-def test_a_reduce_inside_an_iteration_body_counts_per_key(parallelism: int) -> None:
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_a_reduce_inside_an_iteration_body_counts_per_key(env: StreamExecutionEnvironment) -> None:
     """Records ``(name, key, rounds_left)`` go round until their rounds are used up; a keyed
     reduce in the body sees every pass, and its calls are counted per key."""
     from slipstream.datastream.iteration import IterationBodyResult, iterate_bounded_streams_until_termination
@@ -236,7 +222,6 @@ def test_a_reduce_inside_an_iteration_body_counts_per_key(parallelism: int) -> N
         again = passes.filter(lambda r: r[2] > 0).map(lambda r: (r[0], r[1], r[2] - 1))
         return IterationBodyResult([again], [counts])
 
-    env = make_env(RuntimeExecutionMode.STREAMING, parallelism, True)
     variables = env.from_collection(initial).set_parallelism(env.get_parallelism())  # goes round at its parallelism
     outputs = iterate_bounded_streams_until_termination([variables], [], body)
     out = list(outputs.get(0).execute_and_collect())

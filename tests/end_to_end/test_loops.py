@@ -34,11 +34,7 @@ PARALLELISMS = [1, 2, 4]
 SEEDS = [0, 7]
 
 
-def make_env(parallelism: int, seed: int, mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING
-             ) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    env.set_runtime_mode(mode)
-    return env.configure(scheduler_seed=seed, batch_size=3, channel_capacity=2, quantum=2)
+pytestmark = pytest.mark.configure(batch_size=3, channel_capacity=2, quantum=2)
 
 
 def collatz_steps(n: int) -> int:
@@ -55,11 +51,10 @@ def collatz_step(record: tuple[int, int, int]) -> tuple[int, int, int]:
 
 
 # -- loops with data-dependent round counts ------------------------------------------------------------
-@pytest.mark.parametrize("mode", [RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH])
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_decrement_until_zero(parallelism: int, seed: int, mode: RuntimeExecutionMode) -> None:
-    env = make_env(parallelism, seed, mode)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH)
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(*SEEDS)
+def test_decrement_until_zero(env: StreamExecutionEnvironment) -> None:
 
     def countdown(numbers):  # type: ignore[no-untyped-def]
         stepped = numbers.map(lambda r: (r[0], r[1] - 1, r[2] + 1))
@@ -77,10 +72,10 @@ class Collatz(LoopFunction):
         return stepped.filter(lambda r: r[1] != 1).rebalance(), stepped.filter(lambda r: r[1] == 1)
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_collatz_steps_with_a_loop_function(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_collatz_steps_with_a_loop_function(env: StreamExecutionEnvironment) -> None:
     numbers = range(1, 200)
     got = list(env.from_collection([(n, n, 0) for n in numbers]).iterate(Collatz()).execute_and_collect())
     assert sorted(got) == [(n, 1, collatz_steps(n)) for n in numbers]
@@ -104,17 +99,19 @@ class CollatzAsText(CoLoopFunction):
         return feedback, stepped.filter(lambda r: r[1] == 1)
 
 
-@pytest.mark.parametrize("parallelism", [1, 3])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_iterate_with_feedback_of_another_type(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+@pytest.mark.parallelisms(1, 3)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_iterate_with_feedback_of_another_type(env: StreamExecutionEnvironment) -> None:
     got = list(env.from_collection(list(range(1, 120))).iterate_with_feedback(CollatzAsText(), feedback_type=str)
                .execute_and_collect())
     assert sorted(got) == [(n, 1, collatz_steps(n)) for n in range(1, 120)]
 
 
-def test_iterate_with_feedback_takes_a_plain_callable_and_keyed_inputs() -> None:
-    env = make_env(2, 3)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(3)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_iterate_with_feedback_takes_a_plain_callable_and_keyed_inputs(env: StreamExecutionEnvironment) -> None:
 
     def body(connected):  # type: ignore[no-untyped-def]
         stepped = connected.key_by(lambda n: n, lambda text: int(text.split(":")[0])).map(ParseFeedback()) \
@@ -150,18 +147,19 @@ def _nested_oracle(record: tuple, depth: int) -> tuple:
             return record
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_nested_loops_to_depth_three(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+@pytest.mark.parallelisms(1, 2, 4)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_nested_loops_to_depth_three(env: StreamExecutionEnvironment) -> None:
     records = [(i, i, 0, i % 3 + 1) for i in range(40)]
     got = list(env.from_collection(records).iterate(_nested_collatz(1)).execute_and_collect())
     assert Counter(got) == Counter(_nested_oracle(r, 1) for r in records)
 
 
-@pytest.mark.parametrize("parallelism", [1, 3])
-def test_loops_in_sequence_next_to_other_operators(parallelism: int) -> None:
-    env = make_env(parallelism, 4)
+@pytest.mark.parallelisms(1, 3)
+@pytest.mark.seeds(4)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_loops_in_sequence_next_to_other_operators(env: StreamExecutionEnvironment) -> None:
 
     def halve(numbers):  # type: ignore[no-untyped-def]
         halved = numbers.map(lambda r: (r[0], r[1] // 2))
@@ -195,9 +193,11 @@ class CountRounds(KeyedProcessFunction):
         yield (value[0], value[1], rounds)
 
 
-@pytest.mark.parametrize("parallelism", [1, 3])
-def test_keyed_state_inside_a_loop(parallelism: int) -> None:
-    env = make_env(parallelism, 2)   # backlog sorting is on by default: a loop body still streams
+@pytest.mark.parallelisms(1, 3)
+@pytest.mark.seeds(2)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_keyed_state_inside_a_loop(env: StreamExecutionEnvironment) -> None:
+    # backlog sorting is on by default: a loop body still streams
 
     def body(records):  # type: ignore[no-untyped-def]
         counted = records.key_by(lambda r: r[0]).process(CountRounds())
@@ -208,8 +208,10 @@ def test_keyed_state_inside_a_loop(parallelism: int) -> None:
     assert sorted(got) == [(i, i % 6 + 1, i % 6 + 1) for i in range(60)]
 
 
-def test_an_event_time_window_after_a_loop_sees_every_record() -> None:
-    env = make_env(2, 1)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(1)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_an_event_time_window_after_a_loop_sees_every_record(env: StreamExecutionEnvironment) -> None:
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r, _ts: r[1])
     events = [(i % 3, i * 10, i % 4 + 1) for i in range(60)]
 
@@ -227,8 +229,10 @@ def test_an_event_time_window_after_a_loop_sees_every_record() -> None:
     assert sorted(got) == sorted(Counter(e[0] for e in events).items())
 
 
-def test_a_loop_body_may_hold_a_sink_and_a_branch_that_only_leaves() -> None:
-    env = make_env(2, 5)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(5)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_a_loop_body_may_hold_a_sink_and_a_branch_that_only_leaves(env: StreamExecutionEnvironment) -> None:
     seen: list[Any] = []
 
     def body(records):  # type: ignore[no-untyped-def]
@@ -243,9 +247,10 @@ def test_a_loop_body_may_hold_a_sink_and_a_branch_that_only_leaves() -> None:
     assert len(seen) == sum(max(i % 4, 1) for i in range(20))
 
 
-@pytest.mark.parametrize("mode", list(RuntimeExecutionMode))
-def test_loops_run_in_every_mode(mode: RuntimeExecutionMode) -> None:
-    env = make_env(2, 1, mode)
+@pytest.mark.modes(*list(RuntimeExecutionMode))
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(1)
+def test_loops_run_in_every_mode(env: StreamExecutionEnvironment) -> None:
     got = list(env.from_collection([(n, n, 0) for n in range(1, 50)]).iterate(Collatz())
                .execute_and_collect())
     assert sorted(got) == [(n, 1, collatz_steps(n)) for n in range(1, 50)]
@@ -354,7 +359,8 @@ def test_random_loop_programs_deliver_every_record_exactly_once_and_end(
         program: list, parallelism: int, seed: int, records: int, batch_size: int, capacity: int,
         mode: RuntimeExecutionMode) -> None:
     assert _depth(program) <= 3
-    env = make_env(parallelism, seed, mode).configure(batch_size=batch_size, channel_capacity=capacity)
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism).set_runtime_mode(mode)
+    env.configure(scheduler_seed=seed, batch_size=batch_size, channel_capacity=capacity, quantum=2)
     inputs = [(i, i * 11, ()) for i in range(records)]
     expected = Counter(oracle(r, program) for r in inputs)
     arrivals: list[Any] = []
@@ -363,10 +369,11 @@ def test_random_loop_programs_deliver_every_record_exactly_once_and_end(
     assert Counter(arrivals) == expected     # every record exactly once: nothing lost to an early end
 
 
-@pytest.mark.parametrize("parallelism", [1, 4])
-def test_the_job_ends_only_after_the_last_record_left_the_loops(parallelism: int) -> None:
+@pytest.mark.parallelisms(1, 4)
+@pytest.mark.seeds(9)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_the_job_ends_only_after_the_last_record_left_the_loops(env: StreamExecutionEnvironment) -> None:
     """Pull records one by one: the iterator ends exactly after the expected count, never before."""
-    env = make_env(parallelism, 9)
     program = [("loop", 1, [("loop", 2, [("loop", 3, [("map", 1, 2)], "co", "key_by", 3)],
                              "class", "rebalance", 2)], "callable", "forward", 1)]
     inputs = [(i, i, ()) for i in range(30)]

@@ -34,9 +34,7 @@ PARALLELISMS = [1, 2, 4]
 SEEDS = [0, 4, 9]
 
 
-def make_env(parallelism: int, seed: int) -> StreamExecutionEnvironment:
-    return small_batches(StreamExecutionEnvironment.get_execution_environment()
-                         .set_parallelism(parallelism).configure(scheduler_seed=seed))
+pytestmark = pytest.mark.configure(batch_size=3, channel_capacity=2, backlog_sorting=False)
 
 
 def small_batches(env: StreamExecutionEnvironment) -> StreamExecutionEnvironment:
@@ -76,8 +74,10 @@ def test_side_outputs_by_yield_and_by_ctx_output(env: StreamExecutionEnvironment
     assert sorted(negative.values) == sorted(-v for v in data if v < 0)
 
 
-def test_side_output_that_nobody_reads_is_dropped_and_main_output_unaffected() -> None:
-    env = make_env(2, 1)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(1)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_side_output_that_nobody_reads_is_dropped_and_main_output_unaffected(env: StreamExecutionEnvironment) -> None:
     got = list(env.from_collection(list(range(-5, 6))).process(Splitter()).execute_and_collect())
     assert sorted(got, key=repr) == sorted([0, 2, 4] + [("pair", v) for v in (0, 2, 4)], key=repr)
 
@@ -190,12 +190,11 @@ def event_time_stream(env: StreamExecutionEnvironment, via_from_source: bool) ->
     return env.from_collection(EVENTS).assign_timestamps_and_watermarks(STRATEGY)
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(*SEEDS)
 @pytest.mark.parametrize("via_from_source", [False, True])
-def test_event_time_timers_fire_as_the_watermark_passes(parallelism: int, seed: int,
-                                                        via_from_source: bool) -> None:
-    env = make_env(parallelism, seed)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_event_time_timers_fire_as_the_watermark_passes(env: StreamExecutionEnvironment, via_from_source: bool) -> None:
     out = list(event_time_stream(env, via_from_source).key_by(lambda e: e[0]).process(DelayedEcho())
                .process(WithTimestamp()).execute_and_collect())
     elements = [(v, ts) for v, ts in out if v[0] == "element"]

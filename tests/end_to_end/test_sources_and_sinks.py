@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from slipstream.attributes import Boundedness
-from slipstream.datastream import Duration, ProcessFunction, StreamExecutionEnvironment
+from slipstream.datastream import Duration, ProcessFunction, RuntimeExecutionMode, StreamExecutionEnvironment
 from slipstream.datastream.connectors.base import (
     Source,
     SourceBatch,
@@ -62,13 +62,8 @@ BACKLOG_SORTING = [False, True]
 reduced as batch work at its end. In STREAMING mode both emit every rolling update."""
 
 
-def make_env(parallelism: int, seed: int = 0, batch_size: int = 16,
-             backlog_sorting: bool | None = None) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(parallelism).configure(scheduler_seed=seed, batch_size=batch_size, channel_capacity=2)
-    if backlog_sorting is not None:
-        env.configure(backlog_sorting=backlog_sorting)
-    return env
+pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING),
+              pytest.mark.configure(batch_size=16, channel_capacity=2)]
 
 
 def expected_keyed_updates(counts: dict[Any, int]) -> list[tuple[Any, int]]:
@@ -115,10 +110,11 @@ def assert_part_names(parts: list[Path], parallelism: int, prefix: str = "part",
 # -- NumberSequenceSource ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-def test_number_sequence_every_number_exactly_once(parallelism: int) -> None:
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(0)
+@pytest.mark.configure(batch_size=64)
+def test_number_sequence_every_number_exactly_once(env: StreamExecutionEnvironment) -> None:
     n = 5_000
-    env = make_env(parallelism, batch_size=64)
     out = list(env.from_source(NumberSequenceSource(1, n), None, "seq")
                .map(lambda x: x * 3)
                .execute_and_collect())
@@ -126,16 +122,18 @@ def test_number_sequence_every_number_exactly_once(parallelism: int) -> None:
     assert sorted(out) == [3 * i for i in range(1, n + 1)]
 
 
-def test_number_sequence_single_number_with_more_subtasks_than_numbers() -> None:
-    env = make_env(4)
+@pytest.mark.parallelisms(4)
+@pytest.mark.seeds(0)
+def test_number_sequence_single_number_with_more_subtasks_than_numbers(env: StreamExecutionEnvironment) -> None:
     assert list(env.from_source(NumberSequenceSource(7, 7), None, "seq").execute_and_collect()) == [7]
 
 
 # -- IteratorSource --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-def test_bounded_iterator_source_from_a_generator_factory(parallelism: int) -> None:
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(0)
+def test_bounded_iterator_source_from_a_generator_factory(env: StreamExecutionEnvironment) -> None:
     calls = []
 
     def squares():
@@ -145,7 +143,7 @@ def test_bounded_iterator_source_from_a_generator_factory(parallelism: int) -> N
 
     source = IteratorSource(squares)
     assert source.get_boundedness() is Boundedness.BOUNDED
-    env = make_env(parallelism)
+    parallelism = env.get_parallelism()
     stream = env.from_source(source, None, "squares")
     assert stream.get_parallelism() == 1  # one iterator, one subtask, whatever the job's parallelism
     out = list(stream.map(lambda v: v + 1).execute_and_collect())
@@ -156,8 +154,9 @@ def test_bounded_iterator_source_from_a_generator_factory(parallelism: int) -> N
     assert len(calls) == 1
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-def test_unbounded_iterator_source_fed_by_a_thread_stops_at_limit(parallelism: int) -> None:
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(0)
+def test_unbounded_iterator_source_fed_by_a_thread_stops_at_limit(env: StreamExecutionEnvironment) -> None:
     feed: queue.Queue = queue.Queue()
     stop_feeding = threading.Event()
 
@@ -177,8 +176,9 @@ def test_unbounded_iterator_source_fed_by_a_thread_stops_at_limit(parallelism: i
     assert source.get_boundedness() is Boundedness.CONTINUOUS_UNBOUNDED
     thread = threading.Thread(target=feeder, daemon=True)
     thread.start()
+    parallelism = env.get_parallelism()
     try:
-        stream = make_env(parallelism).from_source(source, None, "queue").map(lambda v: ("n", v))
+        stream = env.from_source(source, None, "queue").map(lambda v: ("n", v))
         out = within(5, lambda: stream.execute_and_collect(limit=300))
     finally:
         stop_feeding.set()
@@ -191,8 +191,9 @@ def test_unbounded_iterator_source_fed_by_a_thread_stops_at_limit(parallelism: i
     # With more map subtasks the first 300 collected need not be the first 300 fed.
 
 
-def test_unbounded_iterator_that_ends_ends_the_job() -> None:
-    env = make_env(2)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_unbounded_iterator_that_ends_ends_the_job(env: StreamExecutionEnvironment) -> None:
     out = list(env.from_source(IteratorSource(lambda: iter(range(50)), bounded=False), None, "finite")
                .map(lambda v: -v)
                .execute_and_collect())
@@ -231,12 +232,14 @@ def read_lines_oracle(paths: list[Path]) -> list[str]:
 
 
 @pytest.mark.parametrize("backlog_sorting", BACKLOG_SORTING)
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-def test_text_files_word_count_to_row_format_file_sink(tmp_path: Path, parallelism: int,
+@pytest.mark.zipped(parallelisms=PARALLELISMS, seeds=PARALLELISMS)
+@pytest.mark.configure(batch_size=5)
+def test_text_files_word_count_to_row_format_file_sink(env: StreamExecutionEnvironment, tmp_path: Path,
                                                         backlog_sorting: bool) -> None:
     inputs = write_text_inputs(tmp_path / "in")
     out_dir = tmp_path / "out"
-    env = make_env(parallelism, seed=parallelism, batch_size=5, backlog_sorting=backlog_sorting)
+    env.configure(backlog_sorting=backlog_sorting)
+    parallelism = env.get_parallelism()
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path / "in")).build()
     (env.from_source(source, None, "text")
      .flat_map(lambda line: line.split())
@@ -258,15 +261,22 @@ def test_text_files_word_count_to_row_format_file_sink(tmp_path: Path, paralleli
     assert sorted(written) == sorted(expected)
 
 
-def test_text_lines_arrive_exactly_once_with_line_terminators_stripped(tmp_path: Path) -> None:
+@pytest.mark.parallelisms(4)
+@pytest.mark.seeds(0)
+@pytest.mark.configure(batch_size=3)
+def test_text_lines_arrive_exactly_once_with_line_terminators_stripped(
+        env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     inputs = write_text_inputs(tmp_path)
-    env = make_env(4, batch_size=3)
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).build()
     out = list(env.from_source(source, None, "text").execute_and_collect())
     assert sorted(out) == sorted(read_lines_oracle(inputs))
 
 
-def test_row_format_sink_rolls_parts_by_size_and_second_run_adds_parts(tmp_path: Path) -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+@pytest.mark.configure(batch_size=7)
+def test_row_format_sink_rolls_parts_by_size_and_second_run_adds_parts(
+        env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     from slipstream.datastream.connectors.file_system import (
         OutputFileConfig,
         RollingPolicy,
@@ -274,7 +284,6 @@ def test_row_format_sink_rolls_parts_by_size_and_second_run_adds_parts(tmp_path:
     out_dir = tmp_path / "out"
 
     def run(values: list[int]) -> None:
-        env = make_env(2, batch_size=7)
         sink = (FileSink.for_row_format(str(out_dir), Encoder.simple_string_encoder())
                 .with_output_file_config(OutputFileConfig.builder().with_part_prefix("nums")
                                          .with_part_suffix(".txt").build())
@@ -337,11 +346,13 @@ def csv_oracle(paths: list[Path]) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-def test_csv_rows_filtered_to_csv_and_json_lines_sinks(tmp_path: Path, parallelism: int) -> None:
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(3)
+@pytest.mark.configure(batch_size=8)
+def test_csv_rows_filtered_to_csv_and_json_lines_sinks(env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     inputs = write_csv_inputs(tmp_path / "in")
     csv_out, json_out = tmp_path / "csv-out", tmp_path / "json-out"
-    env = make_env(parallelism, seed=3, batch_size=8)
+    parallelism = env.get_parallelism()
     source = FileSource.for_record_stream_format(CsvReaderFormat.for_schema(CSV_SCHEMA), str(tmp_path / "in")).build()
     kept = (env.from_source(source, None, "csv")
             .filter(lambda row: row.active and row["score"] >= 40.0))
@@ -369,9 +380,10 @@ def test_csv_rows_filtered_to_csv_and_json_lines_sinks(tmp_path: Path, paralleli
     assert all(list(r) == ["id", "name", "score", "active"] for r in json_rows), "named rows keep column order"
 
 
-def test_csv_rows_are_named_and_typed(tmp_path: Path) -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_csv_rows_are_named_and_typed(env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     inputs = write_csv_inputs(tmp_path, files=1, rows_per_file=12)
-    env = make_env(1)
     source = FileSource.for_record_stream_format(CsvReaderFormat.for_schema(CSV_SCHEMA), str(inputs[0])).build()
     rows = list(env.from_source(source, None, "csv").execute_and_collect())
     assert [row.as_dict() for row in rows] == csv_oracle(inputs)
@@ -402,10 +414,12 @@ def json_oracle(paths: list[Path]) -> list[dict]:
 
 
 @pytest.mark.parametrize("backlog_sorting", BACKLOG_SORTING)
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-def test_json_lines_as_dicts_keyed_sum(tmp_path: Path, parallelism: int, backlog_sorting: bool) -> None:
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(5)
+@pytest.mark.configure(batch_size=6)
+def test_json_lines_as_dicts_keyed_sum(env: StreamExecutionEnvironment, tmp_path: Path, backlog_sorting: bool) -> None:
     inputs = write_json_inputs(tmp_path)
-    env = make_env(parallelism, seed=5, batch_size=6, backlog_sorting=backlog_sorting)
+    env.configure(backlog_sorting=backlog_sorting)
     source = FileSource.for_record_stream_format(JsonLinesReaderFormat(), str(tmp_path)).build()
     updates = list(env.from_source(source, None, "json")
                    .map(lambda d: (d["user"], d["amount"]))
@@ -422,12 +436,13 @@ def test_json_lines_as_dicts_keyed_sum(tmp_path: Path, parallelism: int, backlog
     assert finals == dict(oracle_totals)
 
 
-def test_json_lines_as_typed_rows(tmp_path: Path) -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_json_lines_as_typed_rows(env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     inputs = write_json_inputs(tmp_path)
     schema = (JsonRowDeserializationSchema.builder()
               .type_info(Types.ROW_NAMED(["user", "amount"], [Types.STRING(), Types.INT()]))
               .build())
-    env = make_env(2)
     source = FileSource.for_record_stream_format(JsonLinesReaderFormat(schema), str(tmp_path)).build()
     rows = list(env.from_source(source, None, "json rows").execute_and_collect())
     expected = sorted((r["user"], r["amount"]) for r in json_oracle(inputs))
@@ -456,13 +471,16 @@ def write_parquet_inputs(root: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("backlog_sorting", BACKLOG_SORTING)
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-def test_parquet_row_groups_keyed_sum_to_parquet_sink(tmp_path: Path, parallelism: int,
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(11)
+@pytest.mark.configure(batch_size=50)
+def test_parquet_row_groups_keyed_sum_to_parquet_sink(env: StreamExecutionEnvironment, tmp_path: Path,
                                                       backlog_sorting: bool) -> None:
     inputs = write_parquet_inputs(tmp_path / "in")
     out_dir = tmp_path / "out"
     out_schema = pa.schema([("key", pa.string()), ("total", pa.int64()), ("count", pa.int64())])
-    env = make_env(parallelism, seed=11, batch_size=50, backlog_sorting=backlog_sorting)
+    env.configure(backlog_sorting=backlog_sorting)
+    parallelism = env.get_parallelism()
     source = FileSource.for_bulk_file_format(
         ParquetColumnarRowInputFormat(columns=["key", "value"], batch_size=64), str(tmp_path / "in")).build()
     (env.from_source(source, None, "parquet")
@@ -555,8 +573,11 @@ def write_whole(path: Path, lines: list[str]) -> None:
     hidden.rename(path)
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-def test_watched_directory_reads_initial_then_new_files_exactly_once(tmp_path: Path, parallelism: int) -> None:
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(0)
+@pytest.mark.configure(batch_size=8)
+def test_watched_directory_reads_initial_then_new_files_exactly_once(
+        env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     initial = {f"init-{f}.txt": [f"init-{f}-{i}" for i in range(40)] for f in range(5)}
     later = {f"later-{f}.txt": [f"later-{f}-{i}" for i in range(25)] for f in range(3)}
     for name, lines in initial.items():
@@ -568,7 +589,7 @@ def test_watched_directory_reads_initial_then_new_files_exactly_once(tmp_path: P
                    .monitor_continuously(Duration.of_millis(50)).build())
     assert file_source.get_boundedness() is Boundedness.CONTINUOUS_UNBOUNDED
     source = _RecordingSource(file_source)
-    env = make_env(parallelism, batch_size=8)
+    parallelism = env.get_parallelism()
 
     def write_later_files() -> None:
         for name, lines in later.items():
@@ -618,17 +639,17 @@ def test_watched_directory_reads_initial_then_new_files_exactly_once(tmp_path: P
     assert owners_of_initial, "some subtask read the initial files"
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(0, 1)
 def test_watched_directory_ends_its_backlog_once_the_files_present_at_start_are_read(
-        tmp_path: Path, parallelism: int, seed: int) -> None:
+        env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     """Regression: the backlog ended only when a new file appeared, so a keyed reduce (which
     sorts its backlog and emits at its end) emitted nothing while the directory stayed as it was."""
     lines = ["apple", "pear", "apple"]
     write_whole(tmp_path / "fruit.txt", lines)
     source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path))
               .monitor_continuously(Duration.of_millis(20)).build())
-    stream = (make_env(parallelism, seed).from_source(source, None, "watched")
+    stream = (env.from_source(source, None, "watched")
               .map(lambda word: (word, 1)).key_by(lambda pair: pair[0])
               .reduce(lambda a, b: (a[0], a[1] + b[1])))
     received: list[tuple[str, int]] = []
@@ -648,12 +669,15 @@ def test_watched_directory_ends_its_backlog_once_the_files_present_at_start_are_
 # -- bad input ---------------------------------------------------------------------------------------------
 
 
-def test_corrupt_parquet_file_appearing_in_a_watched_directory_fails_the_job(tmp_path: Path) -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_corrupt_parquet_file_appearing_in_a_watched_directory_fails_the_job(
+        env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     # Regression: the discovery thread died on the file and the job waited forever, reading nothing more.
     pq.write_table(pa.table({"a": [1, 2]}), tmp_path / "a.parquet")
     source = (FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(), str(tmp_path))
               .monitor_continuously(Duration.of_millis(20)).build())
-    stream = make_env(1).from_source(source, None, "watched parquet")
+    stream = env.from_source(source, None, "watched parquet")
     received = []
 
     def consume() -> None:
@@ -670,26 +694,29 @@ def test_corrupt_parquet_file_appearing_in_a_watched_directory_fails_the_job(tmp
     assert "Parquet" in str(info.value)
 
 
-def test_unbounded_iterator_that_raises_fails_the_job_naming_the_position() -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_unbounded_iterator_that_raises_fails_the_job_naming_the_position(env: StreamExecutionEnvironment) -> None:
     def numbers():
         yield from range(5)
         raise ConnectionError("socket closed")
 
-    env = make_env(2)
     with pytest.raises(JobExecutionError, match=r"after record 5: ConnectionError: socket closed") as info:
         list(env.from_source(IteratorSource(numbers, bounded=False), None, "socket").execute_and_collect())
     assert isinstance(info.value.__cause__, ConnectionError)
 
 
 
-@pytest.mark.parametrize("parallelism", [1, 2])
-def test_malformed_csv_line_fails_the_job_naming_file_and_line(tmp_path: Path, parallelism: int) -> None:
+@pytest.mark.parallelisms(1, 2)
+@pytest.mark.seeds(0)
+def test_malformed_csv_line_fails_the_job_naming_file_and_line(
+        env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     inputs = write_csv_inputs(tmp_path / "in", files=2, rows_per_file=10)
     bad = tmp_path / "in" / "people-bad.csv"
     bad.write_text("id,name,score,active\n1,ok,1.5,true\n2,not a number,high,true\n3,fine,2.0,false\n",
                    encoding="utf-8")
     out_dir = tmp_path / "out"
-    env = make_env(parallelism)
+    parallelism = env.get_parallelism()
     source = FileSource.for_record_stream_format(CsvReaderFormat.for_schema(CSV_SCHEMA), str(tmp_path / "in")).build()
     (env.from_source(source, None, "csv")
      .map(lambda row: row.as_dict())
@@ -709,20 +736,22 @@ def test_malformed_csv_line_fails_the_job_naming_file_and_line(tmp_path: Path, p
         assert [n for n in os.listdir(out_dir) if not n.startswith(".")] == []
 
 
-def test_csv_line_with_too_few_fields_fails_collect(tmp_path: Path) -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_csv_line_with_too_few_fields_fails_collect(env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     path = tmp_path / "short.csv"
     path.write_text("id,name,score,active\n1,a,1.0,true\n2,b\n", encoding="utf-8")
-    env = make_env(1)
     source = FileSource.for_record_stream_format(CsvReaderFormat.for_schema(CSV_SCHEMA), str(path)).build()
     with pytest.raises(SourceFormatError, match=r"line 3.*expected 4 fields") as info:
         list(env.from_source(source, None, "csv").execute_and_collect())
     assert info.value.path == str(path)
 
 
-def test_malformed_json_line_fails_the_job(tmp_path: Path) -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_malformed_json_line_fails_the_job(env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     path.write_text('{"a": 1}\n{"a": 2\n', encoding="utf-8")
-    env = make_env(2)
     source = FileSource.for_record_stream_format(JsonLinesReaderFormat(), str(tmp_path)).build()
     with pytest.raises(SourceFormatError) as info:
         list(env.from_source(source, None, "json").execute_and_collect())
@@ -744,9 +773,12 @@ def printed(capsys: pytest.CaptureFixture) -> list[tuple[str, str]]:
     return result
 
 
-def test_print_rows_and_dicts_at_parallelism_two(capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+@pytest.mark.configure(batch_size=2)
+def test_print_rows_and_dicts_at_parallelism_two(
+        env: StreamExecutionEnvironment, capsys: pytest.CaptureFixture) -> None:
     rows = [Row(id=i, name=f"n{i}") for i in range(6)] + [Row(i, "positional") for i in range(2)]
-    env = make_env(2, batch_size=2)
     env.from_collection(rows).print()
     env.execute()
     lines = printed(capsys)
@@ -755,7 +787,6 @@ def test_print_rows_and_dicts_at_parallelism_two(capsys: pytest.CaptureFixture) 
     assert "Row(id=0, name='n0')" in [text for _, text in lines]
 
     dicts = [{"id": i, "tags": ["a", i]} for i in range(6)]
-    env = make_env(2, batch_size=2)
     env.from_collection(dicts).print("dicts")
     env.execute()
     lines = printed(capsys)
@@ -763,8 +794,10 @@ def test_print_rows_and_dicts_at_parallelism_two(capsys: pytest.CaptureFixture) 
     assert {prefix for prefix, _ in lines} == {"dicts:1", "dicts:2"}
 
 
-def test_print_at_parallelism_one_has_no_subtask_prefix(capsys: pytest.CaptureFixture) -> None:
-    env = make_env(1)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_print_at_parallelism_one_has_no_subtask_prefix(
+        env: StreamExecutionEnvironment, capsys: pytest.CaptureFixture) -> None:
     env.from_collection([{"k": 1}, Row(a=1)]).print()
     env.execute()
     assert capsys.readouterr().out.splitlines() == ["{'k': 1}", "Row(a=1)"]

@@ -22,6 +22,7 @@ from slipstream.datastream import (
     AggregateFunction,
     OutputTag,
     ProcessFunction,
+    RuntimeExecutionMode,
     StreamExecutionEnvironment,
 )
 from slipstream.datastream.connectors.iterator import CollectionSource, IteratorSource
@@ -47,6 +48,8 @@ SEEDS = [0, 5, 11]
 
 Event = tuple[str, int, int]
 """(key, event timestamp in ms, value)."""
+
+pytestmark = pytest.mark.configure(batch_size=3, channel_capacity=2, backlog_sorting=False)
 
 
 def make_env(parallelism: int, seed: int, batch_size: int = 3) -> StreamExecutionEnvironment:
@@ -421,13 +424,13 @@ def count_oracle(data: list[tuple[str, int]], size: int, slide: int | None
             for i in range(len(values)) if i * step + size <= len(values)]
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(*SEEDS)
 @pytest.mark.parametrize("size, slide", [(3, None), (4, 2), (3, 1), (2, 5)])
-def test_count_windows(parallelism: int, seed: int, size: int, slide: int | None) -> None:
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_count_windows(env: StreamExecutionEnvironment, size: int, slide: int | None) -> None:
     rng = random.Random(11)
     data = [(rng.choice("pqrs"), i) for i in range(70)]
-    env = make_env(parallelism, seed)
     # Count windows depend on each key's arrival order: one source subtask keeps it.
     got = list(
         env.from_collection(data).set_parallelism(1)
@@ -445,10 +448,10 @@ class TotalPerWindow(AllWindowFunction):
             yield window.start, total[2]
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_window_all_reduce_runs_at_parallelism_one(parallelism: int, seed: int) -> None:
-    env = make_env(parallelism, seed)
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_window_all_reduce_runs_at_parallelism_one(env: StreamExecutionEnvironment) -> None:
     result = (event_source(env, EVENTS, 60)
               .window_all(TumblingEventTimeWindows.of(Time.milliseconds(250)))
               .reduce(lambda a, b: ("", 0, a[2] + b[2]), TotalPerWindow()))
@@ -465,8 +468,10 @@ class ProcessAllContents(ProcessAllWindowFunction):
         yield context.window().start, sorted(e[2] for e in elements)
 
 
-def test_window_all_process_sees_every_subtasks_records() -> None:
-    env = make_env(4, 1)
+@pytest.mark.parallelisms(4)
+@pytest.mark.seeds(1)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_window_all_process_sees_every_subtasks_records(env: StreamExecutionEnvironment) -> None:
     got = list(event_source(env, EVENTS, 60)
                .window_all(TumblingEventTimeWindows.of(Time.milliseconds(400)))
                .process(ProcessAllContents())
@@ -477,8 +482,10 @@ def test_window_all_process_sees_every_subtasks_records() -> None:
     assert sorted(got) == sorted((s, sorted(vs)) for s, vs in groups.items())
 
 
-def test_window_all_refuses_parallelism_above_one() -> None:
-    env = make_env(4, 0)
+@pytest.mark.parallelisms(4)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_window_all_refuses_parallelism_above_one(env: StreamExecutionEnvironment) -> None:
     result = (event_source(env, EVENTS, 60)
               .window_all(TumblingEventTimeWindows.of(Time.milliseconds(100)))
               .reduce(lambda a, b: a))
@@ -495,15 +502,16 @@ class SumWithWindow(ProcessWindowFunction):
             yield key, context.window().start, context.window().end, total
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_processing_time_tumbling_with_a_clock_that_never_moves(parallelism: int, seed: int) -> None:
+@pytest.mark.parallelisms(*PARALLELISMS)
+@pytest.mark.seeds(*SEEDS)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_processing_time_tumbling_with_a_clock_that_never_moves(env: StreamExecutionEnvironment) -> None:
     # The clock stays at 12_345 ms, so every record lands in [12_000, 13_000) and no timer is
     # ever due; at end of input the operator fires every open processing-time window once
     # (slipstream's documented choice; Flink in STREAMING mode would drop them).
     rng = random.Random(8)
     data = [(rng.choice("uvw"), rng.randint(1, 20)) for _ in range(60)]
-    env = make_env(parallelism, seed).configure(clock=ManualClock(start_ms=12_345))
+    env.configure(clock=ManualClock(start_ms=12_345))
     got = list(
         env.from_collection(data)
         .key_by(lambda e: e[0])

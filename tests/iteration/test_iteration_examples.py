@@ -20,30 +20,27 @@ import iteration_kmeans as kmeans  # noqa: E402
 import iteration_linear_regression as linreg  # noqa: E402
 import iteration_online_logistic_regression as online  # noqa: E402
 
-
-def make_env(parallelism: int, seed: int = 0, mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING
-             ) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    env.set_runtime_mode(mode)
-    return env.configure(scheduler_seed=seed, channel_capacity=2, quantum=2)
+pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING), pytest.mark.configure(channel_capacity=2, quantum=2)]
 
 
-@pytest.mark.parametrize("parallelism,seed,mode", [(1, 0, RuntimeExecutionMode.STREAMING),
-                                                   (3, 4, RuntimeExecutionMode.BATCH),
-                                                   (4, 9, RuntimeExecutionMode.STREAMING)])
-def test_kmeans_equals_numpy(parallelism: int, seed: int, mode: RuntimeExecutionMode) -> None:
-    blocks, initial = kmeans.make_data(3000, 4, 5, seed=seed, block=250)
-    (centroids,) = list(kmeans.build_kmeans(make_env(parallelism, seed, mode), blocks, initial, 6).execute_and_collect())
+@pytest.mark.zipped(parallelisms=(1, 3, 4), seeds=(0, 4, 9), modes=(RuntimeExecutionMode.STREAMING,
+                                                                    RuntimeExecutionMode.BATCH,
+                                                                    RuntimeExecutionMode.STREAMING))
+def test_kmeans_equals_numpy(env: StreamExecutionEnvironment) -> None:
+    blocks, initial = kmeans.make_data(3000, 4, 5, seed=env.runtime_options.scheduler_seed, block=250)
+    (centroids,) = list(kmeans.build_kmeans(env, blocks, initial, 6).execute_and_collect())
     np.testing.assert_allclose(centroids, kmeans.kmeans_numpy(np.concatenate(blocks), initial, 6), rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("parallelism", [1, 3])
-def test_kmeans_replays_its_points_from_disk_past_the_memory_budget(tmp_path: Path, parallelism: int) -> None:
+@pytest.mark.parallelisms(1, 3)
+@pytest.mark.seeds(2)
+def test_kmeans_replays_its_points_from_disk_past_the_memory_budget(env: StreamExecutionEnvironment,
+                                                                     tmp_path: Path) -> None:
     """With room for 5 records (blocks of 100 points) in memory, the replayed blocks past them are
     read back from a spill file every round: the centroids still equal numpy's, and the spill files
     are gone afterwards."""
     blocks, initial = kmeans.make_data(3000, 4, 5, seed=1, block=100)
-    env = make_env(parallelism, 2).configure(sort_memory_budget=5, spill_dir=str(tmp_path))
+    env.configure(sort_memory_budget=5, spill_dir=str(tmp_path))
     out: list = []
     kmeans.build_kmeans(env, blocks, initial, 6).add_sink(out.append)
     metrics = env.execute("kmeans-spilling").get_all_accumulator_results()
@@ -53,26 +50,25 @@ def test_kmeans_replays_its_points_from_disk_past_the_memory_budget(tmp_path: Pa
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("parallelism,seed", [(1, 0), (4, 3)])
-def test_sync_linear_regression_equals_numpy_gradient_descent(parallelism: int, seed: int) -> None:
-    blocks, w0 = linreg.make_data(1200, 4, seed=seed, block=100)
-    (w,) = list(linreg.build_sync(make_env(parallelism, seed), blocks, w0, 0.1, 15).execute_and_collect())
+@pytest.mark.zipped(parallelisms=(1, 4), seeds=(0, 3))
+def test_sync_linear_regression_equals_numpy_gradient_descent(env: StreamExecutionEnvironment) -> None:
+    blocks, w0 = linreg.make_data(1200, 4, seed=env.runtime_options.scheduler_seed, block=100)
+    (w,) = list(linreg.build_sync(env, blocks, w0, 0.1, 15).execute_and_collect())
     X, y = np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
     np.testing.assert_allclose(w, linreg.gd_numpy(X, y, w0, 0.1, 15), rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("parallelism,seed", [(2, 1), (4, 6)])
-def test_async_linear_regression_converges_to_least_squares(parallelism: int, seed: int) -> None:
-    blocks, w0 = linreg.make_data(1200, 4, seed=seed, block=100)
-    (w,) = list(linreg.build_async(make_env(parallelism, seed), blocks, w0, 0.05, 300).execute_and_collect())
+@pytest.mark.zipped(parallelisms=(2, 4), seeds=(1, 6))
+def test_async_linear_regression_converges_to_least_squares(env: StreamExecutionEnvironment) -> None:
+    blocks, w0 = linreg.make_data(1200, 4, seed=env.runtime_options.scheduler_seed, block=100)
+    (w,) = list(linreg.build_async(env, blocks, w0, 0.05, 300).execute_and_collect())
     X, y = np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
     assert np.abs(w - np.linalg.lstsq(X, y, rcond=None)[0]).max() < 1e-2
 
 
-@pytest.mark.parametrize("parallelism,seed", [(1, 0), (2, 5), (4, 2)])
-def test_online_logistic_regression_equals_numpy_mini_batches(parallelism: int, seed: int) -> None:
-    X, y = online.make_samples(1000, 3, seed=seed)
-    env = make_env(parallelism, seed)
+@pytest.mark.zipped(parallelisms=(1, 2, 4), seeds=(0, 5, 2))
+def test_online_logistic_regression_equals_numpy_mini_batches(env: StreamExecutionEnvironment) -> None:
+    X, y = online.make_samples(1000, 3, seed=env.runtime_options.scheduler_seed)
     initial = env.from_collection([(0, np.zeros(3))]).set_parallelism(1)
     models = list(online.build_online(env, initial, online.live_source(env, X, y), 0.5, 40).execute_and_collect())
     oracle = online.online_numpy(X, y, np.zeros(3), 0.5, 40)
@@ -80,9 +76,10 @@ def test_online_logistic_regression_equals_numpy_mini_batches(parallelism: int, 
     np.testing.assert_allclose(np.array([w for _, w in models]), np.array(oracle), rtol=1e-9, atol=1e-12)
 
 
-def test_offline_then_online_in_one_job() -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(3)
+def test_offline_then_online_in_one_job(env: StreamExecutionEnvironment) -> None:
     X, y = online.make_samples(1600, 3, seed=7)
-    env = make_env(2, 3)
     models = list(online.build_offline_then_online(env, (X[:1000], y[:1000]), (X[1000:], y[1000:]), np.zeros(3),
                                                    0.5, 12, 40, block=100).execute_and_collect())
     start = online.offline_numpy(X[:1000], y[:1000], np.zeros(3), 0.5, 12)
@@ -107,15 +104,15 @@ class FailOnce(MapFunction):
         return value
 
 
-@pytest.mark.parametrize("parallelism,seed", [(1, 0), (2, 3)])
-def test_offline_then_online_restarts_from_a_checkpoint_and_gives_the_same_models(tmp_path: Path, parallelism: int,
-                                                                                  seed: int) -> None:
+@pytest.mark.zipped(parallelisms=(1, 2), seeds=(0, 3))
+def test_offline_then_online_restarts_from_a_checkpoint_and_gives_the_same_models(env: StreamExecutionEnvironment,
+                                                                                  tmp_path: Path) -> None:
     """A failure in the live stream while the online iteration runs: the job restarts from its latest
     checkpoint (the online iteration's models, samples and mini-batches in flight, and the functions'
     attributes, are in it) and the committed models still equal numpy's mini-batch SGD."""
     FailOnce.failures = 0
     X, y = online.make_samples(1600, 3, seed=7)
-    env = make_env(parallelism, seed).configure(batch_size=8)  # sources read a few samples at a time
+    env.configure(batch_size=8)  # sources read a few samples at a time
     env.get_checkpoint_config().set_checkpoint_interval_records(100).set_checkpoint_storage_dir(str(tmp_path / "chk"))
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 0))
     blocks = [(X[i:i + 100], y[i:i + 100]) for i in range(0, 1000, 100)]

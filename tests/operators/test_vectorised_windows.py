@@ -1,5 +1,5 @@
-"""Built-in window aggregations (``window(...).sum(f)`` and friends) over tumbling and sliding
-event-time windows run their backlog as one polars query: the switch emits exactly what replaying
+"""Built-in window aggregations (``window(...).sum(f)`` and friends) over tumbling, sliding and
+session event-time windows and count windows run their backlog as one polars query: the switch emits exactly what replaying
 the backlog through the window machinery emits (same windows, values, timestamps, order and
 watermarks, same late records), what streaming it gives per watermark, and what a plain-Python
 oracle gives; windows still open at the switch carry on in the stream."""
@@ -16,7 +16,7 @@ from test_vectorised_reduce import segments
 
 from slipstream.datastream.aggregation import aggregator
 from slipstream.datastream.transformations import Transformation
-from slipstream.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
+from slipstream.datastream.window import EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows
 from slipstream.operators.backlog import VECTORISED_METRIC
 from slipstream.testing import OperatorHarness
 
@@ -200,6 +200,7 @@ COLUMNAR_WINDOWS = {
     "tumbling": lambda keyed: keyed.window(TumblingEventTimeWindows.of(100, 30)),
     "sliding": lambda keyed: keyed.window(SlidingEventTimeWindows.of(100, 30, 7)),
     "count": lambda keyed: keyed.count_window(5, 2),
+    "session": lambda keyed: keyed.window(EventTimeSessionWindows.with_gap(30)),
 }
 
 
@@ -220,7 +221,7 @@ def test_an_arrow_backlog_runs_on_its_columns_and_its_open_windows_carry_on(kind
 
     from slipstream.operators.elements import RecordBatch
     from slipstream.operators.columnar_backlog import IntervalColumns
-    records = history(6)
+    records = session_history(6) if window == "session" else history(6)
     live = [(("a", 9, 1000 + n), 700 + n) for n in range(7)]
     runs = []
     for built_in in (True, False):
@@ -247,3 +248,124 @@ def test_an_arrow_backlog_runs_on_its_columns_and_its_open_windows_carry_on(kind
     assert runs[0][:2] == runs[1][:2]   # per watermark segment: the Python replay runs key by key
     assert runs[0][2][VECTORISED_METRIC] == len(records) and VECTORISED_METRIC not in runs[1][2]
     assert runs[0][2].get("num_late_records_dropped", 0) == runs[1][2].get("num_late_records_dropped", 0)
+
+
+# -- session windows ------------------------------------------------------------------------------------
+GAP = 30
+
+
+def session_job(kind: str, built_in: bool = True) -> Transformation:
+    """``key_by(0).window(sessions with a gap of 30).<kind>(1)``; not built in: the same fold as a Python reduce."""
+    function = aggregator(kind, 1)
+    windowed = lambda env: env.from_collection([]).key_by(lambda r: r[0]) \
+        .window(EventTimeSessionWindows.with_gap(GAP))  # noqa: E731
+    if built_in:
+        return transformation_of(lambda env: getattr(windowed(env), kind)(1))
+    return transformation_of(lambda env: windowed(env).reduce(lambda a, b: function.reduce(a, b)))
+
+
+def session_history(seed: int, n: int = 240, value: str = "int") -> list[tuple[tuple, int]]:
+    """Records ``(key, value, arrival)`` whose timestamps rise within each key — by steps that stay in a
+    session, touch its end (30) or pass it — while some keys lag far behind the others (late records)."""
+    rng = random.Random(seed)
+    draw = {"int": lambda: rng.randint(-9, 9), "float": lambda: rng.choice([0.5, -1.25, 3.0, 2.5, 0.1])}[value]
+    lags = {"a": 0, "b": 0, "c": 40, "d": 90, "e": 140}
+    clocks = dict.fromkeys(lags, -200)
+    records = []
+    for i in range(n):
+        key = rng.choice("abcde")
+        clocks[key] = max(clocks[key] + rng.choice([0, 1, 5, 20, 29, 30, 31, 60]), i * 3 - lags[key])
+        records.append(((key, draw(), i), clocks[key]))
+    return records
+
+
+def python_sessions(kind: str, records: list, watermark_every: int = 16) -> list[tuple]:
+    """The oracle: sessions by hand as streaming forms them — a record joins (and merges) the sessions its
+    window [t, t + gap) touches, else opens one unless that window ended by the watermark (late); a
+    watermark fires the sessions that ended by it."""
+    function = aggregator(kind, 1)
+    sessions: dict[str, list[list[Any]]] = defaultdict(list)  # per key: [start, end, value]
+    fired: list[tuple] = []
+    watermark, highest = -2**63, -10**9
+    for index, (record, ts) in enumerate(records):
+        per_key = sessions[record[0]]
+        touching = sorted((s for s in per_key if ts <= s[1] and ts + GAP >= s[0]), key=lambda s: s[0])
+        if touching or ts + GAP - 1 > watermark:
+            value = record
+            if touching:
+                value = touching[0][2]
+                for other in [*touching[1:], [0, 0, record]]:
+                    value = function.reduce(value, other[2])
+            for session in touching:
+                per_key.remove(session)
+            per_key.append([min([ts] + [s[0] for s in touching]), max([ts + GAP] + [s[1] for s in touching]), value])
+        highest = max(highest, ts)
+        if (index + 1) % watermark_every == 0:
+            watermark = max(watermark, highest - 50)
+            for per_key in sessions.values():
+                for session in [s for s in per_key if s[1] - 1 <= watermark]:
+                    fired.append((session[2], session[1] - 1))
+                    per_key.remove(session)
+    fired += [(session[2], session[1] - 1) for per_key in sessions.values() for session in per_key]
+    return sorted(fired)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_session_windows_of_a_backlog_equal_the_replay_streaming_and_an_oracle(kind: str, seed: int) -> None:
+    records = session_history(seed)
+    vectorised = drive(session_job(kind), records)
+    assert vectorised.ctx.metrics[VECTORISED_METRIC] == len(records)
+    replayed = drive(session_job(kind, built_in=False), records)
+    assert VECTORISED_METRIC not in replayed.ctx.metrics
+    # the Python replay runs key by key: between two watermarks its keys may come in another order
+    assert segments(vectorised.output.events) == segments(replayed.output.events)
+    late = vectorised.ctx.metrics.get("num_late_records_dropped", 0)
+    assert late == replayed.ctx.metrics.get("num_late_records_dropped", 0) > 0
+    streamed = drive(session_job(kind), records, sorting=False)
+    assert segments(vectorised.output.events) == segments(streamed.output.events)
+    assert sorted(vectorised.output.records) == python_sessions(kind, records)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max_by"])
+@pytest.mark.parametrize("value", ["int", "float"])
+@pytest.mark.parametrize("batch_mode", [True, False])
+def test_a_spilled_backlog_of_session_windows_equals_the_replay(kind: str, value: str, batch_mode: bool) -> None:
+    records = session_history(5, value=value)
+    vectorised = drive(session_job(kind), records, batch_mode=batch_mode, budget=7)
+    replayed = drive(session_job(kind, built_in=False), records, batch_mode=batch_mode)
+    assert vectorised.ctx.metrics[VECTORISED_METRIC] == len(records)
+    assert vectorised.ctx.metrics["spilled_bytes"] > 0
+    assert segments(vectorised.output.events) == segments(replayed.output.events)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("batch_mode", [False, True])
+def test_sessions_open_at_the_switch_merge_and_fire_in_the_stream_as_after_a_replay(kind: str,
+                                                                                   batch_mode: bool) -> None:
+    records = session_history(9)
+    highest = max(ts for _, ts in records)
+    # live records: one extends a key's open session, one bridges nothing, one opens a session, one is late
+    live = [(("a", 100, 1000), highest + 10), (("b", -7, 1001), highest + 25), (("z", 1, 1003), highest + 100),
+            (("c", 4, 1004), highest - 500)]
+    outputs = []
+    for built_in in (True, False):
+        driver = drive(session_job(kind, built_in), records, batch_mode=batch_mode, last_watermark=highest - 40)
+        at_switch = len(driver.output.events)
+        driver.process_elements(live, batch_size=1).process_watermark(highest + 1_000)
+        outputs.append((segments(driver.output.events[:at_switch]), segments(driver.output.events[at_switch:]),
+                        driver.ctx.metrics.get(VECTORISED_METRIC)))
+    assert outputs[0][:2] == outputs[1][:2]  # the Python replay runs key by key: keys may interleave otherwise
+    assert outputs[0][2] == len(records) and outputs[1][2] is None
+    assert any(outputs[0][1])  # open sessions fired after the switch
+
+
+def test_a_key_whose_records_go_back_in_time_sends_the_sessions_to_the_replay() -> None:
+    records = session_history(4)
+    records[10], records[11] = records[11], records[10]
+    records += [(("a", 5, 500), records[-1][1] - 20), (("a", 6, 501), records[-1][1] - 25)]
+    sorted_run = drive(session_job("sum"), records)
+    assert VECTORISED_METRIC not in sorted_run.ctx.metrics
+    streamed = drive(session_job("sum"), records, sorting=False)
+    assert segments(sorted_run.output.events) == segments(streamed.output.events)
+    assert sorted(sorted_run.output.records) == python_sessions("sum", records)

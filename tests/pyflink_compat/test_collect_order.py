@@ -13,46 +13,43 @@ import decimal
 import pytest
 
 from slipstream.common import Types
-from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
 
 SEEDS = [0, 3, 11]
 
 
-def new_env(parallelism: int, seed: int) -> StreamExecutionEnvironment:
-    return StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism) \
-        .configure(scheduler_seed=seed, batch_size=2)
+pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING), pytest.mark.configure(batch_size=2)]
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_limit_takes_the_first_elements_in_order(parallelism: int, seed: int) -> None:
+@pytest.mark.parallelisms(1, 2, 4)
+@pytest.mark.seeds(*SEEDS)
+def test_a_limit_takes_the_first_elements_in_order(env: StreamExecutionEnvironment) -> None:
     test_data = ["pyflink", "datastream", "execute", "collect"]
-    env = new_env(parallelism, seed)
     assert env.from_collection(test_data).execute_and_collect(limit=3) == test_data[:3]
     assert env.from_collection(test_data).execute_and_collect(limit=0) == []
     with env.from_collection(test_data, type_info=Types.STRING()).execute_and_collect() as results:
         assert list(results) == test_data
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_many_elements_keep_their_order_through_parallelism_one_operators(parallelism: int, seed: int) -> None:
+@pytest.mark.parallelisms(1, 2, 4)
+@pytest.mark.seeds(*SEEDS)
+def test_many_elements_keep_their_order_through_parallelism_one_operators(env: StreamExecutionEnvironment) -> None:
     data = list(range(1000))
-    env = new_env(parallelism, seed)
     stream = env.from_collection(data).map(lambda x: x * 2).set_parallelism(1).filter(lambda x: x % 3 != 0) \
         .set_parallelism(1)
     assert list(stream.execute_and_collect()) == [x * 2 for x in data if x * 2 % 3 != 0]
 
 
-@pytest.mark.parametrize("parallelism", [2, 4])
-def test_a_parallel_operator_keeps_each_elements_values_not_their_order(parallelism: int) -> None:
-    env = new_env(parallelism, 5)
+@pytest.mark.parallelisms(2, 4)
+@pytest.mark.seeds(5)
+def test_a_parallel_operator_keeps_each_elements_values_not_their_order(env: StreamExecutionEnvironment) -> None:
     assert sorted(env.from_collection(list(range(100))).map(lambda x: x + 1).execute_and_collect()) == \
         list(range(1, 101))
 
 
-def test_a_collection_made_parallel_reads_contiguous_slices_each_in_order() -> None:
-    env = new_env(1, 0)
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_a_collection_made_parallel_reads_contiguous_slices_each_in_order(env: StreamExecutionEnvironment) -> None:
     source = env.from_collection(list(range(10))).set_parallelism(2)
     tagged = list(source.map(lambda x: x).set_parallelism(2).execute_and_collect())
     assert sorted(tagged) == list(range(10))
@@ -60,7 +57,9 @@ def test_a_collection_made_parallel_reads_contiguous_slices_each_in_order() -> N
     assert first == sorted(first) and second == sorted(second)
 
 
-def test_untyped_records_pass_unchanged_however_wide_their_integers() -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(0)
+def test_untyped_records_pass_unchanged_however_wide_their_integers(env: StreamExecutionEnvironment) -> None:
     test_data = [(1, None, 1, True, 32767, -2147483648, 1.23, 1.98932, bytearray(b"flink"), "pyflink",
                   datetime.date(2014, 9, 13), datetime.time(hour=12, minute=0, second=0, microsecond=123000),
                   datetime.datetime(2018, 3, 11, 3, 0, 0, 123000), [1, 2, 3],
@@ -71,6 +70,5 @@ def test_untyped_records_pass_unchanged_however_wide_their_integers() -> None:
                   datetime.datetime(2020, 4, 15, 8, 2, 6, 235000), [2, 4, 6],
                   [["pyflink", "datastream"], ["execute", "collect"]], decimal.Decimal("2000000000000000000.74"),
                   decimal.Decimal("2000000000000000000.06111111111111111111111111111"))]
-    env = new_env(2, 0)
     with env.from_collection(test_data).map(lambda a: a).execute_and_collect() as results:
         assert sorted(results, key=lambda r: r[0]) == test_data

@@ -18,11 +18,7 @@ FAN_OUT = 100
 BUDGET = 20
 
 
-def make_env(parallelism: int, seed: int, mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING
-             ) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    env.set_runtime_mode(mode)
-    return env.configure(scheduler_seed=seed, batch_size=8, channel_capacity=2, channel_memory_budget=BUDGET)
+pytestmark = pytest.mark.configure(batch_size=8, channel_capacity=2, channel_memory_budget=BUDGET)
 
 
 def run_watching(env: StreamExecutionEnvironment) -> list[SpillingChannel]:
@@ -54,11 +50,11 @@ def countdown_oracle(starts: list[tuple[int, int]]) -> Counter:
     return out
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-@pytest.mark.parametrize("seed", [0, 3])
-def test_a_multiplying_flat_map_into_a_feedback_edge_keeps_the_budget(parallelism: int, seed: int) -> None:
+@pytest.mark.parallelisms(1, 2, 4)
+@pytest.mark.seeds(0, 3)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_a_multiplying_flat_map_into_a_feedback_edge_keeps_the_budget(env: StreamExecutionEnvironment) -> None:
     starts = [(i, 2) for i in range(6)]
-    env = make_env(parallelism, seed)
     got: list = []
     env.from_collection(starts).iterate(countdown).add_sink(got.append)
     feedback = run_watching(env)
@@ -67,11 +63,11 @@ def test_a_multiplying_flat_map_into_a_feedback_edge_keeps_the_budget(parallelis
     assert Counter(got) == countdown_oracle(starts)
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-@pytest.mark.parametrize("seed", [0, 3])
-def test_a_multiplying_flat_map_into_a_blocking_edge_keeps_the_budget(parallelism: int, seed: int) -> None:
+@pytest.mark.parallelisms(1, 2, 4)
+@pytest.mark.seeds(0, 3)
+@pytest.mark.modes(RuntimeExecutionMode.BATCH)
+def test_a_multiplying_flat_map_into_a_blocking_edge_keeps_the_budget(env: StreamExecutionEnvironment) -> None:
     numbers = list(range(40))
-    env = make_env(parallelism, seed, RuntimeExecutionMode.BATCH)
     got: list = []
     (env.from_collection(numbers)
      .flat_map(lambda x: [(x % 5, x * FAN_OUT + i) for i in range(FAN_OUT)])
@@ -85,9 +81,12 @@ def test_a_multiplying_flat_map_into_a_blocking_edge_keeps_the_budget(parallelis
     assert sorted(got) == sorted(sums.items())
 
 
-def test_large_records_are_bounded_by_the_byte_budget() -> None:
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_large_records_are_bounded_by_the_byte_budget(env: StreamExecutionEnvironment) -> None:
     record_bytes = 10_000
-    env = make_env(1, 0).configure(channel_memory_budget=100_000, channel_memory_budget_bytes=20 * record_bytes)
+    env.configure(channel_memory_budget=100_000, channel_memory_budget_bytes=20 * record_bytes)
     got: list = []
 
     def grow(numbers: Any) -> tuple[Any, Any]:
@@ -102,8 +101,12 @@ def test_large_records_are_bounded_by_the_byte_budget() -> None:
                                                 for j in range(100) for k in range(100))
 
 
-def test_spilling_channels_spill_under_the_configured_spill_dir(tmp_path: Any) -> None:
-    env = make_env(1, 0).configure(spill_dir=str(tmp_path))
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_spilling_channels_spill_under_the_configured_spill_dir(
+        env: StreamExecutionEnvironment, tmp_path: Any) -> None:
+    env.configure(spill_dir=str(tmp_path))
     env.from_collection([(i, 2) for i in range(3)]).iterate(countdown).add_sink(lambda record: None)
     run = JobRun(spec := env._take_job("spill dir"), plan_job(spec))
     run.open()

@@ -3,13 +3,17 @@ job has backlog, then a one-line live status; drawn by the monitor, never captur
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import pty
+import struct
 import subprocess
 import sys
+import termios
 import textwrap
 
+import pyte
 from rich.console import Console
 
 from slipstream.datastream.progress_listener import (
@@ -91,6 +95,41 @@ def test_the_display_follows_the_events_and_goes_away_at_the_end() -> None:
     assert status._screen is None
 
 
+def screen_of(output: str, rows: int = 24, columns: int = 80) -> pyte.Screen:
+    """What a terminal of ``rows`` × ``columns`` shows after ``output`` (pyte emulates a VT100)."""
+    screen = pyte.Screen(columns, rows)
+    pyte.Stream(screen).feed(output)
+    return screen
+
+
+def test_the_picture_stays_in_the_bottom_lines_and_the_jobs_lines_scroll_above_it_whole() -> None:
+    terminal = FakeTerminal()  # 24 rows × 80 columns, as a terminal that does not say its size
+    job = lambda text: terminal.write(text.replace("\n", "\r\n"))  # noqa: E731 - a tty's newline
+    status = TerminalStatus(terminal)
+    for n in range(30):
+        job(f"line {n}\n")
+    status.on_job_started(JobStartedEvent("j", "job", 0.0))
+    status.on_job_progress(JobProgressEvent(progress(active=True)))  # the table: several lines
+    job("half")  # print writes its text and its newline apart: a picture may come between
+    status.on_job_progress(JobProgressEvent(progress(active=True)))
+    job(" a line\n")
+    screen = screen_of(terminal.getvalue())
+    rows = [line.rstrip() for line in screen.display]
+    table = next(row for row, line in enumerate(rows) if "records read" in line)
+    assert rows[table - 3:table] == ["line 29", "half a line", ""]  # the job's, the cursor on its next line
+    assert screen.margins is not None and screen.margins.bottom == table - 1  # the job's lines scroll above it
+    status.on_job_progress(JobProgressEvent(progress(active=False, switched=1.5)))  # one line now
+    for n in range(30, 60):
+        job(f"line {n}\n")
+    rows = [line.rstrip() for line in screen_of(terminal.getvalue()).display]
+    assert rows[-1].startswith("streaming") and rows[-2] == ""  # the status; the job's cursor above it
+    assert rows[:-2] == [f"line {n}" for n in range(38, 60)]  # none lost, none drawn over
+    status.on_job_terminated(JobTerminatedEvent("j", "job", "FINISHED", None, progress(False, 1.5)))
+    screen = screen_of(terminal.getvalue())
+    assert screen.margins is None or (screen.margins.top, screen.margins.bottom) == (0, 23)  # the whole terminal
+    assert [line.rstrip() for line in screen.display[-3:]] == ["line 59", "", ""]  # the status line freed
+
+
 JOB = textwrap.dedent("""
     import time
     from slipstream.datastream import StreamExecutionEnvironment
@@ -109,8 +148,11 @@ JOB = textwrap.dedent("""
 
 
 def test_a_job_on_a_terminal_prints_every_line_of_its_own_and_draws_its_status() -> None:
+    """Every line the job printed is on the terminal whole and in order, even when a picture was
+    drawn between a line's text and its newline (unbuffered output writes them apart)."""
     controller, worker = pty.openpty()
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "COLUMNS": "120"}
+    fcntl.ioctl(worker, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONUNBUFFERED": "1"}  # print's text and newline apart
     child = subprocess.Popen([sys.executable, "-c", JOB], stdin=subprocess.DEVNULL, stdout=worker, stderr=worker,
                              env=env)
     os.close(worker)
@@ -126,5 +168,9 @@ def test_a_job_on_a_terminal_prints_every_line_of_its_own_and_draws_its_status()
     assert child.wait(timeout=120) == 0
     os.close(controller)
     output = b"".join(chunks).decode(errors="replace")
-    assert all(f"record {n}\r\n" in output for n in range(1, 3001))
-    assert "numbers" in output  # the display was drawn on the terminal between the job's lines
+    assert "numbers" in output  # the display was drawn on the terminal while the job printed
+    screen = pyte.HistoryScreen(120, 30, history=4000)
+    pyte.Stream(screen).feed(output)
+    shown = ["".join(line[column].data for column in range(120)).rstrip() for line in screen.history.top]
+    shown += [line.rstrip() for line in screen.display]
+    assert [line for line in shown if line] == [f"record {n}" for n in range(1, 3001)]  # whole, in order, alone

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from slipstream.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from slipstream.datastream import KeyedProcessFunction, RuntimeExecutionMode, StreamExecutionEnvironment
 from slipstream.datastream.scope import ROOT_SCOPE, StreamScope
 from slipstream.errors import SlipstreamError
 from slipstream.operators.elements import (
@@ -326,15 +326,14 @@ def run_checked(env: StreamExecutionEnvironment) -> tuple[JobRun, list[Any]]:
     return run, out
 
 
-def _env(parallelism: int = 1, seed: int = 0) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    return env.configure(scheduler_seed=seed, batch_size=2, channel_capacity=2, quantum=2)
+# the jobs below (the env fixture's): streaming, in small batches through short channels
+pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING),
+              pytest.mark.configure(batch_size=2, channel_capacity=2, quantum=2)]
 
 
-@pytest.mark.parametrize("parallelism", [1, 3])
-@pytest.mark.parametrize("seed", range(4))
-def test_nested_loops_end_with_nothing_inside(parallelism: int, seed: int) -> None:
-    env = _env(parallelism, seed)
+@pytest.mark.parallelisms(1, 3)
+@pytest.mark.seeds(*range(4))
+def test_nested_loops_end_with_nothing_inside(env: StreamExecutionEnvironment) -> None:
     got: list[Any] = []
 
     def inner(numbers):  # type: ignore[no-untyped-def]
@@ -351,8 +350,9 @@ def test_nested_loops_end_with_nothing_inside(parallelism: int, seed: int) -> No
     assert run.termination.completed and all(r.attempt_id >= 1 for r in run.termination.history)
 
 
-def test_loops_in_sequence_and_side_by_side_end_with_nothing_inside() -> None:
-    env = _env(2, 5)
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(5)
+def test_loops_in_sequence_and_side_by_side_end_with_nothing_inside(env: StreamExecutionEnvironment) -> None:
     got: list[Any] = []
     source = env.from_collection([(i, i % 4 + 1) for i in range(30)])
     first = source.iterate(_countdown).map(lambda r: (r[0], r[0] % 3 + 1)).iterate(_countdown)
@@ -363,18 +363,20 @@ def test_loops_in_sequence_and_side_by_side_end_with_nothing_inside() -> None:
     assert len(run.termination.completed) == 3
 
 
-def test_a_loop_over_an_empty_input_ends_after_one_attempt() -> None:
-    env = _env()
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_a_loop_over_an_empty_input_ends_after_one_attempt(env: StreamExecutionEnvironment) -> None:
     got: list[Any] = []
     env.from_collection([]).iterate(_countdown).add_sink(got.append)
     run, _ = run_checked(env)
     assert got == [] and [(r.attempt_id, r.clean) for r in run.termination.history] == [(1, True)]
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_no_deadlock_is_reported_while_an_attempt_is_in_flight(seed: int) -> None:
+@pytest.mark.seeds(*range(6))
+@pytest.mark.parallelisms(2)
+def test_no_deadlock_is_reported_while_an_attempt_is_in_flight(env: StreamExecutionEnvironment) -> None:
     """With a manual clock the scheduler never waits for time: every idle moment would be a deadlock."""
-    env = _env(2, seed).configure(clock=ManualClock())
+    env.configure(clock=ManualClock())
     got: list[Any] = []
     env.from_collection([(i, i % 7) for i in range(25)]).iterate(
         lambda numbers: numbers.iterate(_countdown) and _countdown(numbers)).add_sink(got.append)
@@ -382,9 +384,11 @@ def test_no_deadlock_is_reported_while_an_attempt_is_in_flight(seed: int) -> Non
     assert len(got) == 25
 
 
-def test_a_loop_never_deadlocks_on_backpressure_and_its_feedback_spills() -> None:
+@pytest.mark.parallelisms(2)
+@pytest.mark.seeds(3)
+def test_a_loop_never_deadlocks_on_backpressure_and_its_feedback_spills(env: StreamExecutionEnvironment) -> None:
     """Every record doubles on each round: far more goes round than forward channels hold."""
-    env = _env(2, 3).configure(batch_size=1, channel_capacity=1, quantum=1)
+    env.configure(batch_size=1, channel_capacity=1, quantum=1)
     env.runtime_options.channel_memory_budget = 4
     got: list[Any] = []
 
@@ -421,8 +425,9 @@ class DelayedEcho(KeyedProcessFunction):
         yield (ctx.get_current_key(), 1)
 
 
-def test_a_task_holding_timers_is_busy_so_the_loop_waits_for_them() -> None:
-    env = _env()
+@pytest.mark.parallelisms(1)
+@pytest.mark.seeds(0)
+def test_a_task_holding_timers_is_busy_so_the_loop_waits_for_them(env: StreamExecutionEnvironment) -> None:
     got: list[Any] = []
 
     def body(records):  # type: ignore[no-untyped-def]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
@@ -27,3 +29,44 @@ def test_markers_narrow_the_axes(env: StreamExecutionEnvironment, request: pytes
     assert env.get_runtime_mode() is RuntimeExecutionMode.BATCH and env.get_parallelism() == 2
     assert request.node.callspec.id in ("batch-p2-s3", "batch-p2-s4")
     assert env.runtime_options.scheduler_seed == int(request.node.callspec.id[-1])
+
+
+@pytest.mark.configure(batch_size=5, channel_capacity=3)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+@pytest.mark.parallelisms(1)
+def test_the_configure_marker_applies_its_options_to_every_run(env: StreamExecutionEnvironment) -> None:
+    options = env.runtime_options
+    assert (options.batch_size, options.channel_capacity, options.scheduler_seed) == (5, 3, 0)
+
+
+KEYED = [{"key": k, "n": n} for n, k in enumerate("abcabcaab" * 4)]
+
+
+@pytest.mark.engines("polars", "record-by-record")
+@pytest.mark.parallelisms(2)
+def test_the_engines_marker_runs_the_backlog_on_each_engine(env: StreamExecutionEnvironment,
+                                                            request: pytest.FixtureRequest) -> None:
+    engine = request.node.callspec.id.split("-", 3)[-1]
+    assert engine in ("polars", "record-by-record")
+    assert env.runtime_options.backlog_sorting is (engine == "polars") and env.get_batch_engine() == "polars"
+    updates = list(env.from_collection(KEYED).key_by("key").sum("n").execute_and_collect())
+    finals = {update["key"]: update["n"] for update in updates}
+    assert finals == {k: sum(r["n"] for r in KEYED if r["key"] == k) for k in "abc"}
+
+
+def test_a_test_asking_for_an_engine_its_job_cannot_use_fails_naming_it(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(Path(__file__).parent.parent.joinpath("conftest.py").read_text())
+    pytester.makepyfile(test_unsorted="""
+        import pytest
+        from slipstream.datastream import RuntimeExecutionMode
+
+        @pytest.mark.engines("polars")
+        @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+        @pytest.mark.parallelisms(1)
+        def test_a_map_has_no_backlog_to_sort(env):
+            assert list(env.from_collection([1, 2]).map(lambda n: n).execute_and_collect()) == [1, 2]
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*test_a_map_has_no_backlog_to_sort*asked for the polars engine, but none of its "
+                                 "jobs sorted a backlog on it*"])

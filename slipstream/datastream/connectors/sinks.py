@@ -86,6 +86,19 @@ class CollectSink(Sink):
         self.buffer.extend(records)
         self._committed[subtask] = checkpoint_id
 
+    def take_collected(self) -> tuple[list[Any], dict[int, int]]:
+        """What this copy of the sink collected since it was last asked, and what each subtask has
+        committed (a worker process's copy, handing it to the driver's: :meth:`add_collected`)."""
+        records = list(self.buffer)
+        self.buffer.clear()
+        return records, dict(self._committed)
+
+    def add_collected(self, records: list[Any], committed: dict[int, int]) -> None:
+        """Take what a worker process's copy collected (:meth:`take_collected`)."""
+        self.buffer.extend(records)
+        for subtask, checkpoint_id in committed.items():
+            self._committed[subtask] = max(checkpoint_id, self._committed.get(subtask, 0))
+
     def check_restore(self, subtask: int, checkpoint_id: int) -> None:
         """Refuse to restore checkpoint ``checkpoint_id`` if ``subtask`` already handed out records
         past it: they would be handed out twice."""

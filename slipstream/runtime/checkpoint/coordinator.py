@@ -31,11 +31,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from slipstream.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
 from slipstream.errors import CheckpointError, InvalidProgramError, SlipstreamError
-from slipstream.runtime.checkpoint.barriers import BarrierHandler
+from slipstream.runtime.checkpoint.barriers import BarrierHandler, CheckpointListener
 from slipstream.runtime.checkpoint.iteration_region import attach_iteration_regions
 from slipstream.runtime.checkpoint.manifest import Manifest
 from slipstream.runtime.checkpoint.snapshot import (
@@ -60,7 +60,7 @@ class PendingCheckpoint:
     started_ms: int
     final: bool = False
     started_s: float = field(default_factory=time.perf_counter)
-    acks: dict[int, list[OperatorSnapshot]] = field(default_factory=dict)  # id(task) -> snapshots
+    acks: dict[Any, list[OperatorSnapshot]] = field(default_factory=dict)  # task (or its name) -> snapshots
     writer: CheckpointWriter | None = None  # once every task acknowledged
 
 
@@ -158,15 +158,126 @@ def _check_backlog_interval(config: CheckpointConfig) -> None:
             f"backlog) or at least execution.checkpointing.interval ({interval} ms), as in Flink")
 
 
-class CheckpointCoordinator:
-    """Triggers and completes the checkpoints of one run of a job."""
+class CheckpointParticipants(Protocol):
+    """The tasks a coordinator checkpoints, wherever they run: in this process (:class:`LocalTasks`)
+    or on worker processes (:mod:`slipstream.runtime.workers`). Each acknowledges through the
+    listener given to :meth:`attach`, once per participant and checkpoint."""
 
-    def __init__(self, tasks: list[Any], config: CheckpointConfig, storage: CheckpointStorage,
-                 fingerprint: str, job_name: str, clock: Any, first_checkpoint_id: int) -> None:
+    def attach(self, listener: CheckpointListener, exactly_once: bool) -> None: ...
+    def count(self) -> int: ...
+    def trigger(self, checkpoint_id: int, now: int) -> None: ...
+    def deploy_ready(self) -> None: ...
+    def blocked_reason(self) -> str | None: ...
+    def source_records(self) -> int: ...
+    def sources_in_backlog(self) -> bool: ...
+    def notify_complete(self, checkpoint_id: int) -> None: ...
+    def abort(self, checkpoint_id: int) -> None: ...
+    def release(self) -> list[Any]: ...
+    def await_acks(self, done: Callable[[], bool]) -> None: ...
+
+
+class LocalTasks:
+    """The tasks of this process as checkpoint participants: each task acknowledges for itself
+    (an iteration's tasks together, through its region; see :mod:`iteration_region`)."""
+
+    def __init__(self, tasks: list[Any]) -> None:
         from slipstream.runtime.task import SourceTask
 
-        _check_backlog_interval(config)
         self.tasks = tasks
+        self.sources = [task for task in tasks if isinstance(task, SourceTask)]
+        self.listener: CheckpointListener | None = None
+
+    def attach(self, listener: CheckpointListener, exactly_once: bool) -> None:
+        self.listener = listener
+        for task in self.tasks:
+            # a task may bring its own handler: a loop head logs its feedback (FLINK-3257)
+            task.barrier_handler = getattr(task, "barrier_handler_class", BarrierHandler)(
+                task, listener, exactly_once)
+            for operator in task.operators:
+                operator.ctx.checkpointing = True
+        attach_iteration_regions(self.tasks, listener, exactly_once)  # an iteration is checkpointed whole
+
+    def count(self) -> int:
+        return len(self.tasks)
+
+    def trigger(self, checkpoint_id: int, now: int) -> None:
+        """Every running task expects the barrier; running sources snapshot and emit it, finished
+        tasks acknowledge their final state at once."""
+        assert self.listener is not None  # attached by the coordinator
+        for task in self.tasks:
+            if task not in self.sources:
+                task.barrier_handler.on_trigger(checkpoint_id, now)
+        for task in self.sources:
+            if task.finished:
+                self.listener.acknowledge(task, checkpoint_id, snapshot_task(task))
+            else:
+                task.barrier_handler.trigger_source(checkpoint_id, now)
+                task.flush()
+
+    def deploy_ready(self) -> None:
+        """Open every task that could run but has not had its first turn yet.
+
+        Its state is its restored state (or none), which only exists as operator state once it
+        is open; deploying it now, as its first turn would, lets the checkpoint go ahead instead
+        of being skipped until the scheduler happens to pick it. Tasks waiting behind a BLOCKING
+        edge stay undeployed, and block the checkpoint (FLIP-327).
+        """
+        for task in self.tasks:
+            if not task.finished and not getattr(task, "deployed", True) and task.is_deployable():
+                task.deploy()
+                task.flush()
+
+    def blocked_reason(self) -> str | None:
+        """Why FLIP-327 forbids a checkpoint now, or None."""
+        for task in self.tasks:
+            if task.finished:
+                continue
+            if not getattr(task, "deployed", True):
+                return f"task {task} is not deployed yet (not started, or waiting behind a BLOCKING edge)"
+            for channel in task.inputs:
+                if getattr(channel, "blocking", False) and not channel.ended:
+                    return f"a BLOCKING edge into task {task} is in use"
+            for operator in task.operators:
+                reason: str | None = operator.is_checkpoint_blocked()
+                if reason:
+                    return reason
+        return None
+
+    def source_records(self) -> int:
+        return sum(task.head.ctx.metrics.get("records_out", 0) for task in self.sources)
+
+    def sources_in_backlog(self) -> bool:
+        return any(task.head.is_backlog() for task in self.sources if not task.finished)
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        for task in self.tasks:
+            for operator in task.operators:
+                operator.notify_checkpoint_complete(checkpoint_id)
+
+    def abort(self, checkpoint_id: int) -> None:
+        for task in self.tasks:
+            task.barrier_handler.abort(checkpoint_id)
+            for operator in task.operators:
+                operator.notify_checkpoint_aborted(checkpoint_id)
+
+    def release(self) -> list[Any]:
+        """Let every task's frozen keyed state go on; the backends that now fold their changes back."""
+        return [backend for task in self.tasks for backend in release_task(task)]
+
+    def await_acks(self, done: Callable[[], bool]) -> None:
+        """Tasks of this process acknowledge within the trigger (a finished task at once)."""
+        assert done()
+
+
+class CheckpointCoordinator:
+    """Triggers and completes the checkpoints of one run of a job, of ``participants`` (a list of
+    tasks means the :class:`LocalTasks` of this process)."""
+
+    def __init__(self, participants: CheckpointParticipants | list[Any], config: CheckpointConfig,
+                 storage: CheckpointStorage, fingerprint: str, job_name: str, clock: Any,
+                 first_checkpoint_id: int) -> None:
+        _check_backlog_interval(config)
+        self.participants = LocalTasks(participants) if isinstance(participants, list) else participants
         self.config = config
         self.storage = storage
         self.fingerprint = fingerprint
@@ -178,16 +289,9 @@ class CheckpointCoordinator:
         self.latest_completed_id: int | None = None
         self.latest_completed_path: str | None = None
         self.consecutive_failures = 0
-        self.sources = [task for task in tasks if isinstance(task, SourceTask)]
         self.wakeup: Callable[[], None] = lambda: None  # wakes the scheduler when a write is done
         self._merging: list[Any] = []  # keyed backends folding back what changed during the last write
-        for task in tasks:
-            # a task may bring its own handler: a loop head logs its feedback (FLINK-3257)
-            task.barrier_handler = getattr(task, "barrier_handler_class", BarrierHandler)(
-                task, self, self.exactly_once)
-            for operator in task.operators:
-                operator.ctx.checkpointing = True
-        attach_iteration_regions(tasks, self, self.exactly_once)  # an iteration is checkpointed whole
+        self.participants.attach(self, self.exactly_once)
         now = clock.now_ms()
         self._last_trigger_ms = now
         self._last_done_ms = now - config.get_min_pause_between_checkpoints()
@@ -214,7 +318,7 @@ class CheckpointCoordinator:
             if pending.writer is not None:
                 if pending.writer.finished:
                     self._complete(pending)
-            elif len(pending.acks) == len(self.tasks):
+            elif len(pending.acks) == self.participants.count():
                 self._start_writing(pending)
             elif now - pending.started_ms > self.config.get_checkpoint_timeout():
                 self._fail(pending, CheckpointError(
@@ -222,23 +326,22 @@ class CheckpointCoordinator:
                     f"{self.config.get_checkpoint_timeout()} ms"))
             return
         if self._is_due(now):
-            self._deploy_ready_tasks()
-            reason = self._blocked_reason()
+            self.participants.deploy_ready()
+            reason = self.participants.blocked_reason()
             if reason is not None:
                 self._skip(reason, now)
             else:
                 self.trigger(now)
 
     def _source_records(self) -> int:
-        return sum(task.head.ctx.metrics.get("records_out", 0) for task in self.sources)
+        return self.participants.source_records()
 
     def _is_due(self, now: int) -> bool:
         if now - self._last_done_ms < self.config.get_min_pause_between_checkpoints():
             return False
         interval = self.config.get_checkpoint_interval()
         backlog_interval = self.config.get_checkpoint_interval_during_backlog()
-        if backlog_interval is not None and any(task.head.is_backlog() for task in self.sources
-                                                if not task.finished):
+        if backlog_interval is not None and self.participants.sources_in_backlog():
             if backlog_interval == 0:
                 return False
             interval = backlog_interval
@@ -246,35 +349,6 @@ class CheckpointCoordinator:
             return True
         return self._interval_records is not None and \
             self._source_records() - self._records_at_trigger >= self._interval_records
-
-    def _deploy_ready_tasks(self) -> None:
-        """Open every task that could run but has not had its first turn yet.
-
-        Its state is its restored state (or none), which only exists as operator state once it
-        is open; deploying it now, as its first turn would, lets the checkpoint go ahead instead
-        of being skipped until the scheduler happens to pick it. Tasks waiting behind a BLOCKING
-        edge stay undeployed, and block the checkpoint (FLIP-327).
-        """
-        for task in self.tasks:
-            if not task.finished and not getattr(task, "deployed", True) and task.is_deployable():
-                task.deploy()
-                task.flush()
-
-    def _blocked_reason(self) -> str | None:
-        """Why FLIP-327 forbids a checkpoint now, or None."""
-        for task in self.tasks:
-            if task.finished:
-                continue
-            if not getattr(task, "deployed", True):
-                return f"task {task} is not deployed yet (not started, or waiting behind a BLOCKING edge)"
-            for channel in task.inputs:
-                if getattr(channel, "blocking", False) and not channel.ended:
-                    return f"a BLOCKING edge into task {task} is in use"
-            for operator in task.operators:
-                reason: str | None = operator.is_checkpoint_blocked()
-                if reason:
-                    return reason
-        return None
 
     def _skip(self, reason: str, now: int) -> None:
         self.metrics["skipped"] += 1
@@ -293,15 +367,7 @@ class CheckpointCoordinator:
         self.pending = PendingCheckpoint(checkpoint_id, now, final)
         self._last_trigger_ms = now
         self._records_at_trigger = self._source_records()
-        for task in self.tasks:
-            if task not in self.sources:
-                task.barrier_handler.on_trigger(checkpoint_id, now)
-        for task in self.sources:
-            if task.finished:
-                self.acknowledge(task, checkpoint_id, snapshot_task(task))
-            else:
-                task.barrier_handler.trigger_source(checkpoint_id, now)
-                task.flush()
+        self.participants.trigger(checkpoint_id, now)
         return checkpoint_id
 
     def trigger_savepoint(self, now: int) -> int | None:
@@ -309,22 +375,31 @@ class CheckpointCoordinator:
         is under way or FLIP-327 forbids one now (the caller asks again after the next turn)."""
         if self.pending is not None:
             return None
-        self._deploy_ready_tasks()
-        if self._blocked_reason() is not None:
+        self.participants.deploy_ready()
+        if self.participants.blocked_reason() is not None:
             return None
         return self.trigger(now)
 
     def acknowledge(self, task: Any, checkpoint_id: int, snapshots: list[OperatorSnapshot]) -> None:
+        """``task`` (a task, or any participant's hashable name for one) took its snapshots."""
         pending = self.pending
         if pending is None or pending.checkpoint_id != checkpoint_id:
             return  # late: that checkpoint was aborted
-        pending.acks[id(task)] = snapshots
+        pending.acks[task] = snapshots
+
+    def decline(self, checkpoint_id: int, reason: str) -> None:
+        """A participant found checkpoint ``checkpoint_id`` forbidden when its trigger came (FLIP-327):
+        it is aborted and counted as skipped."""
+        pending = self.pending
+        if pending is not None and pending.checkpoint_id == checkpoint_id:
+            self._abort(pending)
+            self._skip(reason, self.clock.now_ms())
 
     def final_checkpoint(self) -> None:
         """Every task finished: checkpoint the final state and commit (the job's last output)."""
         pending = self.pending
         if pending is not None:
-            if pending.writer is None and len(pending.acks) == len(self.tasks):
+            if pending.writer is None and len(pending.acks) == self.participants.count():
                 self._writer(pending).run()
             if pending.writer is not None:
                 pending.writer.wait()
@@ -334,6 +409,7 @@ class CheckpointCoordinator:
         self.trigger(self.clock.now_ms(), final=True)
         pending = self.pending
         assert pending is not None  # the final trigger always starts one
+        self.participants.await_acks(lambda: len(pending.acks) == self.participants.count())
         self._writer(pending).run()
         self._complete(pending, raise_errors=True)
 
@@ -350,7 +426,7 @@ class CheckpointCoordinator:
     def _writer(self, pending: PendingCheckpoint, done: Callable[[], None] = lambda: None) -> CheckpointWriter:
         manifest = Manifest(pending.checkpoint_id, self.job_name, self.fingerprint, time.time_ns() // 1_000_000,
                             "EXACTLY_ONCE" if self.exactly_once else "AT_LEAST_ONCE")
-        snapshots = [snap for task in self.tasks for snap in pending.acks[id(task)]]
+        snapshots = [snap for acked in pending.acks.values() for snap in acked]
         pending.writer = CheckpointWriter(self.storage, manifest, snapshots, done)
         return pending.writer
 
@@ -373,10 +449,9 @@ class CheckpointCoordinator:
         self._merging = []
 
     def _release(self) -> None:
-        for task in self.tasks:
-            for backend in release_task(task):
-                if backend.merging and backend not in self._merging:
-                    self._merging.append(backend)
+        for backend in self.participants.release():
+            if backend.merging and backend not in self._merging:
+                self._merging.append(backend)
 
     def _complete(self, pending: PendingCheckpoint, raise_errors: bool = False) -> None:
         """The writer is done: complete the checkpoint, or fail it with the writer's error."""
@@ -410,17 +485,12 @@ class CheckpointCoordinator:
         metrics["pauses_ms"].append(pause_ms)
         log.debug("checkpoint %d complete: %s (%.1f ms from trigger, %.1f ms writing, tasks stopped %.1f ms)",
                   checkpoint_id, writer.path, duration_ms, writer.write_ms, pause_ms)
-        for task in self.tasks:
-            for operator in task.operators:
-                operator.notify_checkpoint_complete(checkpoint_id)
+        self.participants.notify_complete(checkpoint_id)
 
     def _abort(self, pending: PendingCheckpoint) -> None:
         if pending.writer is None:  # a writer releases the files it was given itself
             close_snapshot_files([snap for snapshots in pending.acks.values() for snap in snapshots])
-        for task in self.tasks:
-            task.barrier_handler.abort(pending.checkpoint_id)
-            for operator in task.operators:
-                operator.notify_checkpoint_aborted(pending.checkpoint_id)
+        self.participants.abort(pending.checkpoint_id)
         self._release()
         self.pending = None
 

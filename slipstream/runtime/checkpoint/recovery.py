@@ -25,13 +25,12 @@ from slipstream.errors import CheckpointError, CorruptCheckpointError, InvalidPr
 from slipstream.filesystem import normalize
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator
 from slipstream.runtime.checkpoint.fs import FileSystem
-from slipstream.runtime.checkpoint.iteration_region import restore_iteration_regions
-from slipstream.runtime.checkpoint.snapshot import check_restore, job_fingerprint, restore_tasks
+from slipstream.runtime.checkpoint.snapshot import job_fingerprint
 from slipstream.runtime.checkpoint.storage import CheckpointStorage, VerifiedCheckpoint
 
 if TYPE_CHECKING:
     from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
-    from slipstream.runtime.executor import JobRun
+    from slipstream.runtime.executor import Run
     from slipstream.runtime.job_graph import JobGraph
 
 log = logging.getLogger("slipstream.checkpoint")
@@ -110,26 +109,22 @@ class Recovery:
         self.restore = None if restore_from is None else find_restore_point(storage, restore_from, self.fingerprint)
         storage.remove_incomplete()
 
-    def prepare(self, run: JobRun) -> CheckpointCoordinator | None:
+    def prepare(self, run: Run) -> CheckpointCoordinator | None:
         """Before ``run`` opens: number its attempt, attach the checkpoint coordinator (None
         without checkpoints) and restore it from the checkpoint found for it."""
-        for task in run.tasks:
-            for operator in task.operators:
-                operator.ctx.attempt_number = self.attempt
+        run.set_attempt(self.attempt)
         coordinator = None
         if self.enabled:
             assert self.storage is not None
             existing = self.storage.checkpoint_ids()
-            coordinator = CheckpointCoordinator(run.tasks, self.config, self.storage, self.fingerprint,
-                                                self.job_name, run.clock, (max(existing) + 1) if existing else 1)
-            coordinator.wakeup = run.scheduler.wake
+            coordinator = CheckpointCoordinator(run.checkpoint_participants(), self.config, self.storage,
+                                                self.fingerprint, self.job_name, run.clock,
+                                                (max(existing) + 1) if existing else 1)
+            coordinator.wakeup = run.wake
             run.checkpoint_coordinator = coordinator
         restore = self.restore
         if restore is not None:
-            ended = restore_iteration_regions(run.tasks, restore.manifest, restore.files, restore.path)
-            restore_tasks([task for task in run.tasks if task not in ended], restore.manifest,
-                          restore.files, restore.path, restore.stored)
-            check_restore(run.tasks)
+            run.restore(restore)
             log.info("restored job '%s' from %s", self.job_name, restore.path)
         return coordinator
 
@@ -149,7 +144,7 @@ class Recovery:
             self.restore = find_restore_point(self.storage, LATEST, self.fingerprint)
         return True
 
-    def finish(self, run: JobRun, coordinator: CheckpointCoordinator | None,
+    def finish(self, run: Run, coordinator: CheckpointCoordinator | None,
                keep_checkpoints: bool = False) -> JobExecutionResult:
         """The result of the run that succeeded (or stopped with a savepoint: ``keep_checkpoints``),
         with the checkpoints' figures; checkpoints the configuration does not retain are deleted."""

@@ -44,6 +44,7 @@ in the arrival order of one subtask's inputs.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -113,6 +114,8 @@ class OperatorSnapshot:
     backlog_files: list[CheckpointFile] = field(default_factory=list)  # the files ``backlog`` refers to
     segments: dict[str, tuple[Segment, memoryview | None]] = field(default_factory=dict)
     """The shared segments ``state`` refers to, each with the bytes to write (None: stored already)."""
+    keyed_contents: dict[str, bytes] | None = None
+    """The keyed files' contents, once encoded where the state lives (:func:`shipped`)."""
 
 
 def _dumps(value: Any, operator: Any, what: str, sharing: Sharing | None) -> bytes:
@@ -210,6 +213,26 @@ def _encoded(snap: OperatorSnapshot, incremental: bool) -> tuple[list[tuple[str,
                               ) from exc
 
 
+def shipped(snap: OperatorSnapshot) -> OperatorSnapshot:
+    """``snap`` as it can travel to another process: its keyed state encoded now (in the process
+    that holds it) and every file and segment as bytes. The original keeps the frozen view and its
+    ``keyed_files``, so :func:`commit_keyed` there makes them the base of the next checkpoint. The
+    encoding is done in the task's turn, so it counts in the time the snapshot stopped the task."""
+    started = time.perf_counter()
+    contents: dict[str, bytes] | None = None
+    if snap.keyed is not None:
+        snap.keyed_files, encoded = encode_keyed(snap)
+        contents = {name: bytes(data) for name, data in encoded.items()}
+    files = [CheckpointFile(data=bytes(file.contents()), sha256=file.digest()) for file in snap.backlog_files]
+    segments: dict[str, tuple[Segment, memoryview | None]] = {}
+    for digest, (segment, data) in snap.segments.items():
+        copy = Segment(None, segment.records)
+        copy.digest, copy.size = segment.digest, segment.size
+        segments[digest] = (copy, None if data is None else memoryview(data.tobytes()))
+    return dataclasses.replace(snap, keyed=None, backlog_files=files, segments=segments, keyed_contents=contents,
+                               taken_ms=snap.taken_ms + (time.perf_counter() - started) * 1000)
+
+
 def snapshot_task(task: Any, sharing: Sharing | None = None) -> list[OperatorSnapshot]:
     """Take the state of every operator of ``task``'s chain: serialise the operator state (referring
     to the shared segments of ``sharing``, by default those the chain keeps), freeze the keyed
@@ -271,9 +294,13 @@ def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapsho
                 [SubtaskFiles() for _ in range(snap.parallelism)])
         files_of = entry.subtasks[snap.subtask_index]
         base = f"op{numbers[snap.uid]}-{snap.subtask_index}"
-        if snap.keyed is not None:
+        if snap.keyed is not None or snap.keyed_contents is not None:
             files_of.key_groups = snap.key_groups
-            snap.keyed_files, contents = encode_keyed(snap)
+            if snap.keyed_contents is None:
+                snap.keyed_files, contents = encode_keyed(snap)
+            else:
+                contents = {name: memoryview(data) for name, data in snap.keyed_contents.items()}
+            assert snap.keyed_files is not None  # encoded here or where the state lives
             files_of.keyed_states, files_of.keyed_deltas = snap.keyed_files.base, snap.keyed_files.deltas
             manifest.shared.update(snap.keyed_files.shared)
             shared.update(contents)

@@ -1,0 +1,144 @@
+"""Speed-up on worker processes: the same jobs at workers = 1, 2 and 4, against a plain loop.
+
+Three jobs over ``--records`` numbers (from a number sequence source at the job's parallelism):
+
+* keyed    map -> key_by -> a KeyedProcessFunction keeping a running count and sum per key
+           (``--keys`` keys) in value state, each record written to a discarding sink;
+* co_group the numbers co-grouped per key with their doubles (the end-of-input window): each key's
+           two groups counted and summed;
+* window   numbers as event time -> tumbling event-time windows of 1,000 ms per key, summed (reduce).
+
+Each runs at parallelism = workers (one slot per worker), for each of ``--workers`` (default
+1,2,4). Per run it prints records/s by wall time, the CPU seconds of the driver and its workers
+together (the machine may be shared: CPU time says what the work cost), and the speed-up over
+workers = 1. The plain loop does the keyed job's work in one Python loop over a dict, in the
+same run. On a machine with fewer cores than workers the speed-up is bounded by the cores:
+the figures for more workers are a projection of how the job partitions, not of a faster machine.
+
+Run: ``python benchmarks/scaling.py [--records N] [--keys K] [--workers 1,2,4] [--jobs keyed,co_group,window]``
+(defaults are small, for a quick run; the figures in the README come from ``--records 2000000``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+from slipstream.datastream import (
+    KeyedProcessFunction,
+    StreamExecutionEnvironment,
+    ValueStateDescriptor,
+)
+from slipstream.datastream.connectors.base import Sink, SinkWriter
+from slipstream.datastream.connectors.number_seq import NumberSequenceSource
+from slipstream.datastream.time import Time
+from slipstream.datastream.watermark_strategy import WatermarkStrategy
+from slipstream.datastream.window import EndOfStreamWindows, TumblingEventTimeWindows
+
+
+class Discard(Sink):
+    """Counts nothing, keeps nothing: the sink costs the same in every run."""
+
+    def default_name(self) -> str:
+        return "Discard"
+
+    def create_writer(self) -> SinkWriter:
+        return _DiscardWriter()
+
+
+class _DiscardWriter(SinkWriter):
+    def write(self, values: list, timestamps: list | None) -> None:
+        pass
+
+
+class CountAndSum(KeyedProcessFunction):
+    def open(self, runtime_context: Any) -> None:
+        self.state = runtime_context.get_state(ValueStateDescriptor("count-sum"))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        count, total = self.state.value() or (0, 0)
+        self.state.update((count + 1, total + value[1]))
+        yield value[0], count + 1
+
+
+def count_sides(first: Any, second: Any) -> Any:
+    first, second = list(first), list(second)
+    yield len(first), len(second), sum(first) + sum(second)
+
+
+def keyed(env: StreamExecutionEnvironment, records: int, keys: int) -> None:
+    (env.from_source(NumberSequenceSource(1, records), None, "numbers")
+     .map(lambda x: (x % keys, x)).key_by(lambda p: p[0]).process(CountAndSum()).sink_to(Discard()))
+
+
+def co_group(env: StreamExecutionEnvironment, records: int, keys: int) -> None:
+    numbers = env.from_source(NumberSequenceSource(1, records // 2), None, "numbers")
+    doubles = env.from_source(NumberSequenceSource(1, records // 2), None, "doubles").map(lambda x: 2 * x)
+    (numbers.co_group(doubles).where(lambda x: x % keys).equal_to(lambda x: x % keys)
+     .window(EndOfStreamWindows.get()).apply(count_sides).sink_to(Discard()))
+
+
+def window(env: StreamExecutionEnvironment, records: int, keys: int) -> None:
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda value, _: value)
+    (env.from_source(NumberSequenceSource(1, records), strategy, "numbers")
+     .key_by(lambda x: x % keys).window(TumblingEventTimeWindows.of(Time.milliseconds(1000)))
+     .reduce(lambda a, b: a + b).sink_to(Discard()))
+
+
+JOBS: dict[str, Callable[[StreamExecutionEnvironment, int, int], None]] = {
+    "keyed": keyed, "co_group": co_group, "window": window}
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended (the workers of finished runs)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def measure(job: str, records: int, keys: int, workers: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of ``job`` at ``workers`` workers (parallelism = workers)."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(workers)
+    env.configure(workers=workers, backlog_sorting=False, show_progress=False)
+    JOBS[job](env, records, keys)
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    env.execute(f"scaling-{job}-{workers}")
+    return time.perf_counter() - wall, cpu_seconds() - cpu
+
+
+def plain_loop(records: int, keys: int) -> tuple[float, float]:
+    """The keyed job's work in one loop: a running count and sum per key in a dict."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    state: dict[int, tuple[int, int]] = {}
+    out = []
+    for x in range(1, records + 1):
+        key = x % keys
+        count, total = state.get(key, (0, 0))
+        state[key] = (count + 1, total + x)
+        out.append((key, count + 1))
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--keys", type=int, default=1_000)
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--jobs", default=",".join(JOBS))
+    args = parser.parse_args()
+    counts = [int(n) for n in args.workers.split(",")]
+    wall, cpu = plain_loop(args.records, args.keys)
+    print(f"plain loop (keyed work): {args.records / wall:12,.0f} rec/s  wall {wall:6.2f} s  cpu {cpu:6.2f} s")
+    for job in args.jobs.split(","):
+        base = None
+        for workers in counts:
+            wall, cpu = measure(job, args.records, args.keys, workers)
+            base = base or wall
+            print(f"{job:9s} workers={workers}: {args.records / wall:12,.0f} rec/s  wall {wall:6.2f} s  "
+                  f"cpu {cpu:6.2f} s  speed-up {base / wall:4.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,289 @@
+"""A worker process: runs the subtasks of its slots, as the driver's coordinators direct.
+
+Started by :class:`~slipstream.runtime.workers.run.WorkerRun` as ``python -m
+slipstream.runtime.workers CONTROL_FD`` — a fresh interpreter, never a fork: the driver
+may already run polars' thread pool, a source's reader thread or a web server, and a fork
+copies their locks in whatever state they are (polars warns that it can deadlock). The driver
+sends, on the control socket, its ``sys.path`` and the sockets to the other workers, then the
+job (cloudpickled, so lambdas and closures of the driver's ``__main__`` come along).
+
+The worker builds a :class:`~slipstream.runtime.executor.JobRun` of its subtasks, restores them
+from the checkpoint the driver names, and reports ready; once every worker is ready the driver
+says start (so a restore any operator refuses changes nothing anywhere). From then on it runs
+its scheduler's turns and, between them, takes in what the driver and the other workers sent.
+It reports its status at least every ``heartbeat_interval_ms`` (the driver's heartbeat), and
+exits at once when the driver's end of the control socket closes: a worker never outlives its
+driver.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from slipstream.datastream.connectors.sinks import CollectSink
+from slipstream.datastream.job_spec import JobSpec
+from slipstream.datastream.transformations import SinkTransformation
+from slipstream.runtime.checkpoint.coordinator import LocalTasks
+from slipstream.runtime.checkpoint.snapshot import (
+    OperatorSnapshot,
+    close_snapshot_files,
+    commit_keyed,
+    job_fingerprint,
+    shipped,
+)
+from slipstream.runtime.checkpoint.storage import CheckpointStorage
+from slipstream.runtime.executor import JobRun
+from slipstream.runtime.job_graph import JobGraph
+from slipstream.runtime.workers.links import WorkerLinks
+from slipstream.runtime.workers.placement import Placement
+from slipstream.runtime.workers.wire import dumps
+
+
+@dataclass
+class WorkerJob:
+    """What the driver sends a worker: the job, where its subtasks are, and how this run starts."""
+
+    spec: JobSpec
+    graph: JobGraph
+    placement: Placement
+    attempt: int
+    checkpointing: bool
+    exactly_once: bool
+    restore_path: str | None
+
+
+def collect_sinks(graph: JobGraph) -> list[CollectSink]:
+    """The job's collect sinks, in plan order (the same order in the driver and in every worker)."""
+    sinks: list[CollectSink] = []
+    for vertex in graph.vertices:
+        for node in vertex.nodes:
+            sink = getattr(node.transformation, "sink", None)
+            if isinstance(node.transformation, SinkTransformation) and isinstance(sink, CollectSink) \
+                    and all(sink is not seen for seen in sinks):
+                sinks.append(sink)
+    return sinks
+
+
+def task_keys(graph: JobGraph, placement: Placement, worker: int) -> list[str]:
+    """The names of a worker's tasks in the order its run builds them (``vertex id:subtask``)."""
+    return [f"{vertex.id}:{subtask}" for vertex in graph.vertices for subtask in range(vertex.parallelism)
+            if placement.worker_of(subtask) == worker]
+
+
+class WorkerCheckpoints:
+    """The checkpoint listener of a worker's tasks: ships each task's snapshots to the driver's
+    coordinator, keeps the originals until the driver says the checkpoint completed or was
+    aborted, then lets the state go on and tells the operators (two-phase-commit sinks commit)."""
+
+    def __init__(self, participants: LocalTasks, keys: dict[Any, str], send: Any) -> None:
+        self.participants = participants
+        self._keys = keys
+        self._send = send
+        self._kept: dict[int, list[OperatorSnapshot]] = {}
+
+    def acknowledge(self, task: Any, checkpoint_id: int, snapshots: list[OperatorSnapshot]) -> None:
+        self._kept.setdefault(checkpoint_id, []).extend(snapshots)
+        self._send(("ack", self._keys[task], checkpoint_id, [shipped(snap) for snap in snapshots]))
+
+    def trigger(self, checkpoint_id: int, now: int) -> None:
+        """Start checkpoint ``checkpoint_id`` here, unless FLIP-327 forbids one now: then decline it."""
+        self.participants.deploy_ready()
+        reason = self.participants.blocked_reason()
+        if reason is not None:
+            self._send(("decline", checkpoint_id, reason))
+        else:
+            self.participants.trigger(checkpoint_id, now)
+
+    def complete(self, checkpoint_id: int) -> None:
+        snapshots = self._kept.pop(checkpoint_id, [])
+        commit_keyed(snapshots)
+        self._release()
+        self.participants.notify_complete(checkpoint_id)
+        close_snapshot_files(snapshots)
+
+    def abort(self, checkpoint_id: int) -> None:
+        self.participants.abort(checkpoint_id)
+        self._release()
+        close_snapshot_files(self._kept.pop(checkpoint_id, []))
+
+    def _release(self) -> None:
+        for backend in self.participants.release():
+            if backend.merging:
+                backend.merge_some(1 << 62)
+
+
+class Worker:
+    """One worker process's run (see the module docstring)."""
+
+    def __init__(self, job: WorkerJob, index: int, control: Connection, peers: dict[int, Connection]) -> None:
+        self.job = job
+        self.index = index
+        self.control = control
+        self._control_inbox: deque[tuple[Any, ...]] = deque()
+        self._send_lock = threading.Lock()
+        self.links = WorkerLinks(job.graph, job.placement, index, peers, self._wake)
+        self.run = JobRun(job.spec, job.graph, links=self.links)
+        self.run.job_id = f"worker {index}"
+        self.run.set_attempt(job.attempt)
+        self.checkpoints: WorkerCheckpoints | None = None
+        self.participants = LocalTasks(self.run.tasks)
+        if job.checkpointing:
+            keys = dict(zip(self.run.tasks, task_keys(job.graph, job.placement, index), strict=True))
+            self.checkpoints = WorkerCheckpoints(self.participants, keys, self.send)
+            self.participants.attach(self.checkpoints, job.exactly_once)
+        self.sinks = collect_sinks(job.graph)
+        for sink in self.sinks:
+            sink.take_collected()  # the copy came with what the driver's sink held: not this worker's
+        self._shipped_commits: list[dict[int, int]] = [{} for _ in self.sinks]
+        self._finished_sent = False
+        self._stopping = False
+        self._status_at = 0.0
+        # its status (the heartbeat) carries what the coordinator reads: source records, backlog, FLIP-327
+        self._interval_s = job.spec.runtime_options.heartbeat_interval_ms / 1000
+
+    def _wake(self) -> None:
+        self.run.wake()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self.control.send_bytes(dumps(message))
+
+    def _receive_control(self) -> None:
+        """The control socket's reader thread: the driver's messages, in order; its end closing (the
+        driver died, or killed this worker's run) ends the process at once."""
+        try:
+            while True:
+                self._control_inbox.append(pickle.loads(self.control.recv_bytes()))
+                self._wake()
+        except (EOFError, OSError):
+            os._exit(3)
+
+    # -- life cycle -------------------------------------------------------------------------------
+    def serve(self) -> None:
+        """Restore, report ready, wait for the start, run until told to shut down, report bye."""
+        threading.Thread(target=self._receive_control, name="control", daemon=True).start()
+        self.links.start()
+        if self.job.restore_path is not None:
+            storage = CheckpointStorage(os.path.dirname(self.job.restore_path))
+            self.run.restore(storage.read_verified(self.job.restore_path, job_fingerprint(self.job.graph)))
+        self.send(("ready",))
+        while not self._stopping and not self._started():
+            self._report(False)  # the heartbeat, while other workers restore
+            self.run.scheduler.idle_wait(self.run.clock.now_ms(), self._interval_s)
+        if not self._stopping:
+            self.run.open()
+            self._loop()
+        self.run.close()
+        self._ship_collected()
+        self.send(("bye", self.run.result().metrics))
+
+    def _started(self) -> bool:
+        while self._control_inbox:
+            message = self._control_inbox.popleft()
+            if message[0] == "start":
+                return True
+            self._stopping = message[0] == "shutdown"
+        return False
+
+    def _loop(self) -> None:
+        scheduler, clock, links = self.run.scheduler, self.run.clock, self.links
+        while not self._stopping:
+            self._handle_control()
+            links.drain()
+            now = clock.now_ms()
+            ran = not self._stopping and scheduler.try_turn(now)
+            links.send_credits()
+            self._ship_collected()
+            self._report(scheduler.finished)
+            if not ran and not self._control_inbox and not links.pending():
+                scheduler.idle_wait(now, self._interval_s)
+
+    def _handle_control(self) -> None:
+        while self._control_inbox:
+            message = self._control_inbox.popleft()
+            kind = message[0]
+            if kind == "shutdown":
+                self._stopping = True
+                return
+            checkpoints = self.checkpoints
+            assert checkpoints is not None  # only a checkpointing job is sent checkpoint messages
+            if kind == "trigger":
+                self.links.triggered = message[1]
+                checkpoints.trigger(message[1], message[2])
+            elif kind == "complete":
+                checkpoints.complete(message[1])
+            elif kind == "abort":
+                checkpoints.abort(message[1])
+            else:
+                raise ValueError(f"worker {self.index}: unknown message from the driver: {kind!r}")
+
+    # -- reports ----------------------------------------------------------------------------------
+    def _ship_collected(self) -> None:
+        """Hand what the collect sinks' copies here collected (and committed) to the driver's."""
+        for index, sink in enumerate(self.sinks):
+            records, committed = sink.take_collected()
+            if records or committed != self._shipped_commits[index]:
+                self._shipped_commits[index] = committed
+                self.send(("collected", index, records, committed))
+
+    def _report(self, finished: bool) -> None:
+        """The status (the heartbeat) when due; ``finished`` once, when every task here finished."""
+        now = time.monotonic()
+        if finished and not self._finished_sent:
+            self._finished_sent = True
+            self._status_at = 0.0
+        if now - self._status_at < self._interval_s:
+            return
+        self._status_at = now
+        participants = self.participants
+        self.send(("status", {"finished": finished, "in_backlog": self.run.in_backlog(),
+                              "blocked": participants.blocked_reason(),
+                              "source_records": participants.source_records(),
+                              "sources_in_backlog": participants.sources_in_backlog(),
+                              "metrics": self.run.metrics}))
+
+
+def main() -> None:
+    """The worker process's entry (see the module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the driver's to handle: it stops the workers
+    control = Connection(int(sys.argv[1]))
+    boot = pickle.loads(control.recv_bytes())
+    sys.path[:] = boot["sys_path"]
+    peers = {peer: Connection(fd) for peer, fd in boot["peers"].items()}
+    worker: Worker | None = None
+    try:
+        job: WorkerJob = cloudpickle.loads(control.recv_bytes())
+        worker = Worker(job, boot["worker"], control, peers)
+        worker.serve()
+    except BaseException as failure:  # noqa: BLE001 - every failure is the driver's to handle
+        try:
+            payload: bytes | None = dumps(failure)
+        except Exception:  # noqa: BLE001 - an exception that cannot travel goes as its text
+            payload = None
+        kind = (type(failure).__module__, type(failure).__qualname__)
+        try:
+            control.send_bytes(dumps(("failed", payload, kind, str(failure))))
+        except OSError:
+            pass
+        if worker is not None:
+            worker.run.close_quietly()
+        _exit(1)
+    _exit(0)
+
+
+def _exit(code: int) -> None:
+    """End the process now, whatever threads a source left running, once its output is written."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,93 @@
+"""Channels between worker processes: elements keep their form on the wire, and a producer waits for
+its consumer's credits (backpressure) — two workers' links over one socketpair, in one process."""
+
+from __future__ import annotations
+
+import socket
+import time
+from multiprocessing.connection import Connection
+
+import pyarrow as pa
+
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream.time import Watermark
+from slipstream.datastream.transformations import Partitioning
+from slipstream.operators.elements import EndOfInput, RecordAttributes, RecordBatch
+from slipstream.runtime.channels import Channel
+from slipstream.runtime.checkpoint.barriers import CheckpointBarrier
+from slipstream.runtime.planner import plan_job
+from slipstream.runtime.workers.links import WorkerLinks
+from slipstream.runtime.workers.placement import Placement
+from slipstream.runtime.workers.wire import decode_element, encode_element
+
+
+def test_columnar_batches_go_as_arrow_and_rows_and_events_as_pickle():
+    class Local:  # defined in a function: pickle cannot name it, cloudpickle takes it by value
+        def __init__(self, value):
+            self.value = value
+
+    arrow = pa.record_batch({"k": [1, 2, 3], "v": ["a", "b", "c"]})
+    channel, batch = decode_element(encode_element(7, RecordBatch(arrow=arrow, timestamps=[5, 6, 7])))
+    assert channel == 7 and batch.arrow.equals(arrow) and batch.timestamps == [5, 6, 7]
+    assert encode_element(7, RecordBatch(arrow=arrow))[:1] == b"A"
+    _, rows = decode_element(encode_element(1 << 40, RecordBatch([(1, "x"), Local(3)], None)))
+    assert rows.values[0] == (1, "x") and rows.values[1].value == 3
+    for event in (Watermark(42), RecordAttributes(True), CheckpointBarrier(3, 99), EndOfInput()):
+        assert type(decode_element(encode_element(0, event))[1]) is type(event)
+
+
+def two_workers(capacity: int):
+    """The links of workers 0 and 1 for a job whose key_by edge crosses between them."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.from_collection([1, 2]).key_by(lambda x: x).map(lambda x: x).print()
+    graph = plan_job(env._job_spec(list(env._transformations)))
+    edge = next(edge for vertex in graph.vertices for edge in vertex.in_edges
+                if edge.partitioning is Partitioning.HASH)
+    left, right = socket.socketpair()
+    placement = Placement(workers=2, slots=2)
+    producer = WorkerLinks(graph, placement, 0, {1: Connection(left.detach())}, lambda: None)
+    consumer = WorkerLinks(graph, placement, 1, {0: Connection(right.detach())}, lambda: None)
+    inbound = consumer.connect(edge, 0, 1, Channel(capacity, "in"))
+    outbound = producer.connect(edge, 0, 1, Channel(capacity, "out"))
+    producer.start()
+    consumer.start()
+    return producer, consumer, outbound, inbound
+
+
+def settle(links: WorkerLinks, until) -> None:
+    deadline = time.monotonic() + 5
+    while not until() and time.monotonic() < deadline:
+        time.sleep(0.005)
+        links.drain()
+
+
+def test_a_producer_is_full_until_its_consumer_takes_elements_and_credits_come_back():
+    producer, consumer, outbound, inbound = two_workers(capacity=4)
+    for i in range(4):
+        outbound.push(RecordBatch([i], None))
+    assert outbound.is_full()
+    settle(consumer, lambda: len(inbound) == 4)
+    assert [inbound.pop().values for _ in range(1)] == [[0]]
+    consumer.send_credits()  # one of four taken: less than half the capacity, the queue not empty
+    time.sleep(0.05)
+    producer.drain()
+    assert outbound.is_full()
+    inbound.pop()
+    consumer.send_credits()  # half the capacity taken: the credits go back
+    settle(producer, lambda: not outbound.is_full())
+    assert outbound.unacknowledged == 2
+    outbound.push(EndOfInput())
+    settle(consumer, lambda: inbound.producer_finished)
+    assert [type(inbound.pop()) for _ in range(3)] == [RecordBatch, RecordBatch, EndOfInput]
+
+
+def test_a_barrier_waits_in_the_inbox_until_its_checkpoint_was_triggered_on_the_worker():
+    _producer, consumer, outbound, inbound = two_workers(capacity=8)
+    outbound.push(CheckpointBarrier(1, 0))
+    outbound.push(RecordBatch([1], None))
+    time.sleep(0.1)
+    consumer.drain()
+    assert len(inbound) == 0 and not consumer.pending()
+    consumer.triggered = 1
+    consumer.drain()
+    assert [type(inbound.pop()) for _ in range(2)] == [CheckpointBarrier, RecordBatch]

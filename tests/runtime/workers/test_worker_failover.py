@@ -1,0 +1,126 @@
+"""A worker that dies, hangs or runs out of memory fails the job over to its last checkpoint, exactly
+once; a checkpoint restores at another parallelism and worker count; no worker outlives its job."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from worker_jobs import Fault, check_keyed, environment, keyed_job, worker_processes
+
+from slipstream.datastream import RestartStrategies
+from slipstream.datastream.configuration import Configuration
+from slipstream.errors import InvalidProgramError, WorkerLostError
+from slipstream.testing import CollectingSink
+
+N = 6000
+
+
+def checkpointed(env, directory, restarts=2, heartbeat_timeout_ms=None):
+    config = env.get_checkpoint_config()
+    config.set_checkpoint_interval(20)
+    config.set_checkpoint_interval_records(400)
+    config.set_checkpoint_storage_dir(str(directory))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 0) if restarts
+                             else RestartStrategies.no_restart())
+    if heartbeat_timeout_ms is not None:
+        env.configure(Configuration().set_string("heartbeat.timeout", f"{heartbeat_timeout_ms} ms"))
+    return env
+
+
+@pytest.mark.parametrize("how", ["kill", "memory", "hang"])
+def test_a_lost_worker_fails_the_job_over_to_its_last_checkpoint_exactly_once(tmp_path, how):
+    sink = CollectingSink()
+    env = checkpointed(environment(2, 2), tmp_path / "chk", heartbeat_timeout_ms=3000)
+    keyed_job(env, N, sink, hook=Fault(N // 2, str(tmp_path / "fault"), how, str(tmp_path / "chk")))
+    result = env.execute(f"worker-{how}")
+    stats = result.get_accumulator_result("checkpoints")
+    assert (tmp_path / "fault").exists()
+    assert stats["restarts"] == 1
+    assert stats["restored_from"] is not None  # the run after the fault started from a checkpoint
+    check_keyed(sink.values, N)
+    assert len(sink.values) == N  # nothing twice
+    assert worker_processes() == []
+
+
+def test_a_job_that_cannot_restart_fails_naming_the_lost_worker_and_leaves_no_process(tmp_path):
+    env = checkpointed(environment(2, 2), tmp_path / "chk", restarts=0)
+    keyed_job(env, N, CollectingSink(), hook=Fault(N // 2, str(tmp_path / "fault"), "kill"))
+    with pytest.raises(WorkerLostError, match="killed by signal SIGKILL"):
+        env.execute("worker-killed")
+    assert worker_processes() == []
+
+
+@pytest.mark.parametrize("parallelism,workers", [(4, 2), (3, 3), (2, 1)])
+def test_a_checkpoint_of_two_workers_restores_at_another_parallelism_and_worker_count(tmp_path, parallelism,
+                                                                                     workers):
+    sink = CollectingSink()
+    env = checkpointed(environment(2, 2), tmp_path / "chk", restarts=0)
+    keyed_job(env, N, sink, hook=Fault(N // 2, str(tmp_path / "fault"), "kill", str(tmp_path / "chk")))
+    with pytest.raises(WorkerLostError):
+        env.execute("first")
+    env = checkpointed(environment(parallelism, workers), tmp_path / "chk", restarts=0)
+    keyed_job(env, N, sink, hook=Fault(N // 2, str(tmp_path / "fault"), "kill"))
+    result = env.execute("restored", restore_from="latest")
+    assert result.get_accumulator_result("checkpoints")["restored_from"] is not None
+    check_keyed(sink.values, N)
+    assert len(sink.values) == N
+    assert worker_processes() == []
+
+
+def test_closing_the_collect_iterator_cancels_the_job_and_ends_its_workers():
+    env = environment(2, 2)
+    stream = env.from_collection(list(range(100_000))).key_by(lambda x: x % 3).map(lambda x: x)
+    results = stream.execute_and_collect()
+    assert next(results) is not None
+    results.close()
+    assert worker_processes() == []
+
+
+DRIVER = """
+import sys, time
+from slipstream.testing import CollectingSink
+sys.path.insert(0, {tests!r})
+from worker_jobs import environment, keyed_job
+
+def slow(x):
+    time.sleep(0.001)
+    return x
+
+env = environment(2, 2)
+keyed_job(env, 10**7, CollectingSink(), hook=slow)
+print("running", flush=True)
+env.execute("long")
+"""
+
+
+def test_workers_end_when_their_driver_is_killed(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(tests=os.path.dirname(__file__)))
+    marker = f"SLIPSTREAM_TEST_MARKER_{os.getpid()}_{time.monotonic_ns()}"
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              env={**os.environ, marker: "1"})
+    try:
+        assert driver.stdout.readline() == b"running\n"
+        deadline = time.monotonic() + 60
+        while len(worker_processes(marker=marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(worker_processes(marker=marker)) == 2
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 10
+    while worker_processes(marker=marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert worker_processes(marker=marker) == []
+
+
+def test_loops_and_iterations_are_refused_on_workers_with_the_reason():
+    env = environment(2, 2)
+    env.from_collection([1, 2, 3]).iterate(lambda s: (s.map(lambda x: x - 1).filter(lambda x: x > 0),
+                                                    s.filter(lambda x: x <= 0))).print()
+    with pytest.raises(InvalidProgramError, match="loop or an iteration, which runs in one process"):
+        env.execute("loop")
