@@ -274,16 +274,11 @@ class StreamExecutionEnvironment:
         return self._checkpoint_config.is_force_unaligned_checkpoints()
 
     def set_state_backend(self, state_backend: StateBackend) -> StreamExecutionEnvironment:
-        """Use a heap state backend (see :mod:`slipstream.datastream.state_backend`): a backend that
-        names a checkpoint directory sets the checkpoint storage directory. The RocksDB backends are
-        refused: slipstream keeps keyed state in memory only."""
+        """Keep keyed state where ``state_backend`` says (see :mod:`slipstream.datastream.state_backend`):
+        a backend that names a checkpoint directory sets the checkpoint storage directory."""
         if not isinstance(state_backend, StateBackend):
             raise InvalidProgramError(f"set_state_backend expects a StateBackend (e.g. HashMapStateBackend()), "
                                       f"got {state_backend!r}")
-        if not state_backend.heap:
-            raise InvalidProgramError(
-                f"{type(state_backend).__name__} is not available: slipstream keeps keyed state in memory "
-                "(HashMapStateBackend) and cannot hold state beyond it yet; use HashMapStateBackend()")
         directory = state_backend.checkpoint_directory()
         if directory is not None:
             self._checkpoint_config.set_checkpoint_storage_dir(directory)
@@ -291,7 +286,7 @@ class StreamExecutionEnvironment:
         if unapplied:
             python_dependencies.warn_not_applied(
                 f"{type(state_backend).__name__}({', '.join(unapplied)})",
-                "slipstream snapshots its in-memory state synchronously into the checkpoint directory")
+                "slipstream snapshots keyed state asynchronously and incrementally into the checkpoint directory")
         self._pipeline.state_backend = state_backend
         return self
 

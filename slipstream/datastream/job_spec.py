@@ -65,7 +65,7 @@ class RuntimeOptions:
     # records a sorting operator (or a replay cache) holds in memory before spilling
     sort_memory_budget: int = 1_000_000
     # memory pools in bytes, with Flink's names (slipstream.operators.memory); None: unlimited
-    managed_memory: int | None = None  # taskmanager.memory.managed.size: replay caches, sort buffers
+    managed_memory: int | None = None  # taskmanager.memory.managed.size: replay caches, sort buffers, RocksDB
     task_heap_memory: int | None = None  # taskmanager.memory.task.heap.size: keyed state on the heap
     network_memory: int | None = None  # taskmanager.memory.network.max: blocking and feedback channels
     spill_dir: str | None = None  # where operators spill (a private 0700 dir inside); None: temp dir

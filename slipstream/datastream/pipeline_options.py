@@ -13,7 +13,7 @@ so it is checked and warned about exactly as that call would be:
   (``execution.checkpointing.dir``), ``state.checkpoints.num-retained``
   (``execution.checkpointing.num-retained``): ``get_checkpoint_config()``'s;
 * ``state.backend`` (``state.backend.type``): ``set_state_backend`` with ``hashmap``,
-  ``jobmanager`` or ``filesystem`` (``rocksdb`` is refused, as ``set_state_backend`` refuses it);
+  ``jobmanager``, ``filesystem`` or ``rocksdb`` (its databases under ``state.backend.rocksdb.localdir``);
 * ``restart-strategy`` (``.type``): ``none`` or ``fixed-delay`` with
   ``restart-strategy.fixed-delay.attempts`` and ``.delay`` (other strategies are refused);
 * ``python.files``, ``python.archives``, ``python.requirements``, ``python.executable``,
@@ -199,6 +199,9 @@ def _state_backend(env: StreamExecutionEnvironment, text: str, key: str, configu
         backend = FsStateBackend(directory)
     elif name == "rocksdb":
         backend = EmbeddedRocksDBStateBackend()
+        local = configuration.get_string("state.backend.rocksdb.localdir", None)
+        if local:
+            backend.set_db_storage_paths(*local.split(","))
     else:
         raise InvalidProgramError(f"configuration key {key!r}: {text!r} is not one of hashmap, jobmanager, "
                                   "filesystem, rocksdb")
@@ -318,8 +321,9 @@ _OPTIONS: list[tuple[tuple[str, ...], Apply]] = [
     (("heartbeat.timeout",), _runtime_option("heartbeat_timeout_ms", parse_duration_ms)),
 ]
 
-_READ_BY_OTHERS = ("restart-strategy.fixed-delay.attempts", "restart-strategy.fixed-delay.delay")
-"""Keys read while another key is applied (the restart strategy's parameters)."""
+_READ_BY_OTHERS = ("restart-strategy.fixed-delay.attempts", "restart-strategy.fixed-delay.delay",
+                   "state.backend.rocksdb.localdir")
+"""Keys read while another key is applied (the restart strategy's parameters, RocksDB's directories)."""
 
 
 _RECORDED_BY_METHODS = ("python.files", "python.archives", "python.requirements", "python.executable",

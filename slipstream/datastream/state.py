@@ -142,11 +142,11 @@ class StateTtlConfig:
         def cleanup_in_rocksdb_compact_filter(self, query_time_after_num_entries: int,
                                               periodic_compaction_time: Time | Duration | None = None
                                               ) -> StateTtlConfig.Builder:
-            """Kept for RocksDB, which slipstream does not have: warns, and the heap backend's
-            cleanup (on read, incremental, full snapshot) applies."""
-            warnings.warn("StateTtlConfig.cleanup_in_rocksdb_compact_filter has no effect: slipstream keeps "
-                          "keyed state on the heap, where expired entries are removed on read, incrementally "
-                          "and (with cleanup_full_snapshot) left out of checkpoints", stacklevel=2)
+            """Kept, with a warning: slipstream's RocksDB backend runs no compaction filter; on both
+            backends the other cleanups (on read, incremental, full snapshot) apply."""
+            warnings.warn("StateTtlConfig.cleanup_in_rocksdb_compact_filter has no effect: slipstream runs no "
+                          "compaction filter; on both state backends expired entries are removed on read, "
+                          "incrementally and (with cleanup_full_snapshot) left out of checkpoints", stacklevel=2)
             strategies = StateTtlConfig.CleanupStrategies
             self._strategies[strategies.Strategies.ROCKSDB_COMPACTION_FILTER] = \
                 strategies.RocksdbCompactFilterCleanupStrategy(query_time_after_num_entries,

@@ -1,25 +1,31 @@
 """State backends, as ``pyflink.datastream.state_backend``.
 
-slipstream has one state backend: keyed state in Python dictionaries of the
-process (Flink's ``HashMapStateBackend``), checkpointed as files into the
-checkpoint storage directory. ``env.set_state_backend`` therefore accepts the
-heap backends and applies what they say about checkpoints:
+slipstream keeps keyed state in one of two places, both checkpointed asynchronously and
+incrementally as files into the checkpoint storage directory:
 
-* ``HashMapStateBackend()`` — exactly slipstream's backend.
+* ``HashMapStateBackend()`` — Python dictionaries of the process (the default).
+* ``EmbeddedRocksDBStateBackend()`` — an embedded RocksDB per operator subtask, in a fresh
+  directory under ``set_db_storage_paths(...)`` (default: the system's temporary
+  directory): state bounded by disk, not memory; with ``taskmanager.memory.managed.size``
+  set, each database's block cache and write buffers are sized to its subtask's share of
+  it, as Flink's ``state.backend.rocksdb.memory.managed`` does (see
+  :mod:`slipstream.operators.memory`). ``RocksDBStateBackend(dir)`` is the same with its
+  checkpoints in ``dir``.
 * ``FsStateBackend(dir)`` — heap state checkpointed into ``dir``: sets the checkpoint
   storage directory.
 * ``MemoryStateBackend(checkpoint_path=None)`` — heap state; with a path, checkpoints go
-  there, else (as today) into a temporary directory that lives as long as the job.
+  there, else into a temporary directory that lives as long as the job.
 
-Options that have nothing to act on (a maximum state size, asynchronous snapshots,
-buffer sizes) are kept and warned about. The RocksDB backends
-(``EmbeddedRocksDBStateBackend``, ``RocksDBStateBackend``) are refused by
-``set_state_backend`` with an error: they promise state beyond memory, which the
-dictionary backend cannot keep.
+Options that have nothing to act on (a maximum state size, synchronous snapshots,
+buffer sizes, RocksDB tuning presets) are kept and warned about. Without
+``set_state_backend``, the environment variable ``SLIPSTREAM_STATE_BACKEND``
+(``hashmap`` or ``rocksdb``) chooses, as Flink's configuration file's ``state.backend.type`` does
+(which ``env.configure`` applies too).
 """
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from typing import Any
 
@@ -32,12 +38,12 @@ __all__ = ["EmbeddedRocksDBStateBackend", "FsStateBackend", "HashMapStateBackend
 class StateBackend:
     """Base of the state backend descriptions.
 
-    ``heap`` says whether slipstream can run it; ``checkpoint_directory`` is the directory it
-    sends checkpoints to (None: the checkpoint config decides); ``unapplied`` lists the options
-    given that slipstream has nothing to act on.
+    ``kind`` names where keyed state lives (``hashmap`` or ``rocksdb``); ``checkpoint_directory``
+    is the directory it sends checkpoints to (None: the checkpoint config decides); ``unapplied``
+    lists the options given that slipstream has nothing to act on.
     """
 
-    heap = True
+    kind = "hashmap"
 
     def checkpoint_directory(self) -> str | None:
         return None
@@ -114,7 +120,7 @@ class FsStateBackend(StateBackend):
 
 
 class PredefinedOptions(Enum):
-    """RocksDB tuning presets (accepted for the RocksDB backends, which slipstream refuses)."""
+    """RocksDB tuning presets (accepted, and warned about: slipstream keeps RocksDB's defaults)."""
 
     DEFAULT = 0
     SPINNING_DISK_OPTIMIZED = 1
@@ -123,27 +129,72 @@ class PredefinedOptions(Enum):
 
 
 class EmbeddedRocksDBStateBackend(StateBackend):
-    """State in an embedded RocksDB (beyond memory). Not available: ``set_state_backend`` refuses it."""
+    """Keyed state in an embedded RocksDB, one per operator subtask (state beyond memory).
 
-    heap = False
+    Checkpoints are always incremental in slipstream; ``enable_incremental_checkpointing=False``
+    is warned about."""
+
+    kind = "rocksdb"
 
     def __init__(self, enable_incremental_checkpointing: bool | None = None) -> None:
         self._incremental = enable_incremental_checkpointing
+        self._paths: tuple[str, ...] = ()
+        self._predefined: PredefinedOptions | None = None
 
     def is_incremental_checkpoints_enabled(self) -> bool:
-        return bool(self._incremental)
+        return self._incremental is not False
+
+    def set_db_storage_paths(self, *paths: str) -> None:
+        """The local directories the databases live in (each subtask's in a fresh directory of the first)."""
+        self._paths = tuple(normalize(path, "db storage path") for path in paths)
+
+    def get_db_storage_paths(self) -> list[str]:
+        return list(self._paths)
+
+    def local_directory(self) -> str | None:
+        """Where each subtask's database gets its fresh directory (None: the system's temporary directory)."""
+        return self._paths[0] if self._paths else None
+
+    def set_predefined_options(self, options: PredefinedOptions) -> None:
+        self._predefined = options
+
+    def get_predefined_options(self) -> PredefinedOptions:
+        return self._predefined or PredefinedOptions.DEFAULT
+
+    def unapplied(self) -> list[str]:
+        unapplied = ["enable_incremental_checkpointing=False"] if self._incremental is False else []
+        return unapplied + (["predefined_options"] if self._predefined not in (None, PredefinedOptions.DEFAULT)
+                            else [])
 
     def _key(self) -> tuple[Any, ...]:
-        return (self._incremental,)
+        return (self._incremental, self._paths, self._predefined)
 
 
 class RocksDBStateBackend(EmbeddedRocksDBStateBackend):
-    """Flink's older name for RocksDB state with file checkpoints. Refused as the embedded one."""
+    """Flink's older name for RocksDB state with its checkpoints in ``checkpoint_data_uri``."""
 
     def __init__(self, checkpoint_data_uri: str | None = None, enable_incremental_checkpointing: bool | None = None,
                  checkpoint_stream_backend: StateBackend | None = None) -> None:
         super().__init__(enable_incremental_checkpointing)
-        self._checkpoint_data_uri = checkpoint_data_uri
+        self._checkpoint_data_uri = None if checkpoint_data_uri is None else \
+            normalize(checkpoint_data_uri, "checkpoint_data_uri")
+
+    def checkpoint_directory(self) -> str | None:
+        return self._checkpoint_data_uri
 
     def _key(self) -> tuple[Any, ...]:
-        return (self._incremental, self._checkpoint_data_uri)
+        return (*super()._key(), self._checkpoint_data_uri)
+
+
+DEFAULT_VARIABLE = "SLIPSTREAM_STATE_BACKEND"
+"""The environment variable naming the state backend of jobs that set none (``hashmap``, ``rocksdb``)."""
+
+
+def default_state_backend() -> StateBackend:
+    """The state backend of a job that sets none: ``SLIPSTREAM_STATE_BACKEND``'s, else the heap."""
+    name = os.environ.get(DEFAULT_VARIABLE, "hashmap").strip().lower()
+    backends: dict[str, type[StateBackend]] = {"hashmap": HashMapStateBackend,
+                                               "rocksdb": EmbeddedRocksDBStateBackend}
+    if name not in backends:
+        raise ValueError(f"{DEFAULT_VARIABLE}={name!r} is not one of {sorted(backends)}")
+    return backends[name]()

@@ -97,9 +97,5 @@ class BootstrapBacklog:
                                   "one row per key of the frame it was given")
         backend = operator.keyed_backend()
         for name in state.columns:
-            if name == key:
-                continue
-            _, put = backend.value_accessors(ValueStateDescriptor(name))
-            for k, value in zip(state_keys, state[name].to_list()):
-                if value is not None:
-                    put(k, value)
+            if name != key:
+                backend.bulk_load(ValueStateDescriptor(name), state_keys, state[name].to_list())

@@ -167,7 +167,7 @@ class PerRoundOperator(StreamOperator):
         inner = StreamOperator.for_transformation(self.transformation)
         ctx = self.ctx
         if ctx.keyed_backend is not None and self._inner is not None:
-            ctx = dataclasses.replace(ctx, keyed_backend=type(ctx.keyed_backend)(ctx.max_parallelism))  # type: ignore[call-arg]
+            ctx = dataclasses.replace(ctx, keyed_backend=ctx.keyed_backend.fresh())
             self.ctx = ctx
         inner.setup(ctx)
         return inner

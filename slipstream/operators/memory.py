@@ -5,9 +5,12 @@ A job (the embedded runtime is one TaskManager) has three pools, each off unless
 * ``taskmanager.memory.managed.size`` (``env.configure(managed_memory=...)``): the
   buffers of operators — an iteration's replay cache and held feedback, the sort and
   columnar buffers of an operator sorting its backlog, what a source reads ahead
-  (``from_spark`` reads pieces that fit its share) — shared equally by the operator
-  subtasks that use it (Flink divides managed memory among the slots' consumers, and
-  uses it for sorting and caching too). Past its share a buffer spills to disk.
+  (``from_spark`` reads pieces that fit its share) — and the memory of keyed state in
+  RocksDB (its write buffers and block cache, as Flink's
+  ``state.backend.rocksdb.memory.managed``), shared equally by the operator subtasks that
+  use it (Flink divides managed memory among the slots' consumers, and uses it for sorting
+  and caching too). Past its share a buffer spills to disk, and RocksDB flushes its write
+  buffers into table files on disk.
 * ``taskmanager.memory.task.heap.size`` (``task_heap_memory``): keyed state kept as
   Python objects (the heap backend), shared equally by the keyed operator subtasks.
   Past its share the job fails with :class:`~slipstream.errors.MemoryBudgetError`
@@ -146,16 +149,11 @@ def share_network_memory(pool: MemoryPool, channels: Iterable[Any]) -> None:
 
 
 def check_state(ctx: OperatorContext) -> None:
-    """Past its share of the task heap, a subtask's keyed state fails the job naming the operator.
-    A backend that keeps state on disk reports no heap estimate (``estimated_bytes``) and is not checked."""
-    budget = ctx.state_budget
-    if budget is None:
-        return
-    estimate = getattr(ctx.keyed_backend, "estimated_bytes", None)
-    if estimate is None:
-        return
-    budget.check(estimate(), "its keyed state (kept on the heap)",
-                 f"raise {TASK_HEAP}, or keep the state on disk with a RocksDB state backend")
+    """A subtask's keyed state against its budget, after each turn of its task: past its share of
+    the task heap the heap backend fails the job naming the operator; RocksDB, within its share of
+    managed memory, writes past it to disk."""
+    if ctx.keyed_backend is not None:
+        ctx.keyed_backend.account_memory()
 
 
 def entry_bytes(sample: Iterable[tuple[Any, Any]]) -> float:

@@ -144,10 +144,8 @@ class KeyedReduceOperator(ColumnarBacklog):
         return True
 
     def _install_rows(self, frame: Any, key: str) -> None:
-        """Each key's rolling value (a row of ``frame``) becomes its accumulator."""
-        _, put = self.keyed_backend().value_accessors(REDUCE_STATE)
-        for key_value, accumulator in zip(frame[key].to_list(), rows_from_arrow(records_of(frame))):
-            put(key_value, accumulator)
+        """Each key's rolling value (a row of ``frame``) becomes its accumulator, loaded at once."""
+        self.keyed_backend().bulk_load(REDUCE_STATE, frame[key].to_list(), rows_from_arrow(records_of(frame)))
 
     def _emit_columns(self, frame: Any) -> None:
         for batch, stamps in arrow_batches(frame):

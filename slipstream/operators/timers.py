@@ -3,6 +3,8 @@ processing-time timers as the task's clock does; each fires with its key set as 
 
 Timers are deduplicated per (timestamp, key, namespace), as in Flink, and fire in
 timestamp order (registration order among equal timestamps), which keeps runs deterministic.
+The state backend keeps them (:meth:`KeyedStateBackend.timer_queue`): the heap backend in a
+sorted list (:class:`TimerQueue`), the RocksDB backend on disk in the same order.
 
 A sorting operator replaying its backlog key by key (:mod:`slipstream.operators.backlog`)
 fires one key's event-time timers at a time: it sets the other keys' due timers aside
@@ -34,9 +36,10 @@ class InternalTimer(NamedTuple):
     namespace: Any
 
 
-class _TimerQueue:
-    """Timers in firing order, ``(timestamp, registration number)``, in a sorted list: a deleted
-    timer leaves it at once (no tombstone waits in it until its time comes); a dict finds a
+class TimerQueue:
+    """The heap backend's timers of one time domain (:meth:`KeyedStateBackend.timer_queue`): in
+    firing order, ``(timestamp, registration number)``, in a sorted list: a deleted timer
+    leaves it at once (no tombstone waits in it until its time comes); a dict finds a
     timer's registration number, so a duplicate is found in O(1) and a deletion in O(log n)."""
 
     def __init__(self) -> None:
@@ -85,11 +88,11 @@ class _TimerQueue:
 
 class _KeyRunQueue:
     """The event-time timers of the one key a sorted backlog replays at a time: a heap and a dict,
-    far cheaper per timer than the sorted list of every key's timers (:class:`_TimerQueue`). A deleted
+    far cheaper per timer than the backend's queue of every key's timers (:class:`TimerQueue`). A deleted
     timer stays in the heap until it comes up, then is skipped; a deletion also reaches the timers of
     the key still in ``outer`` (those after the backlog's last watermark)."""
 
-    def __init__(self, outer: _TimerQueue) -> None:
+    def __init__(self, outer: Any) -> None:  # the backend's queue: a TimerQueue, or on disk with RocksDB
         self.outer = outer
         self.key: Any = None
         self._heap: list[tuple[int, int, Any]] = []  # (timestamp, seq, namespace): seq decides first
@@ -104,7 +107,7 @@ class _KeyRunQueue:
 
     def add(self, timestamp: int, key: Any, namespace: Any) -> bool:
         if key != self.key:
-            return self.outer.add(timestamp, key, namespace)
+            return bool(self.outer.add(timestamp, key, namespace))
         ident = (timestamp, namespace)
         if ident in self._live:
             return False
@@ -153,11 +156,11 @@ class InternalTimerService:
         self._clock = processing_time_service
         self._on_event_time = on_event_time
         self._on_processing_time = on_processing_time
-        self._all_event = _TimerQueue()
-        self._event: _TimerQueue | _KeyRunQueue = self._all_event
-        """Where event-time timers go: every key's queue, or the key run's (:meth:`begin_key_run`)."""
+        self._all_event = backend.timer_queue("event")
+        self._event: Any = self._all_event
+        """Where event-time timers go: every key's queue (the backend's), or the key run's (:meth:`begin_key_run`)."""
         self._key_run = _KeyRunQueue(self._all_event)
-        self._processing = _TimerQueue()
+        self._processing = backend.timer_queue("processing")
         self._wakeups: set[int] = set()
         self.current_watermark = MIN_TIMESTAMP
         self.processing_time_registrations = 0
@@ -193,7 +196,8 @@ class InternalTimerService:
 
     def pop_due_event_timer(self, up_to: int) -> InternalTimer | None:
         """Remove and return the next event-time timer at or before ``up_to``, without firing it."""
-        return self._event.pop_due(up_to)
+        timer: InternalTimer | None = self._event.pop_due(up_to)
+        return timer
 
     def fire_event_timer(self, timer: InternalTimer) -> None:
         """Fire ``timer`` (popped by :meth:`pop_due_event_timer`) with its key current."""

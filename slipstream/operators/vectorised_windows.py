@@ -318,9 +318,7 @@ def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _
             return False
         fired, still_open, totals = evaluate_count_windows(table, kind, size=assigner.size, slide=slide,
                                                            batch_mode=batch_mode)
-        _, put = operator.backend.value_accessors(assigner._counter)
-        for key, count in zip(*results.keys_and_values(totals, "count")):
-            put(key, count)
+        operator.backend.bulk_load(assigner._counter, *results.keys_and_values(totals, "count"))
     else:
         if _session_windows(operator.assigner, operator.trigger, operator.allowed_lateness):
             evaluated = evaluate_sessions(table, kind, gap=assigner.gap, held=operator.held_watermarks,

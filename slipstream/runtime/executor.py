@@ -36,7 +36,7 @@ from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
 from slipstream.runtime.scheduler import Scheduler
-from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+from slipstream.runtime.state import create_keyed_backend
 from slipstream.runtime.task import InputChannel, SourceTask, StreamTask, TaskProcessingTimeService
 
 
@@ -167,9 +167,9 @@ class JobRun:
                         side.setdefault(edge.side_tag, []).append(writers_by_edge[edge])
                 output = NetworkOutput(main, side, node_metrics[position])
             keyed = node.transformation.is_keyed
-            backend = HeapKeyedStateBackend(node.max_parallelism, self.clock.now_ms) if keyed else None
             owner = f"operator '{node.name}' (subtask {subtask + 1}/{node.parallelism})"
-            state_budget = None if backend is None else self.memory.task_heap.budget(owner, node_metrics[position])
+            backend = create_keyed_backend(self.spec.state_backend, node.max_parallelism, self.clock.now_ms,
+                                           self.memory, owner, node_metrics[position]) if keyed else None
             sorts = not node.backlog_streamed and operator.get_operator_attributes().has_internal_sorter()
             sort_budget = self.memory.managed.budget(owner) if sorts else None
             operator.setup(OperatorContext(
@@ -180,7 +180,7 @@ class JobRun:
                 batch_mode=self.graph.mode is RuntimeExecutionMode.BATCH,
                 sort_memory_budget=options.sort_memory_budget,
                 channel_memory_budget=options.channel_memory_budget,
-                spill_dir=options.spill_dir, memory=self.memory, state_budget=state_budget,
+                spill_dir=options.spill_dir, memory=self.memory,
                 sort_budget=sort_budget))
         writers = list(writers_by_edge.values())
         task = self._make_task(vertex, subtask, operators, writers, timers, channels, quantum)

@@ -155,9 +155,17 @@ class StreamTask:
         return True
 
     def close(self) -> None:
-        if self.deployed:
+        """Close the operators (if they were opened), then free their keyed state (a RocksDB
+        backend's database and directory go)."""
+        try:
+            if self.deployed:
+                for operator in self.operators:
+                    operator.close()
+        finally:
             for operator in self.operators:
-                operator.close()
+                backend = operator.ctx.keyed_backend
+                if backend is not None:
+                    backend.dispose()
 
     # -- checkpoints of iterations (runtime.checkpoint.iteration_region) --------------------------
     def snapshot_channels(self, internal: Callable[[InputChannel], bool]) -> list[dict[str, Any] | None]:

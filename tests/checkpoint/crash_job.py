@@ -43,13 +43,18 @@ KIND:
 Usage for the last three: python crash_job.py KIND OUT_DIR CHECKPOINT_DIR N [PARALLELISM]
 
 With ``CRASH_JOB_ASYNC_WRITES=1`` in its environment every checkpoint is written by the
-background writer (``set_async_write_threshold(0)``), however small its state.
+background writer (``set_async_write_threshold(0)``), however small its state. With
+``CRASH_JOB_HOLD_WRITE=MARKER`` too, the background writer stops inside the first fsync it makes
+once a checkpoint is complete, after creating the file MARKER (unless it exists already): the
+test kills the job there, in the middle of writing a checkpoint (:class:`HoldingWrite`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from collections import Counter
 
 from slipstream.datastream import (
@@ -61,6 +66,8 @@ from slipstream.datastream import (
     ValueStateDescriptor,
 )
 from slipstream.datastream.iteration import IterationListener
+from slipstream.filesystem import FileSystem
+from slipstream.runtime.checkpoint.storage import CheckpointStorage
 
 KEYS = 13
 WIDE_KEYS = 20_000
@@ -529,6 +536,26 @@ def _window_sum():
     return WindowSum()
 
 
+class HoldingWrite(FileSystem):
+    """A file system whose first fsync on the background checkpoint writer's thread once a
+    checkpoint is complete creates ``marker`` and sleeps until the process is killed (no hold when
+    ``marker`` exists: the restarted job runs freely)."""
+
+    def __init__(self, checkpoints: str, marker: str) -> None:
+        self.checkpoints, self.marker = checkpoints, marker
+
+    def _fsync(self, fd: int) -> None:
+        super()._fsync(fd)
+        if threading.current_thread() is threading.main_thread() or os.path.exists(self.marker):
+            return
+        complete = CheckpointStorage(self.checkpoints).complete_ids()
+        if complete:
+            with open(self.marker + ".tmp", "w") as file:
+                file.write(" ".join(map(str, complete)))
+            os.replace(self.marker + ".tmp", self.marker)  # the complete checkpoints when the writer stopped
+            time.sleep(600)
+
+
 def main() -> None:
     kind, out, checkpoints, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     if len(sys.argv) > 5:  # the loop jobs: a checkpoint every 400 numbers read, many per run; the
@@ -537,6 +564,12 @@ def main() -> None:
                     records=None if kind == "iteration" else 400)
     else:
         env = build(kind, out, checkpoints, n, async_writes=os.environ.get("CRASH_JOB_ASYNC_WRITES") == "1")
+    marker = os.environ.get("CRASH_JOB_HOLD_WRITE")
+    if marker:
+        from slipstream.runtime.driver import JobDriver
+        JobDriver(env._take_job(f"crash-{kind}"), os.environ.get("SLIPSTREAM_RESTORE_FROM"),
+                  fs=HoldingWrite(checkpoints, marker)).run()
+        return
     env.execute(f"crash-{kind}")  # restore_from comes from SLIPSTREAM_RESTORE_FROM
 
 

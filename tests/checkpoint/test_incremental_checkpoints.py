@@ -1,4 +1,4 @@
-"""Incremental checkpoints of the heap backend: a checkpoint writes only the entries changed since
+"""Incremental checkpoints of both state backends: a checkpoint writes only the entries changed since
 the previous completed one and shares the other files, content-addressed; every checkpoint that
 lists a shared file checks it; pruning keeps every file a retained checkpoint lists; restore (also
 at another parallelism) folds the layers."""
@@ -19,11 +19,17 @@ from slipstream.runtime.checkpoint.fs import FaultInjectingFileSystem, Simulated
 from slipstream.runtime.checkpoint.manifest import MANIFEST_NAME, Manifest
 from slipstream.runtime.checkpoint import snapshot as snapshot_module
 from slipstream.runtime.checkpoint.recovery import find_restore_point
-from slipstream.runtime.checkpoint.snapshot import OperatorSnapshot, build_manifest_and_files, commit_keyed
-from slipstream.runtime.checkpoint.state_files import decode_state_file
+from slipstream.runtime.checkpoint.snapshot import (
+    OperatorSnapshot,
+    build_manifest_and_files,
+    commit_keyed,
+    keyed_layers,
+)
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
+from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.key_groups import key_group_range
-from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+from slipstream.runtime.state import create_keyed_backend
+from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend, KeyedBackendBase
 from test_kill_recovery import run_until_done
 
 MAX_PARALLELISM = 128
@@ -31,12 +37,17 @@ KEYS = 10_000
 COUNT, SEEN = ValueStateDescriptor("count"), ListStateDescriptor("seen")
 
 
+def new_backend() -> KeyedBackendBase:
+    """A backend of the kind the reliability suite runs on (see conftest.py)."""
+    return create_keyed_backend(None, MAX_PARALLELISM, SystemClock().now_ms)
+
+
 class Subtask:
     """One keyed subtask's backend, checkpointed into a storage the way the coordinator does, with
     its state as a plain dict beside it (the oracle)."""
 
     def __init__(self, storage: CheckpointStorage) -> None:
-        self.storage, self.backend, self.next_id = storage, HeapKeyedStateBackend(MAX_PARALLELISM), 1
+        self.storage, self.backend, self.next_id = storage, new_backend(), 1
         self.expected: dict[str, dict] = {"count": {}, "seen": {}}
 
     def put(self, key: int, count: int | None, seen: int | None = None) -> None:
@@ -76,11 +87,11 @@ def restored(storage: CheckpointStorage, checkpoint_id: int, key_groups: range |
     """The state of a checkpoint as a fresh backend restores it (only ``key_groups``: a rescaled subtask)."""
     checkpoint = storage.read_verified(storage.path_of(checkpoint_id), "fp")
     subtask = checkpoint.manifest.operators["op"].subtasks[0]
-    backend = HeapKeyedStateBackend(MAX_PARALLELISM)
-    for layer in [subtask.keyed_states, *subtask.keyed_deltas]:
-        backend.restore({f["state"]: decode_state_file(f["format"], checkpoint.files[f["file"]]) for f in layer},
-                        key_groups=key_groups)
-    return {name: {key: table[key] for key in backend.keys(name)} for name, table in backend._tables.items()}
+    backend = new_backend()
+    for layer in keyed_layers(subtask, checkpoint.files, checkpoint.path):
+        backend.restore(layer, key_groups=key_groups)
+    return {name: {key: value for entries in groups.values() for key, value in entries}
+            for name, groups in backend.snapshot().items()}
 
 
 def filled(tmp_path, retained: int = 1) -> Subtask:

@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -21,6 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from crash_job import oracle  # noqa: E402
+
+from slipstream.runtime.checkpoint.storage import CheckpointStorage  # noqa: E402
 
 JOB = os.path.join(HERE, "crash_job.py")
 
@@ -90,6 +93,33 @@ def test_sigkill_while_checkpoints_are_written_in_the_background_gives_exactly_o
     while kills < 3:
         kills += run_until_done(kind, n, str(tmp_path / f"round{rounds}"), rng, 3 - kills, async_writes=True)
         rounds += 1
+
+
+@pytest.mark.parametrize("kind,n", [("windows", 20_000)])  # keyed state and timers
+def test_sigkill_in_the_middle_of_writing_a_checkpoint_in_the_background_restores_the_one_before(tmp_path, kind, n):
+    """The background writer is held inside an fsync of a checkpoint's files (with a checkpoint
+    complete before it) and the job is killed there: the half-written checkpoint never counts, the
+    restart restores the one before, and the output is exactly-once."""
+    out, checkpoints, marker = str(tmp_path / "out"), str(tmp_path / "chk"), str(tmp_path / "held")
+    env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest", PYTHONFAULTHANDLER="1", CRASH_JOB_ASYNC_WRITES="1",
+               CRASH_JOB_HOLD_WRITE=marker)
+    command = [sys.executable, JOB, kind, out, checkpoints, str(n)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(marker) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # the marker written, the writer asleep in its fsync
+    assert process.poll() is None, process.communicate()[1].decode()
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    with open(marker) as file:
+        complete_when_held = [int(i) for i in file.read().split()]
+    storage = CheckpointStorage(checkpoints)
+    assert storage.complete_ids() == complete_when_held  # the checkpoint being written never completed
+    restarted = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120,
+                               check=False)
+    assert restarted.returncode == 0, restarted.stderr.decode()
+    assert committed_output(out) == oracle(kind, n)
 
 
 _KILLS: dict[str, int] = {}

@@ -35,8 +35,10 @@ import pytest
 from crash_job import KEYS, oracle
 from test_kill_recovery import JOB, committed_output
 
-from slipstream.runtime.checkpoint.state_files import decode_state_file
+from slipstream.runtime.checkpoint.snapshot import keyed_layers
 from slipstream.runtime.checkpoint.storage import CheckpointStorage, VerifiedCheckpoint
+from slipstream.runtime.clock import SystemClock
+from slipstream.runtime.state import create_keyed_backend
 
 
 @dataclass
@@ -78,15 +80,22 @@ def source_done(checkpoint: VerifiedCheckpoint) -> bool:
 
 
 def keyed_counts(checkpoint: VerifiedCheckpoint, uid: str, state: str) -> Counter:
-    """Key -> value of the keyed ValueState ``state`` of operator ``uid``, over all its subtasks."""
+    """Key -> value of the keyed ValueState ``state`` of operator ``uid``, over all its subtasks: each
+    subtask's keyed state (every layer) restored into a fresh backend of the kind the job ran on, as a
+    restart restores it, whatever that backend's files are."""
     counts: Counter = Counter()
-    for subtask in checkpoint.manifest.operators[uid].subtasks:
-        for file in subtask.keyed_states:
-            if file["state"] == state:
-                for entries in decode_state_file(file["format"], checkpoint.files[file["file"]]).values():
-                    for key, value in entries:
-                        assert key not in counts, f"key {key} in two subtasks of {uid}"
-                        counts[key] = value
+    entry = checkpoint.manifest.operators[uid]
+    for subtask in entry.subtasks:
+        backend = create_keyed_backend(None, entry.max_parallelism, SystemClock().now_ms)
+        try:
+            for layer in keyed_layers(subtask, checkpoint.files, checkpoint.path):
+                backend.restore(layer)
+            for entries in backend.snapshot().get(state, {}).values():
+                for key, value in entries:
+                    assert key not in counts, f"key {key} in two subtasks of {uid}"
+                    counts[key] = value
+        finally:
+            backend.dispose()
     return counts
 
 

@@ -12,6 +12,8 @@ from slipstream.datastream import (CheckpointConfig, CheckpointingMode, RestartS
                                    StreamExecutionEnvironment)
 from slipstream.errors import DiskFullError, InvalidProgramError, UserFunctionError
 from slipstream.runtime.checkpoint.fs import FaultInjectingFileSystem
+from slipstream.runtime.checkpoint.snapshot import loads_checkpointed
+from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.runtime.driver import JobDriver
 from test_kill_recovery import committed_output
 
@@ -77,10 +79,21 @@ def test_restore_at_another_parallelism(tmp_path, kind, new_parallelism):
     with pytest.raises(UserFunctionError):
         build(kind, out, chk, n, interval_ms=None, records=500, fail=FailOnce(n * 3 // 4)).execute("first")
     assert os.listdir(chk), "the failed run left checkpoints"
+    if kind == "windows":  # timers of open windows (on disk with RocksDB) go to the subtasks owning their keys
+        assert pending_event_timers(chk, "windows") > 0
     env = build(kind, out, chk, n, interval_ms=None, records=500, parallelism=new_parallelism)
     result = env.execute("rescaled", restore_from="latest")
     assert result.get_accumulator_result("checkpoints")["restored_from"] is not None
     assert committed_output(out) == oracle(kind, n)
+
+
+def pending_event_timers(checkpoints: str, uid: str) -> int:
+    """The event-time timers operator ``uid``'s subtasks hold in the newest complete checkpoint."""
+    storage = CheckpointStorage(checkpoints)
+    checkpoint = storage.read_verified(storage.path_of(storage.complete_ids()[-1]), None)
+    return sum(len(loads_checkpointed(checkpoint.files[subtask.operator], checkpoint.files,
+                                      checkpoint.path)["timers"]["event"])
+               for subtask in checkpoint.manifest.operators[uid].subtasks if subtask.operator)
 
 
 def test_at_least_once_loses_nothing(tmp_path):

@@ -15,6 +15,7 @@ from slipstream.common import Configuration, RestartStrategies
 from slipstream.datastream import (
     CheckpointingMode,
     ExternalizedCheckpointCleanup,
+    EmbeddedRocksDBStateBackend,
     FsStateBackend,
     HashMapStateBackend,
     MemoryStateBackend,
@@ -167,7 +168,7 @@ def test_unknown_keys_are_kept_readable_and_named_in_a_warning() -> None:
     ("execution.runtime-mode", "fast", "'fast' is not one of STREAMING, BATCH, AUTOMATIC"),
     ("execution.checkpointing.interval", "soon", "'soon' is not a duration"),
     ("pipeline.operator-chaining", "maybe", "'maybe' is not true or false"),
-    ("state.backend", "rocksdb", "EmbeddedRocksDBStateBackend is not available"),
+    ("state.backend", "leveldb", "'leveldb' is not one of hashmap, jobmanager, filesystem, rocksdb"),
     ("restart-strategy", "failure-rate", "restart strategy 'failure-rate' is not supported"),
 ])
 def test_a_value_that_does_not_parse_or_cannot_apply_is_refused_naming_the_key(key: str, value: str,
@@ -188,6 +189,32 @@ def test_state_backend_and_restart_strategy_keys(tmp_path) -> None:  # noqa: ANN
     env.configure(config(state__backend="hashmap", restart_strategy="none"))
     assert env.get_state_backend() == HashMapStateBackend()
     assert env.get_restart_strategy() == RestartStrategies.no_restart()
+    env.configure(config(state__backend="rocksdb", state__backend__rocksdb__localdir=str(tmp_path / "db")))
+    expected = EmbeddedRocksDBStateBackend()
+    expected.set_db_storage_paths(str(tmp_path / "db"))
+    assert env.get_state_backend() == expected
+
+
+@pytest.mark.parametrize("key", ["state.backend.type", "state.backend"])
+@pytest.mark.parametrize("backend,table_files", [("rocksdb", True), ("hashmap", False)])
+def test_the_state_backend_key_chooses_where_a_jobs_keyed_state_lives(tmp_path, key: str, backend: str,
+                                                                      table_files: bool) -> None:
+    """Flink's ``state.backend.type`` (and its older name): RocksDB checkpoints its state as table
+    files (SST), the heap as Arrow or pickle files; the job's result is the same."""
+    configuration = Configuration().set_string(key, backend).set_string("parallelism.default", "2") \
+        .set_string("state.checkpoints.dir", str(tmp_path / "chk"))
+    env = StreamExecutionEnvironment.get_execution_environment(configuration)
+    env.enable_checkpointing(60_000).get_checkpoint_config().set_checkpoint_interval_records(50)
+    out: list = []
+    env.from_collection([(x % 7, x) for x in range(600)]).key_by(lambda p: p[0]) \
+        .reduce(lambda a, b: (a[0], a[1] + b[1])).add_sink(out.append)
+    env.execute(f"{key}: {backend}")
+    final: dict[int, int] = {}
+    for residue, total in out:
+        final[residue] = max(final.get(residue, 0), total)
+    assert final == {residue: sum(range(residue, 600, 7)) for residue in range(7)}
+    shared = [path.suffix for path in (tmp_path / "chk" / "shared").iterdir()]
+    assert shared and (".sst" in shared) is table_files and all(suffix == ".sst" for suffix in shared) is table_files
 
 
 def test_a_configured_job_runs_with_what_the_configuration_says() -> None:

@@ -163,11 +163,20 @@ def test_a_job_with_a_filesystem_backend_checkpoints_into_its_directory(tmp_path
 
 @pytest.mark.parametrize("backend", [EmbeddedRocksDBStateBackend(), RocksDBStateBackend("file:///tmp/rocks", True)],
                          ids=["embedded", "legacy"])
-def test_rocksdb_backends_are_refused(backend: EmbeddedRocksDBStateBackend) -> None:
-    env = new_env()
-    with pytest.raises(InvalidProgramError, match="is not available: slipstream keeps keyed state in memory"):
-        env.set_state_backend(backend)
-    assert env.get_state_backend() is None
+def test_rocksdb_backends_are_taken_and_keep_state_in_their_local_directory(
+        backend: EmbeddedRocksDBStateBackend, tmp_path: Path) -> None:
+    env = new_env(2).enable_checkpointing(60_000)
+    env.get_checkpoint_config().set_checkpoint_interval_records(3)
+    backend.set_db_storage_paths(str(tmp_path / "local"))
+    env.set_state_backend(backend)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "checkpoints"))
+    assert env.get_state_backend() is backend and backend.is_incremental_checkpoints_enabled()
+    out: list[int] = []
+    env.from_collection(list(range(10))).key_by(lambda x: x % 2).reduce(lambda a, b: a + b).add_sink(out.append)
+    env.execute("on rocksdb")
+    assert sorted(out)[-2:] == [20, 25]
+    assert (tmp_path / "local").is_dir() and not list((tmp_path / "local").iterdir())  # each database went
+    assert any(path.suffix == ".sst" for path in (tmp_path / "checkpoints" / "shared").iterdir())
 
 
 # -- chaining -------------------------------------------------------------------------------------------

@@ -1,14 +1,29 @@
-"""The internal timer service: ordering, deduplication, deletion, firing with the key set, snapshots."""
+"""The internal timer service: ordering, deduplication, deletion, firing with the key set, snapshots;
+with its timers kept by either state backend (in a sorted list on the heap, on disk in RocksDB)."""
 
+from collections.abc import Iterator
 from typing import Any, Callable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService
+from slipstream.operators.timers import InternalTimer, InternalTimerService, KeyedTimerService, TimerQueue
 from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+from slipstream.runtime.state.rocksdb_backend import RocksDBKeyedStateBackend
 from slipstream.runtime.task import TaskProcessingTimeService
 from slipstream.testing import ManualClock
+
+BACKEND: list[type] = [HeapKeyedStateBackend]
+
+
+@pytest.fixture(autouse=True, scope="module", params=[HeapKeyedStateBackend, RocksDBKeyedStateBackend],
+                ids=["hashmap", "rocksdb"])
+def timers_backend(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test runs with the timers of each backend."""
+    BACKEND[0] = request.param
+    yield
+    BACKEND[0] = HeapKeyedStateBackend
 
 
 class Harness:
@@ -16,7 +31,7 @@ class Harness:
     kit's manual clock; records what fires."""
 
     def __init__(self) -> None:
-        self.backend = HeapKeyedStateBackend(128)
+        self.backend = BACKEND[0](128)
         self.clock = ManualClock()
         self.wakeups = TaskProcessingTimeService(self.clock)
         self.fired: list[tuple[str, int, Any, Any]] = []
@@ -108,9 +123,14 @@ def test_deleted_timers_leave_nothing_behind_and_keys_are_never_compared() -> No
         h.backend.set_current_key(key)
         h.service.delete_event_time_timer(None, 1_000 - len(str(key)))
     queue = h.service._event
-    assert len(queue._timers) == len(queue) == h.service.num_event_time_timers() == 3
+    assert stored(queue) == len(queue) == h.service.num_event_time_timers() == 3
     h.service.advance_watermark(1_000)
     assert [f[1:3] for f in h.fired] == [(996, "k498"), (997, 497), (997, 499)]
+
+
+def stored(queue: Any) -> int:
+    """The timers a queue stores: in its sorted list (heap) or its column family by firing order (RocksDB)."""
+    return len(queue._timers) if isinstance(queue, TimerQueue) else sum(1 for _ in queue._order.keys())
 
 
 @settings(max_examples=80, deadline=None)
@@ -138,7 +158,7 @@ def test_timers_fire_as_a_plain_model_says(ops: list) -> None:
             expected += [ident for ident, _ in due]
             for ident, _ in due:
                 del live[ident]
-        assert len(h.service._event._timers) == len(live)
+        assert stored(h.service._event) == len(live)
     assert [f[1:3] for f in h.fired] == expected
 
 

@@ -39,7 +39,7 @@ SUPPORTED_VERSIONS = (1, 2, 3)
 keyed state per state (``keyed_states``: Arrow or pickle files) in the checkpoint's directory;
 version 1 had one pickled keyed file per subtask (``keyed``). All are read."""
 SHARED_DIR = "shared"
-_SHARED_NAME = re.compile(r"^shared/[0-9a-f]{64}\.(arrow|pkl|seg)$")
+_SHARED_NAME = re.compile(r"^shared/[0-9a-f]{64}\.(arrow|pkl|seg|sst)$")
 """A shared file's name in a manifest: nothing else, so a manifest cannot point outside the storage."""
 
 

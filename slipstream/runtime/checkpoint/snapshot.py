@@ -65,11 +65,11 @@ from slipstream.runtime.checkpoint.manifest import (
     segment_name,
     shared_name,
 )
-from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_file, encode_keyed_state
+from slipstream.runtime.checkpoint.state_files import EXTENSIONS, decode_state_file
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 
 if TYPE_CHECKING:
-    from slipstream.runtime.state.heap_backend import KeyedStateView
+    from slipstream.runtime.state.heap_backend import FrozenView
 
 
 MAX_DELTAS = 32
@@ -104,7 +104,7 @@ class OperatorSnapshot:
     subtask_index: int
     parallelism: int
     max_parallelism: int
-    keyed: KeyedStateView | None
+    keyed: FrozenView | None
     key_groups: tuple[int, int] | None
     state: bytes | None
     name: str = ""
@@ -192,21 +192,21 @@ def encode_keyed(snap: OperatorSnapshot) -> tuple[KeyedFiles, dict[str, memoryvi
     base = view.base
     incremental = base is not None and len(base.deltas) < MAX_DELTAS \
         and base.delta_entries + view.changed <= DELTA_SHARE * base.base_entries
-    states = {name: view.changes(name) for name in view.names if view.dirty.get(name)} if incremental else \
-        {name: view.entries(name) for name in view.names}
+    encoded, entries = _encoded(snap, incremental)
     layer, infos, contents = [], {}, {}
-    for state, kind, data in _encoded(snap, states):
+    for state, kind, data in encoded:
         name, infos[name] = shared_name(data, EXTENSIONS[kind])
         layer.append({"state": state, "file": name, "format": kind})
         contents[name] = data
     if incremental:
-        return base.extended(layer, infos, view.changed), contents
-    return KeyedFiles(layer, [], infos, view.size, 0), contents
+        return base.extended(layer, infos, entries), contents
+    return KeyedFiles(layer, [], infos, entries, 0), contents
 
 
-def _encoded(snap: OperatorSnapshot, states: dict[str, Any]) -> list[tuple[str, str, memoryview]]:
+def _encoded(snap: OperatorSnapshot, incremental: bool) -> tuple[list[tuple[str, str, memoryview]], int]:
     try:
-        return encode_keyed_state(states)
+        assert snap.keyed is not None  # only a snapshot with keyed state has keyed files
+        return snap.keyed.encode_layer(incremental)
     except Exception as exc:  # noqa: BLE001 - any serialisation failure names the operator
         raise CheckpointError(f"operator '{snap.name}' (uid '{snap.uid}'), subtask {snap.subtask_index + 1}: "
                               f"its keyed state cannot be written to a checkpoint: {type(exc).__name__}: {exc}"
@@ -353,6 +353,15 @@ def loads_checkpointed(data: bytes, files: dict[str, bytes], checkpoint: str) ->
     return SegmentReader(fetch, getattr(files, "segments", None)).loads(data)
 
 
+def keyed_layers(subtask: SubtaskFiles, files: dict[str, bytes], checkpoint: str) -> list[dict[str, Any]]:
+    """A subtask's keyed state in a checkpoint as a backend restores it, layer by layer in order:
+    every entry, then the layers of changes (either backend's files; each state's file decoded)."""
+    if subtask.keyed is not None:  # format version 1
+        return [loads_checkpointed(files[subtask.keyed], files, checkpoint)]
+    return [{f["state"]: decode_state_file(f["format"], files[f["file"]]) for f in layer}
+            for layer in [subtask.keyed_states, *subtask.keyed_deltas]]
+
+
 def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes], checkpoint: str,
                   stored: Mapping[str, StoredContents] | None = None) -> None:
     """Put the state of a verified checkpoint into freshly built (not yet opened) tasks.
@@ -367,13 +376,6 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
     stored = stored or {}
     def load(name: str) -> Any:
         return loads_checkpointed(files[name], files, checkpoint)
-
-    def load_keyed(subtask: SubtaskFiles) -> list[dict[str, Any]]:
-        """The subtask's keyed state: every entry, then the layers of changes, to apply in order."""
-        if subtask.keyed is not None:  # format version 1
-            return [load(subtask.keyed)]
-        return [{f["state"]: decode_state_file(f["format"], files[f["file"]]) for f in layer}
-                for layer in [subtask.keyed_states, *subtask.keyed_deltas]]
 
     def has_keyed(subtask: SubtaskFiles) -> bool:
         return subtask.keyed is not None or bool(subtask.keyed_states)
@@ -395,7 +397,7 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
             if entry.parallelism == ctx.parallelism:
                 own = entry.subtasks[ctx.subtask_index]
                 if has_keyed(own) and backend is not None:
-                    for layer in load_keyed(own):
+                    for layer in keyed_layers(own, files, checkpoint):
                         backend.restore(layer)
                 if own.operator is not None:
                     operator.initialize_state(load(own.operator))
@@ -409,7 +411,7 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
                 for old in entry.subtasks:
                     if has_keyed(old) and old.key_groups is not None \
                             and old.key_groups[0] < groups.stop and groups.start < old.key_groups[1]:
-                        for layer in load_keyed(old):
+                        for layer in keyed_layers(old, files, checkpoint):
                             backend.restore(layer, key_groups=groups)
             max_parallelism = ctx.max_parallelism
 

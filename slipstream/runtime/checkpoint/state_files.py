@@ -58,7 +58,7 @@ import io
 import json
 import pickle
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -68,7 +68,10 @@ from slipstream.errors import CheckpointError
 ARROW = "arrow"
 PICKLE = "pickle-chunks"
 LEGACY_PICKLE = "pickle"
-EXTENSIONS = {ARROW: "arrow", PICKLE: "pkl", LEGACY_PICKLE: "pkl"}
+SST = "rocksdb-sst"
+"""A state of the RocksDB backend: its entries as a RocksDB table file (see
+:mod:`slipstream.runtime.state.rocksdb_backend`), key-group-prefixed keys in order."""
+EXTENSIONS = {ARROW: "arrow", PICKLE: "pkl", LEGACY_PICKLE: "pkl", SST: "sst"}
 CHUNK_ROWS = 4_096
 """Entries converted to Arrow, or pickled, per call (each call holds the interpreter lock throughout)."""
 
@@ -333,9 +336,19 @@ def encode_keyed_state(snapshot: Mapping[str, KeyedEntries | StateChunks]
     return parts
 
 
-def decode_state_file(kind: str, data: bytes | memoryview) -> KeyedEntries:
+class SstFile(NamedTuple):
+    """A state's RocksDB table file (format ``SST``), which only a RocksDB reads: the backend
+    restoring it ingests it."""
+
+    data: bytes | memoryview
+
+
+def decode_state_file(kind: str, data: bytes | memoryview) -> KeyedEntries | SstFile:
     """One state's entries by key group, from a (verified) file written by :func:`encode_keyed_state`
-    (or, for ``LEGACY_PICKLE``, by a slipstream that pickled a state's entries as one dict)."""
+    (or, for ``LEGACY_PICKLE``, by a slipstream that pickled a state's entries as one dict); a
+    RocksDB table file as it is."""
+    if kind == SST:
+        return SstFile(data)
     if kind == PICKLE:
         return _from_pickles(data)
     if kind == LEGACY_PICKLE:
@@ -353,5 +366,6 @@ def decode_state_file(kind: str, data: bytes | memoryview) -> KeyedEntries:
     return entries
 
 
-__all__ = ["ARROW", "CHUNK_ROWS", "EXTENSIONS", "LEGACY_PICKLE", "PICKLE", "StateChunks", "decode_state_file",
+__all__ = ["ARROW", "CHUNK_ROWS", "EXTENSIONS", "LEGACY_PICKLE", "PICKLE", "SST", "SstFile", "StateChunks",
+           "decode_state_file",
            "encode_keyed_state"]

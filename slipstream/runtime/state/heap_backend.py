@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import copy
 import itertools
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
+from slipstream.datastream.pipeline_options import TASK_HEAP
 from slipstream.datastream.state import (
     AggregatingStateDescriptor,
     InternalAggregatingState,
@@ -50,8 +52,10 @@ from slipstream.datastream.state import (
     StateDescriptor,
 )
 from slipstream.datastream.typeinfo import Row
-from slipstream.errors import SlipstreamError
-from slipstream.operators.memory import SAMPLE_ENTRIES, entry_bytes
+from slipstream.errors import CheckpointError, SlipstreamError
+from slipstream.operators.memory import SAMPLE_ENTRIES, MemoryBudget, entry_bytes
+from slipstream.operators.timers import TimerQueue
+from slipstream.runtime.checkpoint.state_files import SstFile, encode_keyed_state
 from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.key_groups import assign_to_key_groups
 from slipstream.runtime.state.ttl import TtlPolicy, TtlValue, ttl_state, unexpired
@@ -108,25 +112,26 @@ def _copied(value: Any, state_name: str, entry: Any) -> Any:
                               f"{type(exc).__name__}: {exc}") from exc
 
 
-class HeapKeyedStateBackend:
-    """Keyed state of one operator subtask; ``now`` is the processing-time clock state
-    time-to-live expires by (epoch ms)."""
+class KeyedBackendBase(ABC):
+    """What the keyed state backends share: the current key, the state handles by name (the
+    heap's handle classes over each backend's tables) and time-to-live over them. A backend
+    gives each state its table (:meth:`_table_for`: a dict, or what acts as one) and wires a
+    new handle to its checkpoint bookkeeping (:meth:`_attach`)."""
 
-    def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None) -> None:
+    def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None,
+                 budget: MemoryBudget | None = None) -> None:
         self.max_parallelism = max_parallelism
+        self.memory_budget = budget  # the subtask's share of the job's memory for its state (None: unbounded)
         self.current_key: Any = None
         self._now = now or SystemClock().now_ms
-        self._tables: dict[str, dict[Any, Any]] = {}
         self._states: dict[tuple[str, bool], _HeapState] = {}
         self._ttl: dict[str, TtlPolicy] = {}  # the states with time-to-live
         self._ttl_handles: dict[tuple[str, bool], InternalKvState] = {}  # their handles, over the plain ones in _states
         self._key_listeners: list[Callable[[], None]] = []  # incremental TTL cleanups run for every record
         self._kinds: dict[str, str] = {}
-        self._deltas: dict[str, dict[Any, Any]] | None = None  # frozen, or merging: the changes per table
         self._frozen = False
-        self._dirty: dict[str, set[Any]] | None = None  # per state: the entries changed since the last freeze
-        self._base: Any = None  # the files of the last completed checkpoint (opaque: see KeyedStateView)
-        self._view: KeyedStateView | None = None  # the frozen view of the checkpoint being written
+        self._base: Any = None  # the files of the last completed checkpoint (opaque: see FrozenView)
+        self._view: FrozenView | None = None  # the frozen view of the checkpoint being written
 
     def set_current_key(self, key: Any) -> None:
         try:
@@ -164,15 +169,14 @@ class HeapKeyedStateBackend:
         """The plain handle of a state, registered; a state with time-to-live gets its TTL handle
         over it (:mod:`~slipstream.runtime.state.ttl`), which reads and writes through it."""
         name, ttl = descriptor.name, descriptor.ttl_config
-        table = self._tables.setdefault(name, {})
+        table = self._table_for(name)
         if ttl is not None and ttl.is_enabled():
             cls: type[_HeapState] = _HeapState
         else:
             cls = HeapKeyValueState if descriptor.kind == "value" and not namespaced else \
                 _STATE_CLASSES[descriptor.kind]
         handle = cls(self, table, descriptor, namespaced)
-        handle._delta = None if self._deltas is None else self._deltas.get(name)
-        handle._dirty = _UNTRACKED if self._dirty is None else self._dirty.setdefault(name, set())
+        self._attach(handle, name)
         self._states[(name, namespaced)] = handle
         if cls is _HeapState and ttl is not None:  # the one implies the other
             policy = self._ttl.setdefault(name, TtlPolicy(ttl, self._now))
@@ -182,6 +186,121 @@ class HeapKeyedStateBackend:
             if cleanup is not None and incremental is not None and incremental.run_cleanup_for_every_record():
                 self._key_listeners.append(cleanup.run)
         return handle
+
+    @abstractmethod
+    def fresh(self) -> KeyedBackendBase:
+        """An empty backend of the same kind, clock and memory budget (a new round's keyed state)."""
+
+    def dispose(self) -> None:
+        """The job is over: free what garbage collection would not (nothing, for the heap)."""
+
+    def release(self) -> None:
+        """The frozen state is written (or given up): the changes made since go back in through
+        :meth:`merge_some` (at once if nothing changed). Nothing to do when not frozen.
+        A completed checkpoint's files become the base of the next; otherwise the entries it
+        would have saved stay marked changed."""
+        view, self._view = self._view, None
+        if view is not None:
+            if view.completed is not None:
+                self._base = view.completed
+            else:
+                self._keep_changes(view.dirty)
+        self._frozen = False
+        self.merge_some(0)
+
+    @abstractmethod
+    def account_memory(self) -> None:
+        """Hold the state's memory to :attr:`memory_budget` and record its usage (after every turn
+        of the task): the heap backend fails past it, RocksDB writes past it to disk."""
+
+    @abstractmethod
+    def value_accessors(
+        self, descriptor: StateDescriptor[Any]
+    ) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
+        """``get(key)`` and ``put(key, value)`` of a value state by record key, for built-in operators."""
+
+    @abstractmethod
+    def bulk_load(self, descriptor: StateDescriptor[Any], keys: Iterable[Any], values: Iterable[Any]) -> None:
+        """Install the final value of a value state for many keys at once (a None value leaves its key)."""
+
+    @abstractmethod
+    def timer_queue(self, domain: str) -> Any:
+        """The timers of time domain ``domain`` (``event`` or ``processing``)."""
+
+    @abstractmethod
+    def snapshot(self) -> dict[str, dict[int, list[tuple[Any, Any]]]]:
+        """Every entry by state name and key group, copied now."""
+
+    @abstractmethod
+    def restore(self, snapshot: dict[str, Any], key_groups: range | None = None) -> None:
+        """Load the entries of ``key_groups`` (all when None) from one layer of a checkpoint."""
+
+    @abstractmethod
+    def freeze(self) -> FrozenView:
+        """The state as it is now, for a checkpoint writer to read while the job goes on."""
+
+    @property
+    @abstractmethod
+    def merging(self) -> bool:
+        """Whether released changes still wait to be put back (:meth:`merge_some`)."""
+
+    @abstractmethod
+    def merge_some(self, budget: int) -> bool:
+        """Put up to ``budget`` changes made while frozen back into the state; whether all are."""
+
+    @abstractmethod
+    def _keep_changes(self, dirty: dict[str, Any]) -> None:
+        """A checkpoint was given up: its changed entries stay marked changed for the next."""
+
+    @abstractmethod
+    def _table_for(self, name: str) -> Any:
+        """State ``name``'s table (created when new): what its handles read and write."""
+
+    @abstractmethod
+    def _attach(self, handle: _HeapState, name: str) -> None:
+        """Wire a new handle of state ``name`` to the backend's checkpoint bookkeeping."""
+
+    @abstractmethod
+    def keys(self, state_name: str) -> Iterable[Any]:
+        """The keys that have an entry in ``state_name``."""
+
+    def _expiring(self) -> dict[str, int]:
+        """The states whose expired entries checkpoints leave out (TTL's full-snapshot cleanup), with their TTL."""
+        return {name: policy.ttl for name, policy in self._ttl.items() if policy.in_full_snapshot}
+
+
+class HeapKeyedStateBackend(KeyedBackendBase):
+    """Keyed state of one operator subtask; ``now`` is the processing-time clock state
+    time-to-live expires by (epoch ms)."""
+
+    def __init__(self, max_parallelism: int, now: Callable[[], int] | None = None,
+                 budget: MemoryBudget | None = None) -> None:
+        super().__init__(max_parallelism, now, budget)
+        self._tables: dict[str, dict[Any, Any]] = {}
+        self._deltas: dict[str, dict[Any, Any]] | None = None  # frozen, or merging: the changes per table
+        self._dirty: dict[str, set[Any]] | None = None  # per state: the entries changed since the last freeze
+
+    def fresh(self) -> HeapKeyedStateBackend:
+        return HeapKeyedStateBackend(self.max_parallelism, self._now, self.memory_budget)
+
+    def _table_for(self, name: str) -> dict[Any, Any]:
+        return self._tables.setdefault(name, {})
+
+    def _attach(self, handle: _HeapState, name: str) -> None:
+        handle._delta = None if self._deltas is None else self._deltas.get(name)
+        handle._dirty = _UNTRACKED if self._dirty is None else self._dirty.setdefault(name, set())
+
+    def timer_queue(self, domain: str) -> TimerQueue:
+        """The timers of time domain ``domain`` (``event`` or ``processing``), in a sorted list."""
+        return TimerQueue()
+
+    def bulk_load(self, descriptor: StateDescriptor[Any], keys: Iterable[Any], values: Iterable[Any]) -> None:
+        """Install the final value of a value state for many keys at once (a sorted backlog's
+        result); a None value leaves its key as it is."""
+        _, put = self.value_accessors(descriptor)
+        for key, value in zip(keys, values):
+            if value is not None:
+                put(key, value)
 
     def value_accessors(
         self, descriptor: StateDescriptor[Any]
@@ -214,6 +333,13 @@ class HeapKeyedStateBackend:
         return int(sum(len(table) * entry_bytes(itertools.islice(table.items(), SAMPLE_ENTRIES))
                        for table in self._tables.values()))
 
+    def account_memory(self) -> None:
+        """Past its share of the task heap the state fails the job (:class:`~slipstream.errors.MemoryBudgetError`
+        naming the operator and the budget), before the operating system would kill the process."""
+        if self.memory_budget is not None:
+            self.memory_budget.check(self.estimated_bytes(), "its keyed state (kept on the heap)",
+                                     f"raise {TASK_HEAP}, or keep the state on disk with a RocksDB state backend")
+
     # -- snapshots ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, dict[int, list[tuple[Any, Any]]]]:
         """Entries grouped by state name and key group, so they can be redistributed on restore;
@@ -242,26 +368,15 @@ class HeapKeyedStateBackend:
         self._frozen = True
         for (name, _), handle in self._states.items():
             handle._delta, handle._dirty = self._deltas[name], self._dirty[name]
-        expiring = {name: policy.ttl for name, policy in self._ttl.items() if policy.in_full_snapshot}
+        expiring = self._expiring()
         self._view = KeyedStateView(dict(self._tables), self.max_parallelism, dirty, self._base,
                                     expiring, self._now() if expiring else 0)
         return self._view
 
-    def release(self) -> None:
-        """The frozen tables are written (or given up): the changes made since are folded back by
-        :meth:`merge_some` (at once if nothing changed). Nothing to do when not frozen.
-        A completed checkpoint's files become the base of the next; otherwise the entries it
-        would have saved stay marked changed."""
-        view, self._view = self._view, None
-        if view is not None:
-            if view.completed is not None:
-                self._base = view.completed
-            else:
-                assert self._dirty is not None  # tracked since the first freeze, which made the view
-                for name, keys in view.dirty.items():
-                    self._dirty.setdefault(name, set()).update(keys)
-        self._frozen = False
-        self.merge_some(0)
+    def _keep_changes(self, dirty: dict[str, set[Any]]) -> None:
+        assert self._dirty is not None  # tracked since the first freeze, which made the view
+        for name, keys in dirty.items():
+            self._dirty.setdefault(name, set()).update(keys)
 
     @property
     def merging(self) -> bool:
@@ -293,6 +408,10 @@ class HeapKeyedStateBackend:
         """Load the entries of ``key_groups`` (all when None) from one or more snapshots; an entry
         whose value is None was removed (in the changes of an incremental checkpoint)."""
         for name, groups in snapshot.items():
+            if isinstance(groups, SstFile):
+                raise CheckpointError(f"state {name!r} was checkpointed by EmbeddedRocksDBStateBackend, as a "
+                                      "RocksDB table file, which HashMapStateBackend cannot read: restore the "
+                                      "job with env.set_state_backend(EmbeddedRocksDBStateBackend())")
             table = self._tables.setdefault(name, {})
             for group, entries in groups.items():
                 if key_groups is None or group in key_groups:
@@ -303,17 +422,15 @@ class HeapKeyedStateBackend:
                             table[entry_key] = _own_copy(value)
 
 
-class KeyedStateView:
-    """A backend's tables as they were at a checkpoint barrier, read (by the checkpoint writer,
-    in its own thread) while the backend is frozen.
+class FrozenView(ABC):
+    """What a frozen backend's view tells its checkpoint writer, on either backend: the state
+    names (``tables``: each state's table), ``dirty`` per state the entries changed since the
+    previous freeze, ``base`` what the checkpoint writer recorded as ``completed`` in the
+    backend's last checkpoint that completed (None: none has yet). The states named in
+    ``expiring`` (with their TTL) leave out what has expired at ``now``: TTL's full-snapshot
+    cleanup (a changed entry that expired is written as removed)."""
 
-    ``dirty`` holds per state the entries changed since the previous freeze, ``base`` what the
-    checkpoint writer recorded as ``completed`` in the backend's last checkpoint that completed
-    (None: none has yet). The states named in ``expiring`` (with their TTL) leave out what has
-    expired at ``now``: TTL's full-snapshot cleanup (a changed entry that expired is written as
-    removed)."""
-
-    def __init__(self, tables: dict[str, dict[Any, Any]], max_parallelism: int,
+    def __init__(self, tables: dict[str, Any], max_parallelism: int,
                  dirty: dict[str, set[Any]] | None = None, base: Any = None,
                  expiring: dict[str, int] | None = None, now: int = 0) -> None:
         self._tables = tables
@@ -326,6 +443,26 @@ class KeyedStateView:
     @property
     def names(self) -> list[str]:
         return list(self._tables)
+
+    @property
+    def changed(self) -> int:
+        """Entries changed since the previous freeze, over all states."""
+        return sum(len(self.dirty.get(name, ())) for name in self._tables)
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """Entries over all states (the coordinator writes small state at once)."""
+
+    @abstractmethod
+    def encode_layer(self, incremental: bool) -> tuple[list[tuple[str, str, memoryview]], int]:
+        """The files of a checkpoint's layer, as ``(state name, format, contents)``, and how many
+        entries they hold: every entry, or (``incremental``) those changed since the previous freeze."""
+
+
+class KeyedStateView(FrozenView):
+    """The heap backend's tables as they were at a checkpoint barrier, read (by the checkpoint
+    writer, in its own thread) while the backend is frozen."""
 
     @property
     def size(self) -> int:
@@ -342,10 +479,13 @@ class KeyedStateView:
         return _FrozenState(self.dirty.get(name, ()), self._tables[name].get, self, self._expiring.get(name),
                             removed_as_none=True)
 
-    @property
-    def changed(self) -> int:
-        """Entries changed since the previous freeze, over all states."""
-        return sum(len(self.dirty.get(name, ())) for name in self._tables)
+    def encode_layer(self, incremental: bool) -> tuple[list[tuple[str, str, memoryview]], int]:
+        """The files of a checkpoint's layer, as ``(state name, format, contents)``, and how many
+        entries they hold: every entry, or (``incremental``) those changed since the previous freeze."""
+        if incremental:
+            changed = {name: self.changes(name) for name in self.names if self.dirty.get(name)}
+            return encode_keyed_state(changed), self.changed
+        return encode_keyed_state({name: self.entries(name) for name in self.names}), self.size
 
     def key_groups(self, entries: list[Any]) -> list[int]:
         """The key group of each entry key."""
@@ -418,7 +558,7 @@ class _NamespacedKey(tuple[Any, ...]):
 class _HeapState:
     """A state handle: reads and writes the table, or while frozen its delta (see the module docstring)."""
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: dict[Any, Any],
+    def __init__(self, backend: KeyedBackendBase, table: Any,
                  descriptor: StateDescriptor[Any], namespaced: bool) -> None:
         self._backend = backend
         self._table = table
