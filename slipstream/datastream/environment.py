@@ -122,7 +122,8 @@ class StreamExecutionEnvironment:
                   show_progress: bool | None = None, progress_interval: float | None = None,
                   ui_port: int | None = None, metrics_port: int | None = None,
                   managed_memory: int | str | None = None, task_heap_memory: int | str | None = None,
-                  network_memory: int | str | None = None, workers: int | None = None
+                  network_memory: int | str | None = None, workers: int | None = None,
+                  heartbeat_interval_ms: int | None = None, heartbeat_timeout_ms: int | None = None
                   ) -> StreamExecutionEnvironment:
         """Apply a PyFlink ``Configuration`` (Flink's keys, see
         :mod:`slipstream.datastream.pipeline_options`; other keys are kept and readable with
@@ -134,7 +135,9 @@ class StreamExecutionEnvironment:
         budgets in bytes (or ``"64 mb"``), Flink's ``taskmanager.memory.managed.size``,
         ``.task.heap.size`` and ``.network.max`` (see :mod:`slipstream.operators.memory`).
         ``workers`` is how many worker processes run the job's subtasks (Flink's
-        ``local.number-taskmanager``; 1, the default, runs everything in this process)."""
+        ``local.number-taskmanager``; 1, the default, runs everything in this process);
+        ``heartbeat_interval_ms`` and ``heartbeat_timeout_ms`` are how often a worker reports and
+        how long its silence fails the job (Flink's ``heartbeat.interval`` and ``heartbeat.timeout``)."""
         if configuration is not None:
             apply_configuration(self, configuration)
         options = self.runtime_options
@@ -155,7 +158,8 @@ class StreamExecutionEnvironment:
                             ("sort_memory_budget", sort_memory_budget),
                             ("channel_memory_budget", channel_memory_budget),
                             ("channel_memory_budget_bytes", channel_memory_budget_bytes),
-                            ("workers", workers)):
+                            ("workers", workers), ("heartbeat_interval_ms", heartbeat_interval_ms),
+                            ("heartbeat_timeout_ms", heartbeat_timeout_ms)):
             if value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or (name != "scheduler_seed" and value < 1):

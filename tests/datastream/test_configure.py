@@ -18,7 +18,8 @@ from slipstream.testing import ManualClock
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 SET_ELSEWHERE = {"batch_engine", "engine_options",  # set_batch_engine(...) sets these
-                 "progress_listeners"}  # add_progress_listener(...) adds to these
+                 "progress_listeners",  # add_progress_listener(...) adds to these
+                 "runner"}  # set_runner(...) or execute(runner=...) sets this
 
 
 def configure_parameters() -> set[str]:
