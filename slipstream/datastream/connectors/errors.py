@@ -18,6 +18,7 @@ class SourceFormatError(JobExecutionError, ValueError):
 
     def __init__(self, path: str | None, line_number: int | None, offset: int | None,
                  expected: str, got: object, field: str | None = None) -> None:
+        self._arguments = (path, line_number, offset, expected, got, field)
         self.path = path
         self.line_number = line_number
         self.offset = offset
@@ -35,6 +36,10 @@ class SourceFormatError(JobExecutionError, ValueError):
         if len(shown) > 200:
             shown = shown[:197] + "..."
         super().__init__(f"{where}: expected {expected}, got {shown}")
+
+    def __reduce__(self) -> tuple[type[SourceFormatError], tuple[object, ...]]:
+        """Pickled with its arguments, so a worker process's failure reaches the driver with its fields."""
+        return type(self), self._arguments
 
 
 class SourcePathNotFoundError(JobExecutionError, FileNotFoundError):
