@@ -36,6 +36,7 @@ def small_batches(env: StreamExecutionEnvironment) -> StreamExecutionEnvironment
 
 
 # -- union ------------------------------------------------------------------------------------------
+@pytest.mark.workers(1, 2)
 def test_union_of_three_streams(env: StreamExecutionEnvironment) -> None:
     a = small_batches(env).from_collection(list(range(40)))
     b = env.from_collection(list(range(100, 130))).map(lambda x: x * 2)
@@ -164,6 +165,7 @@ class Enrich(KeyedCoProcessFunction):
 
 
 @pytest.mark.seeds(*SEEDS[:2])
+@pytest.mark.workers(1, 2)
 def test_keyed_co_process_enrichment(env: StreamExecutionEnvironment) -> None:
     customers = [(f"c{i}", f"name-{i}") for i in range(0, 12, 2)] + [("c11", "late-eleven")]
     orders = [(f"c{i % 13}", n) for n, i in enumerate(range(0, 200, 7))]
@@ -245,6 +247,7 @@ def test_shuffle_delivers_everything_somewhere(env: StreamExecutionEnvironment) 
 @pytest.mark.parallelisms(2, 3)
 @pytest.mark.seeds(*SEEDS)
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+@pytest.mark.workers(1, 2)
 def test_broadcast_sends_every_record_to_every_subtask(env: StreamExecutionEnvironment) -> None:
     parallelism = env.get_parallelism()
     got = list(env.from_collection(list(range(N))).broadcast().map(WhereAmI()).execute_and_collect())

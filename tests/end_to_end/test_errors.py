@@ -141,6 +141,7 @@ def test_reduce_returning_none_fails_instead_of_restarting_the_key(env: StreamEx
 
 @pytest.mark.parallelisms(1, 2)
 @pytest.mark.seeds(0)
+@pytest.mark.workers(1, 2)
 def test_sink_function_error_names_the_sink_and_record(env: StreamExecutionEnvironment) -> None:
     parallelism = env.get_parallelism()
 

@@ -49,6 +49,7 @@ class TracksClose(MapFunction):
 # -- the iterator ---------------------------------------------------------------------------------
 @pytest.mark.parallelisms(1, 2, 4)
 @pytest.mark.seeds(0, 8)
+@pytest.mark.workers(1, 2)
 def test_iterator_protocol(env: StreamExecutionEnvironment) -> None:
     it = env.from_collection(list(range(50))).map(lambda x: x * x).execute_and_collect()
     assert isinstance(it, CloseableIterator)

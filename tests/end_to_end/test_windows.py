@@ -108,6 +108,7 @@ class WithTimestamp(ProcessFunction):
         yield value, ctx.timestamp()
 
 
+@pytest.mark.workers(1, 2)
 def test_tumbling_event_time_reduce(env: StreamExecutionEnvironment) -> None:
     small_batches(env)
     got = list(
@@ -149,6 +150,7 @@ class LabelWithWindow(ProcessWindowFunction):
             yield key, window.start, window.end, count, total
 
 
+@pytest.mark.workers(1, 2)
 def test_sliding_event_time_aggregate_with_process_window_function(env: StreamExecutionEnvironment) -> None:
     small_batches(env)
     got = list(
@@ -212,6 +214,7 @@ def test_session_windows_process(env: StreamExecutionEnvironment) -> None:
     assert sorted(got) == sorted(expected)
 
 
+@pytest.mark.workers(1, 2)
 def test_session_windows_aggregate_merges_accumulators(env: StreamExecutionEnvironment) -> None:
     small_batches(env)
     got = list(
