@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from slipstream.errors import CheckpointError, JobExecutionError
 
@@ -85,7 +86,7 @@ class BadRecord:
             got = repr(got)
         return BadRecord(got, str(error), error.path, error.line_number, error.offset, error.field)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[Any, Any]:
         """The fields as a dict (for ``JsonLinesEncoder``; bytes are shown as text with escapes)."""
         raw = self.raw.decode("utf-8", "backslashreplace") if isinstance(self.raw, bytes) else self.raw
         return {"raw": raw, "error": self.error, "path": self.path, "line": self.line,
