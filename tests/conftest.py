@@ -33,8 +33,9 @@ sockets between workers. A run on N > 1 none of whose jobs ran on worker process
 teardown. Worker processes do not run loops, iterations or a manual clock yet (the job is refused
 naming why); what a worker prints, or appends to a list of the test's, stays in the worker; a
 source or function holding a lock or a SparkSession cannot be sent to one: such tests stay on one
-process. Each job on workers starts N interpreters (about a second):
-give the axis to end-to-end tests that cover a feature, not to every variant of it.
+process. Progress listeners see no operator figures from workers yet, so the engines check runs on
+the test's runs in one process. Each job on workers starts N interpreters (about a second): give
+the axis to end-to-end tests that cover a feature, not to every variant of it.
 """
 
 from __future__ import annotations
@@ -104,8 +105,7 @@ AXES = (
          lambda env, seed, _: env.configure(scheduler_seed=seed)),
     Axis("engines", "how the backlog runs: 'polars', 'spark' or 'record-by-record'", lambda: ("polars",), str,
          use_engine, labelled=False),
-    Axis("workers", "how many worker processes run each job (configure(workers=N)); above 1 at the largest "
-                    "parallelism only,",
+    Axis("workers", "the worker process counts (configure(workers=N); above 1 only at the largest parallelism)",
          lambda: (1,), lambda n: f"w{n}", lambda env, n, _: env.configure(workers=n), labelled=False),
 )
 
