@@ -39,6 +39,7 @@ class UserFunctionError(JobExecutionError):
         message = (f"{where}, subtask {subtask_index + 1}/{parallelism}, failed on "
                    f"{what} {shown}: {type(cause).__name__}: {cause}")
         super().__init__(message)
+        self.__cause__ = cause  # also where it is unpickled (a worker process's failure in the driver)
 
     def __reduce__(self) -> tuple[type[UserFunctionError], tuple[object, ...]]:
         """Pickled with its arguments, so a worker process's failure reaches the driver as it was raised."""

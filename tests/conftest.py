@@ -9,6 +9,7 @@ or a module (``pytestmark``); the closest one wins::
     @pytest.mark.parallelisms(2, 4)
     @pytest.mark.seeds(*range(5))                        # explore more interleavings
     @pytest.mark.engines("polars", "spark")              # the backlog as batch work on both engines
+    @pytest.mark.workers(1, 2)                           # in this process, and on two worker processes
     @pytest.mark.configure(batch_size=2, channel_capacity=2)  # env.configure(...) for every run
     @pytest.mark.zipped(parallelisms=(1, 4), seeds=(0, 3))  # two runs, p1-s0 and p4-s3, not a product
 
@@ -23,6 +24,18 @@ test), or ``"record-by-record"`` (``backlog_sorting=False``). A test that names 
 its marker must use it: a run whose jobs sorted no backlog on that engine fails at teardown, so a
 job the Spark engine does not apply to never passes as a Spark test while running on polars.
 Spark runs cost a job each; give the axis to a few representative tests, not a whole module.
+
+The ``workers`` axis runs a job in this process (1, the default) or on N worker processes
+(``configure(workers=N)``). A value above 1 runs only at the test's largest parallelism, when that
+is above 1: a job of parallelism 1 runs in one process whatever N is (the run would repeat w1), and
+at the largest each worker holds several subtasks, so records cross both local channels and the
+sockets between workers. A run on N > 1 none of whose jobs ran on worker processes fails at
+teardown. Worker processes do not run loops, iterations or a manual clock yet (the job is refused
+naming why); what a worker prints, or appends to a list of the test's, stays in the worker; a
+source or function holding a lock or a SparkSession cannot be sent to one: such tests stay on one
+process. Progress listeners see no operator figures from workers yet, so the engines check runs on
+the test's runs in one process. Each job on workers starts N interpreters (about a second): give
+the axis to end-to-end tests that cover a feature, not to every variant of it.
 """
 
 from __future__ import annotations
@@ -38,7 +51,11 @@ from typing import Any
 import pytest
 
 from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+from slipstream.datastream.job_spec import JobSpec
 from slipstream.datastream.progress_listener import JobProgressListener, JobTerminatedEvent
+from slipstream.runtime import driver
+from slipstream.runtime.job_graph import JobGraph
+from slipstream.runtime.workers.placement import Placement
 
 pytest_plugins = ("pytester",)  # tests/testing checks the env fixture on tests it runs
 
@@ -78,9 +95,7 @@ class Axis:
     labelled: bool = True
 
 
-# The axes, in the order of a test id's parts. A workers axis is one more entry here:
-#   Axis("workers", "the worker processes", lambda: (1,), lambda n: f"w{n}",
-#        lambda env, n, _: env.configure(workers=n), labelled=False)
+# The axes, in the order of a test id's parts.
 AXES = (
     Axis("modes", "the runtime modes", lambda: (RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH),
          lambda mode: mode.name.lower(), lambda env, mode, _: env.set_runtime_mode(mode)),
@@ -90,7 +105,17 @@ AXES = (
          lambda env, seed, _: env.configure(scheduler_seed=seed)),
     Axis("engines", "how the backlog runs: 'polars', 'spark' or 'record-by-record'", lambda: ("polars",), str,
          use_engine, labelled=False),
+    Axis("workers", "the worker process counts (configure(workers=N); above 1 only at the largest parallelism)",
+         lambda: (1,), lambda n: f"w{n}", lambda env, n, _: env.configure(workers=n), labelled=False),
 )
+
+
+def _runs_as_asked(values: dict[str, Any], largest: int) -> bool:
+    """Whether a combination is one the fixture runs: workers above 1 only at the test's largest
+    parallelism, when it is above 1 (at parallelism 1 a job runs in one process however many workers
+    it is given, and the largest puts several subtasks on each worker, so both local channels and
+    channels between workers carry records)."""
+    return values["workers"] == 1 or values["parallelisms"] == largest > 1
 
 
 @dataclass(frozen=True)
@@ -129,12 +154,16 @@ def _runs(metafunc: pytest.Metafunc) -> list[EnvRun]:
     markers = {axis.marker: node.get_closest_marker(axis.marker) for axis in free}
     named = frozenset(together) | {name for name, marker in markers.items() if marker is not None}
     choices = [axis.default() if markers[axis.marker] is None else tuple(markers[axis.marker].args) for axis in free]
-    runs = []
-    for tied in zip(*together.values()) if together else [()]:
-        for combination in itertools.product(*choices):
-            values = dict(zip(markers, combination)) | dict(zip(together, tied))
-            label = "-".join(axis.label(values[axis.marker]) for axis in AXES if axis.labelled or axis.marker in named)
-            runs.append(EnvRun(values, label, named))
+    combinations = [dict(zip(markers, combination)) | dict(zip(together, tied))
+                    for tied in (zip(*together.values()) if together else [()])
+                    for combination in itertools.product(*choices)]
+    largest = max(values["parallelisms"] for values in combinations)
+    runs = [EnvRun(values, "-".join(axis.label(values[axis.marker]) for axis in AXES
+                                    if axis.labelled or axis.marker in named), named)
+            for values in combinations if _runs_as_asked(values, largest)]
+    if any(values["workers"] > 1 for values in combinations) and all(run.values["workers"] == 1 for run in runs):
+        raise pytest.UsageError(f"{node.nodeid}: its workers marker asks for worker processes, but it runs only at "
+                                f"parallelism 1, where a job runs in one process")
     return runs
 
 
@@ -163,25 +192,44 @@ class EngineUse(JobProgressListener):
         self.engines.update(op.batch_engine for op in event.progress.operators if op.batch_engine)
 
 
+class WorkerUse:
+    """The placements the driver chose for the jobs of one test: whether any ran on worker processes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.on_workers = False
+        place = driver.place_subtasks
+
+        def recording(graph: JobGraph, spec: JobSpec) -> Placement | None:
+            placement = place(graph, spec)
+            self.on_workers |= placement is not None
+            return placement
+        monkeypatch.setattr(driver, "place_subtasks", recording)
+
+
 @pytest.fixture
-def env(request: pytest.FixtureRequest) -> Iterator[StreamExecutionEnvironment]:
-    """A new environment with this run's value on every axis, after the ``configure`` markers' options."""
+def env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[StreamExecutionEnvironment]:
+    """A new environment with this run's value on every axis, after the ``configure`` markers' options;
+    a run on a batch engine or on worker processes its jobs did not use fails at teardown."""
     run: EnvRun = request.param
     environment = StreamExecutionEnvironment.get_execution_environment()
     environment.configure(**configured_options(request.node))
     for axis in AXES:
         axis.apply(environment, run.values[axis.marker], request)
-    engine = run.values["engines"]
-    if "engines" not in run.named or engine == "record-by-record":
-        yield environment
-        return
-    use = EngineUse()
-    environment.add_progress_listener(use)
+    engine, workers = run.values["engines"], run.values["workers"]
+    # a run on worker processes reports no operator figures to progress listeners yet (its tasks run
+    # elsewhere): the engine a job used is checked on the test's runs in one process
+    engines = EngineUse() if "engines" in run.named and engine != "record-by-record" and workers == 1 else None
+    if engines is not None:
+        environment.add_progress_listener(engines)
+    placements = WorkerUse(monkeypatch) if workers > 1 else None
     yield environment
-    if engine not in use.engines:
+    if engines is not None and engine not in engines.engines:
         pytest.fail(f"{request.node.nodeid} asked for the {engine} engine, but none of its jobs sorted a backlog "
-                    f"on it (ran on: {sorted(use.engines) or 'none'}): the job has no operator whose backlog "
+                    f"on it (ran on: {sorted(engines.engines) or 'none'}): the job has no operator whose backlog "
                     f"runs as sorted batch work; drop {engine!r} from its engines marker", pytrace=False)
+    if placements is not None and not placements.on_workers:
+        pytest.fail(f"{request.node.nodeid} asked for {workers} worker processes, but none of its jobs ran on "
+                    f"them (each had parallelism 1, or ran no job): drop it from its workers marker", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ class AggregationType(Enum):
     MAX_BY = "max_by"
 
 
-class AggregationFunction(ReduceFunction):
+class AggregationFunction(ReduceFunction[Any]):
     """A built-in aggregation of ``field`` (a position or a name); :attr:`aggregation` says which."""
 
     def __init__(self, field: int | str, aggregation_type: AggregationType) -> None:

@@ -125,14 +125,14 @@ class FlatJoinFunction(Function, Generic[IN1, IN2, OUT]):
     def join(self, first: IN1, second: IN2) -> Iterable[OUT]: ...
 
 
-class JoinCoGroupFunction(CoGroupFunction):
+class JoinCoGroupFunction(CoGroupFunction[Any, Any, Any]):
     """A join as a co_group: the nested loop over both sides of a key (inner join).
 
     Opens, closes and declares attributes through the join function it wraps, so the user
     sees the lifecycle of their own function.
     """
 
-    def __init__(self, join_function: JoinFunction | FlatJoinFunction) -> None:
+    def __init__(self, join_function: JoinFunction[Any, Any, Any] | FlatJoinFunction[Any, Any, Any]) -> None:
         self.join_function = join_function
         self._flat = isinstance(join_function, FlatJoinFunction)
 
@@ -165,12 +165,13 @@ class JoinCoGroupFunction(CoGroupFunction):
         return f"Join({function_name(self.join_function)})"
 
 
-def _join_function(function: Any) -> JoinFunction | FlatJoinFunction:
+def _join_function(function: Any) -> JoinFunction[Any, Any, Any] | FlatJoinFunction[Any, Any, Any]:
     if isinstance(function, (JoinFunction, FlatJoinFunction)):
         return function
-    if inspect.isgeneratorfunction(function):
-        return as_function(function, FlatJoinFunction, "join", 2, "JoinedStreams.apply")
-    return as_function(function, JoinFunction, "join", 2, "JoinedStreams.apply")
+    kind = FlatJoinFunction if inspect.isgeneratorfunction(function) else JoinFunction
+    joined: JoinFunction[Any, Any, Any] | FlatJoinFunction[Any, Any, Any] = \
+        as_function(function, kind, "join", 2, "JoinedStreams.apply")
+    return joined
 
 
 # -- builders ---------------------------------------------------------------------------------------
@@ -180,7 +181,7 @@ class _TwoStreams:
     _api = ""
     _operation = ""
 
-    def __init__(self, input1: DataStream, input2: DataStream) -> None:
+    def __init__(self, input1: DataStream[Any], input2: DataStream[Any]) -> None:
         from slipstream.datastream.data_stream import DataStream
         if not isinstance(input2, DataStream):
             raise InvalidProgramError(f"DataStream.{self._operation} expects a DataStream, got {input2!r}")
@@ -254,7 +255,7 @@ class EqualTo:
         self._streams = streams
         self._selectors = selectors
 
-    def window(self, assigner: WindowAssigner) -> WithWindow:
+    def window(self, assigner: WindowAssigner[Any, Any]) -> WithWindow:
         """Group each key's records of both inputs by the windows ``assigner`` gives them."""
         if not isinstance(assigner, WindowAssigner):
             raise InvalidProgramError(f"{self._streams._api}.window expects a WindowAssigner, "
@@ -266,16 +267,16 @@ class WithWindow:
     """A windowed co_group or join, waiting for options and its function (``apply``)."""
 
     def __init__(self, streams: _TwoStreams, selectors: tuple[Callable[[Any], Any], Callable[[Any], Any]],
-                 assigner: WindowAssigner) -> None:
+                 assigner: WindowAssigner[Any, Any]) -> None:
         self._streams = streams
         self._selectors = selectors
         self._assigner = assigner
         self._api = streams._api
-        self._trigger: Trigger | None = None
-        self._evictor: Evictor | None = None
+        self._trigger: Trigger[Any, Any] | None = None
+        self._evictor: Evictor[Any, Any] | None = None
         self._allowed_lateness = 0
 
-    def trigger(self, trigger: Trigger) -> WithWindow:
+    def trigger(self, trigger: Trigger[Any, Any]) -> WithWindow:
         """Replace the assigner's default trigger (it sees the elements of both inputs)."""
         if not isinstance(trigger, Trigger):
             raise InvalidProgramError(f"{self._api}.trigger expects a Trigger, got {trigger!r}")
@@ -285,7 +286,7 @@ class WithWindow:
         self._trigger = trigger
         return self
 
-    def evictor(self, evictor: Evictor) -> WithWindow:
+    def evictor(self, evictor: Evictor[Any, Any]) -> WithWindow:
         """Evict elements (of both inputs) before/after the function runs."""
         if not isinstance(evictor, Evictor):
             raise InvalidProgramError(f"{self._api}.evictor expects an Evictor, got {evictor!r}")
@@ -300,7 +301,7 @@ class WithWindow:
         self._allowed_lateness = lateness
         return self
 
-    def apply(self, function: Any, output_type: Any = None, vectorized: bool = False) -> DataStream:
+    def apply(self, function: Any, output_type: Any = None, vectorized: bool = False) -> DataStream[Any]:
         """Evaluate the window with ``function``.
 
         co_group: a :class:`CoGroupFunction`, a :class:`VectorizedCoGroupFunction`, or a

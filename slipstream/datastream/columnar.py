@@ -8,7 +8,7 @@ batches along; the first operator that runs a per-record Python function asks fo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -22,7 +22,7 @@ def named_row(names: Sequence[str], values: Sequence[Any]) -> Row:
     return row
 
 
-def column_values(column: pa.Array | pa.ChunkedArray) -> list:
+def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
     """A column's values as Python objects, as ``to_pylist()`` gives them.
 
     Integer and floating columns without nulls go through numpy's ``tolist`` (same
@@ -31,11 +31,11 @@ def column_values(column: pa.Array | pa.ChunkedArray) -> list:
     kind = column.type
     if column.null_count == 0 and (pa.types.is_integer(kind) or
                                    (pa.types.is_floating(kind) and not pa.types.is_float16(kind))):
-        return column.to_numpy().tolist()
-    return column.to_pylist()
+        return cast("list[Any]", column.to_numpy().tolist())
+    return cast("list[Any]", column.to_pylist())
 
 
-def rows_from_columns(names: Sequence[str], columns: Sequence[list]) -> list[Row]:
+def rows_from_columns(names: Sequence[str], columns: Sequence[list[Any]]) -> list[Row]:
     """Named rows of parallel Python ``columns`` (one list per field of ``names``).
 
     The hot loop of every columnar-to-row conversion: rows share one list of field

@@ -9,7 +9,7 @@ Names, argument order and behaviour follow ``pyflink.datastream.DataStream``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from slipstream.attributes import Boundedness
 from slipstream.datastream.aggregation import AggregationFunction, aggregator
@@ -71,7 +71,7 @@ def _key_selector(key_selector: Any, what: str) -> Callable[[Any], Any]:
     if isinstance(key_selector, (int, str)) and not isinstance(key_selector, bool):
         return FieldKey(key_selector)  # says its field, so columnar operators can read the column
     if callable(key_selector) and not isinstance(key_selector, type):
-        return as_function(key_selector, KeySelector, "get_key", 1, what).get_key
+        return cast("Callable[[Any], Any]", as_function(key_selector, KeySelector, "get_key", 1, what).get_key)
     raise InvalidProgramError(f"{what} expects a KeySelector, a callable, a field position or a "
                               f"field name, got {key_selector!r}")
 
@@ -186,25 +186,26 @@ class DataStream(Generic[T]):
     def _key_selectors(self) -> list[Callable[[Any], Any] | None]:
         return []
 
-    def map(self, func: MapFunction | Callable[[T], Any], output_type: Any = None) -> DataStream:
+    def map(self, func: MapFunction[Any, Any] | Callable[[T], Any], output_type: Any = None) -> DataStream[Any]:
         """Apply ``func`` to every record and emit its result."""
         function = as_function(func, MapFunction, "map", 1, "DataStream.map")
         return DataStream(self._env, self._append(MapTransformation, "Map", output_type=output_type,
                                                   function=function))
 
-    def flat_map(self, func: FlatMapFunction | Callable[[T], Any], output_type: Any = None) -> DataStream:
+    def flat_map(self, func: FlatMapFunction[Any, Any] | Callable[[T], Any],
+                 output_type: Any = None) -> DataStream[Any]:
         """Apply ``func`` to every record and emit each element of what it returns or yields."""
         function = as_function(func, FlatMapFunction, "flat_map", 1, "DataStream.flat_map")
         return DataStream(self._env, self._append(FlatMapTransformation, "FlatMap",
                                                   output_type=output_type, function=function))
 
-    def filter(self, func: FilterFunction | Callable[[T], bool]) -> DataStream[T]:
+    def filter(self, func: FilterFunction[Any] | Callable[[T], bool]) -> DataStream[T]:
         """Keep the records for which ``func`` returns true."""
         function = as_function(func, FilterFunction, "filter", 1, "DataStream.filter")
         return DataStream(self._env, self._append(FilterTransformation, "Filter",
                                                   output_type=self.get_type(), function=function))
 
-    def process(self, func: ProcessFunction, output_type: Any = None) -> DataStream:
+    def process(self, func: ProcessFunction[Any, Any], output_type: Any = None) -> DataStream[Any]:
         """Run a ``ProcessFunction`` (yielding outputs, side outputs via ``yield tag, value``)."""
         if not isinstance(func, ProcessFunction):
             raise InvalidProgramError(f"DataStream.process expects a ProcessFunction, got {func!r}"
@@ -222,7 +223,7 @@ class DataStream(Generic[T]):
             TimestampsAndWatermarksTransformation, "Timestamps/Watermarks",
             output_type=self.get_type(), watermark_strategy=watermark_strategy))
 
-    def get_side_output(self, output_tag: OutputTag) -> DataStream:
+    def get_side_output(self, output_tag: OutputTag) -> DataStream[Any]:
         """The records the operator of this stream emitted to ``output_tag``."""
         if not isinstance(output_tag, OutputTag):
             raise InvalidProgramError(f"get_side_output expects an OutputTag, got {output_tag!r}")
@@ -231,7 +232,7 @@ class DataStream(Generic[T]):
             output_type=output_tag.type_info, tag=output_tag))
 
     # -- partitioning --------------------------------------------------------------------------
-    def key_by(self, key_selector: KeySelector | Callable[[T], Any] | int | str,
+    def key_by(self, key_selector: KeySelector[Any, Any] | Callable[[T], Any] | int | str,
                key_type: Any = None) -> KeyedStream[T]:
         """Partition by key: records with equal keys go to the same subtask and share keyed state."""
         selector = _key_selector(key_selector, "DataStream.key_by")
@@ -286,8 +287,8 @@ class DataStream(Generic[T]):
         """Send every record to the first downstream subtask."""
         return self._partition(Partitioning.GLOBAL)
 
-    def partition_custom(self, partitioner: Partitioner | Callable[[Any, int], int],
-                         key_selector: KeySelector | Callable[[T], Any] | int | str) -> DataStream[T]:
+    def partition_custom(self, partitioner: Partitioner[Any] | Callable[[Any, int], int],
+                         key_selector: KeySelector[Any, Any] | Callable[[T], Any] | int | str) -> DataStream[T]:
         """Choose the downstream subtask with ``partitioner(key, num_partitions)``."""
         function = as_function(partitioner, Partitioner, "partition", 2, "DataStream.partition_custom")
         return self._partition(Partitioning.CUSTOM, partitioner=function,
@@ -305,7 +306,7 @@ class DataStream(Generic[T]):
         return DataStream(self._env, self._env._add_transformation(
             UnionTransformation, "Union", inputs, output_type=self.get_type()))
 
-    def connect(self, ds: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
+    def connect(self, ds: DataStream[Any] | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
         """Connect with another stream (possibly of another type) for a two-input function, or with
         a :class:`BroadcastStream` for a (keyed) broadcast process function."""
         other = ds.input_stream if isinstance(ds, BroadcastStream) else ds
@@ -317,20 +318,20 @@ class DataStream(Generic[T]):
             return BroadcastConnectedStream(self, ds, ds.broadcast_state_descriptors)
         return ConnectedStreams(self, ds)
 
-    def co_group(self, other: DataStream) -> Any:
+    def co_group(self, other: DataStream[Any]) -> Any:
         """Group this stream and ``other`` by key and window: returns ``CoGroupedStreams``
         (``.where(k1).equal_to(k2).window(assigner).apply(fn)``)."""
         from slipstream.datastream.co_group import CoGroupedStreams
         return CoGroupedStreams(self, other)
 
-    def join(self, other: DataStream) -> Any:
+    def join(self, other: DataStream[Any]) -> Any:
         """Join this stream with ``other`` by key within windows: returns ``JoinedStreams``
         (``.where(k1).equal_to(k2).window(assigner).apply(join_fn)``)."""
         from slipstream.datastream.co_group import JoinedStreams
         return JoinedStreams(self, other)
 
     # -- loops (FLIP-15) ------------------------------------------------------------------------
-    def iterate(self, loop_fn: Any) -> DataStream:
+    def iterate(self, loop_fn: Any) -> DataStream[Any]:
         """A loop over this stream: ``loop_fn(input_stream)`` returns ``(feedback_stream,
         output_stream)``; records of the first go round again, and the result is the second,
         back in this stream's scope. ``loop_fn`` is a ``LoopFunction`` or a callable; loops
@@ -339,7 +340,7 @@ class DataStream(Generic[T]):
         from slipstream.datastream.loops import iterate
         return iterate(self, loop_fn)
 
-    def iterate_with_feedback(self, co_loop_fn: Any, feedback_type: Any = None) -> DataStream:
+    def iterate_with_feedback(self, co_loop_fn: Any, feedback_type: Any = None) -> DataStream[Any]:
         """A loop whose feedback may have another type: ``co_loop_fn(connected_streams)`` gets
         this stream connected with what comes back (``stream1``/``stream2``) and returns
         ``(feedback_stream, output_stream)``; the result is the output stream."""
@@ -521,7 +522,8 @@ class KeyedStream(DataStream[T]):
     def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream[T]:
         raise self._keeps_its_partitioning("partition_custom()")
 
-    def process(self, func: KeyedProcessFunction | ProcessFunction, output_type: Any = None) -> DataStream:
+    def process(self, func: KeyedProcessFunction[Any, Any, Any] | ProcessFunction[Any, Any],
+                output_type: Any = None) -> DataStream[Any]:
         """Run a ``KeyedProcessFunction`` with keyed state and timers."""
         if isinstance(func, ProcessFunction):
             return super().process(func, output_type)
@@ -533,7 +535,7 @@ class KeyedStream(DataStream[T]):
         return DataStream(self._env, self._append(KeyedProcessTransformation, "KeyedProcess",
                                                   output_type=output_type, function=func))
 
-    def reduce(self, func: ReduceFunction | Callable[[T, T], T]) -> DataStream[T]:
+    def reduce(self, func: ReduceFunction[Any] | Callable[[T, T], T]) -> DataStream[T]:
         """A rolling reduce per key: emits the combined value after every record. A built-in
         :class:`~slipstream.datastream.aggregation.AggregationFunction` runs vectorised on a backlog."""
         function = as_function(func, ReduceFunction, "reduce", 2, "KeyedStream.reduce")
@@ -596,7 +598,7 @@ def __getattr__(name: str) -> Any:
 class ConnectedStreams:
     """Two streams joined for a two-input function, as ``pyflink.datastream.ConnectedStreams``."""
 
-    def __init__(self, stream1: DataStream, stream2: DataStream) -> None:
+    def __init__(self, stream1: DataStream[Any], stream2: DataStream[Any]) -> None:
         self.stream1 = stream1
         self.stream2 = stream2
 
@@ -608,7 +610,7 @@ class ConnectedStreams:
         return ConnectedStreams(self.stream1.key_by(key_selector1, key_type),
                                 self.stream2.key_by(key_selector2, key_type))
 
-    def _append(self, kind: str, function: Any, name: str, output_type: Any) -> DataStream:
+    def _append(self, kind: str, function: Any, name: str, output_type: Any) -> DataStream[Any]:
         if isinstance(self.stream1, KeyedStream) != isinstance(self.stream2, KeyedStream):
             raise InvalidProgramError("ConnectedStreams: either both inputs are keyed or neither is")
         env = self.stream1._env
@@ -619,19 +621,19 @@ class ConnectedStreams:
             output_type=output_type, key_selectors=selectors, function=function, kind=kind)
         return DataStream(env, transformation)
 
-    def map(self, func: CoMapFunction, output_type: Any = None) -> DataStream:
+    def map(self, func: CoMapFunction, output_type: Any = None) -> DataStream[Any]:
         """Apply ``map1`` to the first input's records and ``map2`` to the second's."""
         if not isinstance(func, CoMapFunction):
             raise InvalidProgramError(f"ConnectedStreams.map expects a CoMapFunction, got {func!r}")
         return self._append("map", func, "Co-Map", output_type)
 
-    def flat_map(self, func: CoFlatMapFunction, output_type: Any = None) -> DataStream:
+    def flat_map(self, func: CoFlatMapFunction, output_type: Any = None) -> DataStream[Any]:
         """Apply ``flat_map1``/``flat_map2`` and emit every element they yield."""
         if not isinstance(func, CoFlatMapFunction):
             raise InvalidProgramError(f"ConnectedStreams.flat_map expects a CoFlatMapFunction, got {func!r}")
         return self._append("flat_map", func, "Co-Flat Map", output_type)
 
-    def process(self, func: CoProcessFunction | KeyedCoProcessFunction, output_type: Any = None) -> DataStream:
+    def process(self, func: CoProcessFunction | KeyedCoProcessFunction, output_type: Any = None) -> DataStream[Any]:
         """Run a ``CoProcessFunction`` or, on keyed inputs, a ``KeyedCoProcessFunction``."""
         if isinstance(func, KeyedCoProcessFunction):
             if not self._keyed():
@@ -649,7 +651,7 @@ class BroadcastStream:
     to, with broadcast state for it to keep them in, as PyFlink's ``BroadcastStream``. Made by
     ``DataStream.broadcast(descriptor, ...)``; its one use is ``data_stream.connect(broadcast_stream)``."""
 
-    def __init__(self, input_stream: DataStream, broadcast_state_descriptors: list[MapStateDescriptor]) -> None:
+    def __init__(self, input_stream: DataStream[Any], broadcast_state_descriptors: list[MapStateDescriptor]) -> None:
         self.input_stream = input_stream
         self.broadcast_state_descriptors = broadcast_state_descriptors
 
@@ -685,7 +687,7 @@ class BroadcastConnectedStream:
     ``BroadcastConnectedStream``: ``process`` applies a ``BroadcastProcessFunction`` (non-keyed
     data stream) or a ``KeyedBroadcastProcessFunction`` (keyed data stream)."""
 
-    def __init__(self, non_broadcast_stream: DataStream, broadcast_stream: BroadcastStream,
+    def __init__(self, non_broadcast_stream: DataStream[Any], broadcast_stream: BroadcastStream,
                  broadcast_state_descriptors: list[MapStateDescriptor]) -> None:
         self.non_broadcast_stream = non_broadcast_stream
         self.broadcast_stream = broadcast_stream
@@ -694,8 +696,8 @@ class BroadcastConnectedStream:
     def _is_keyed_stream(self) -> bool:
         return isinstance(self.non_broadcast_stream, KeyedStream)
 
-    def process(self, func: BroadcastProcessFunction | KeyedBroadcastProcessFunction,
-                output_type: Any = None) -> DataStream:
+    def process(self, func: BroadcastProcessFunction[Any, Any, Any] | KeyedBroadcastProcessFunction[Any, Any, Any, Any],
+                output_type: Any = None) -> DataStream[Any]:
         """Run ``func``: ``process_element`` on the data stream's records (read-only broadcast state;
         keyed state and timers when keyed), ``process_broadcast_element`` on every broadcast element
         in every parallel instance (writable broadcast state)."""

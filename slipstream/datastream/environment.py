@@ -397,7 +397,7 @@ class StreamExecutionEnvironment:
         return self
 
     # -- sources ---------------------------------------------------------------------------------
-    def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
+    def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream[Any]:
         """A bounded stream of the collection's elements, in order.
 
         As PyFlink's, the source runs as one subtask (``set_parallelism(n)`` on the stream splits
@@ -415,7 +415,7 @@ class StreamExecutionEnvironment:
         stream.get_transformation().parallelism = 1
         return stream
 
-    def read_text_file(self, file_path: str, charset_name: str = "UTF-8") -> DataStream:
+    def read_text_file(self, file_path: str, charset_name: str = "UTF-8") -> DataStream[Any]:
         """A bounded stream of the lines of a file (or of the files of a directory), as strings."""
         from slipstream.datastream.connectors.file_system import FileSource
         from slipstream.datastream.formats.text import TextLineInputFormat
@@ -424,7 +424,7 @@ class StreamExecutionEnvironment:
                                                      normalize(file_path, "read_text_file")).build()
         return self.from_source(source, None, f"Text File Source ({file_path})", Types.STRING())
 
-    def from_spark(self, dataframe: Any, type_info: Any = None, source_name: str = "Spark Source") -> DataStream:
+    def from_spark(self, dataframe: Any, type_info: Any = None, source_name: str = "Spark Source") -> DataStream[Any]:
         """A bounded (backlog) stream of a Spark DataFrame's rows (named ``Row`` records).
 
         The DataFrame stays in Spark; its rows come as Arrow batches, read in pieces of bounded
@@ -438,7 +438,7 @@ class StreamExecutionEnvironment:
         return self.from_source(SparkSource(dataframe), None, source_name, type_info)
 
     def from_source(self, source: Source, watermark_strategy: Any, source_name: str,
-                    type_info: Any = None) -> DataStream:
+                    type_info: Any = None) -> DataStream[Any]:
         """A stream read from ``source``; ``watermark_strategy`` (or None) assigns event time."""
         if not isinstance(source, Source):
             raise InvalidProgramError(f"from_source expects a Source, got {source!r}")
@@ -485,7 +485,7 @@ class StreamExecutionEnvironment:
             context.submit(self)
         return entry.execute_async(self._take_job(job_name), _restore_point(restore_from))
 
-    def _execute_collecting(self, sink: Any, job_name: str | None) -> CloseableIterator:
+    def _execute_collecting(self, sink: Any, job_name: str | None) -> CloseableIterator[Any]:
         from slipstream.runtime import entry
         context = current_context()
         if context is not None:
@@ -534,7 +534,7 @@ class StreamExecutionEnvironment:
 
     # -- graph building (used by the stream handles) ---------------------------------------------
     def _add_transformation(self, cls: type[TransformationT], name: str, inputs: list[Transformation],
-                            output_type: Any = None, key_selectors: list | None = None,
+                            output_type: Any = None, key_selectors: list[Any] | None = None,
                             **fields: Any) -> TransformationT:
         self._check_not_executed(name, inputs)
         scope = inputs[0].scope if inputs else None
@@ -560,7 +560,7 @@ class StreamExecutionEnvironment:
                                       "uids must be unique in a job")
         self._uids[uid] = transformation
 
-    def _check_same_environment(self, stream: DataStream, what: str) -> None:
+    def _check_same_environment(self, stream: DataStream[Any], what: str) -> None:
         if stream._env is not self:
             raise InvalidProgramError(f"cannot {what} streams of different environments")
 

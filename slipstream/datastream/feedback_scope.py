@@ -81,7 +81,7 @@ class FeedbackScopeBuilder:
         """Run the user's body on the heads' streams: what it returned and what it added."""
         return added_by(self.env, build, *arguments)
 
-    def check_returned(self, role: str, stream: DataStream) -> None:
+    def check_returned(self, role: str, stream: DataStream[Any]) -> None:
         """A stream the body returned as ``role`` must be of this environment and built in the scope."""
         self.env._check_same_environment(stream, self._closing)
         if stream.get_scope() != self.scope:
@@ -90,7 +90,7 @@ class FeedbackScopeBuilder:
                 f"{self.what}: the {role} stream '{stream.get_name()}' returned by {self.body_name!r} is in "
                 f"scope {stream.get_scope()}, but {rule}")
 
-    def close_feedback(self, head: LoopHeadTransformation, stream: DataStream, name: str,
+    def close_feedback(self, head: LoopHeadTransformation, stream: DataStream[Any], name: str,
                        output_type: Any = None) -> FeedbackTailTransformation:
         """The tail that sends ``stream`` back to ``head``, at the head's parallelism."""
         tail = self.env._add_transformation(FeedbackTailTransformation, name, [stream.get_transformation()],
@@ -99,7 +99,7 @@ class FeedbackScopeBuilder:
         head.feedback = tail
         return tail
 
-    def add_exit(self, stream: DataStream, name: str, parallelism: int | None) -> DataStream:
+    def add_exit(self, stream: DataStream[Any], name: str, parallelism: int | None) -> DataStream[Any]:
         """Where ``stream`` leaves the scope, into the enclosing one: the stream the caller gets."""
         from slipstream.datastream.data_stream import DataStream
         exit_ = self.env._add_transformation(LoopExitTransformation, name, [stream.get_transformation()],

@@ -45,7 +45,7 @@ def replace_field(record: Any, field: int | str, value: Any) -> Any:
     raise TypeError(f"cannot set field {field!r} of a {type(record).__name__} record")
 
 
-def _rebuild_tuple(record: tuple, items: list) -> Any:
+def _rebuild_tuple(record: tuple[Any, ...], items: list[Any]) -> Any:
     """Rebuild a tuple or named tuple of the same class with ``items``."""
     cls = type(record)
     if hasattr(cls, "_make"):

@@ -80,7 +80,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from slipstream.attributes import Boundedness
 from slipstream.datastream.feedback_scope import FeedbackScopeBuilder, added_by
@@ -109,7 +109,7 @@ __all__ = [
 class DataStreamList:
     """An ordered list of streams, as Flink ML's ``DataStreamList``."""
 
-    def __init__(self, data_streams: Iterable[DataStream]) -> None:
+    def __init__(self, data_streams: Iterable[DataStream[Any]]) -> None:
         from slipstream.datastream.data_stream import DataStream
         streams = list(data_streams)
         for stream in streams:
@@ -118,18 +118,18 @@ class DataStreamList:
         self._streams = streams
 
     @staticmethod
-    def of(*streams: DataStream) -> DataStreamList:
+    def of(*streams: DataStream[Any]) -> DataStreamList:
         return DataStreamList(streams)
 
     def size(self) -> int:
         return len(self._streams)
 
-    def get(self, index: int) -> DataStream:
+    def get(self, index: int) -> DataStream[Any]:
         if not 0 <= index < len(self._streams):
             raise InvalidProgramError(f"DataStreamList of {len(self._streams)} stream(s) has no index {index}")
         return self._streams[index]
 
-    def get_data_streams(self) -> list[DataStream]:
+    def get_data_streams(self) -> list[DataStream[Any]]:
         return list(self._streams)
 
     def __len__(self) -> int:
@@ -149,28 +149,28 @@ class ReplayableDataStreamList:
     The body receives the replayed streams first, then the others, each group in order.
     """
 
-    def __init__(self, replayed: Sequence[DataStream] = (), non_replayed: Sequence[DataStream] = ()) -> None:
+    def __init__(self, replayed: Sequence[DataStream[Any]] = (), non_replayed: Sequence[DataStream[Any]] = ()) -> None:
         self.replayed = list(DataStreamList(replayed))
         self.non_replayed = list(DataStreamList(non_replayed))
 
     @staticmethod
-    def replay(*streams: DataStream) -> ReplayableDataStreamList:
+    def replay(*streams: DataStream[Any]) -> ReplayableDataStreamList:
         return ReplayableDataStreamList(streams, ())
 
     @staticmethod
-    def not_replay(*streams: DataStream) -> ReplayableDataStreamList:
+    def not_replay(*streams: DataStream[Any]) -> ReplayableDataStreamList:
         return ReplayableDataStreamList((), streams)
 
-    def and_not_replay(self, *streams: DataStream) -> ReplayableDataStreamList:
+    def and_not_replay(self, *streams: DataStream[Any]) -> ReplayableDataStreamList:
         return ReplayableDataStreamList(self.replayed, self.non_replayed + list(streams))
 
-    def and_replay(self, *streams: DataStream) -> ReplayableDataStreamList:
+    def and_replay(self, *streams: DataStream[Any]) -> ReplayableDataStreamList:
         return ReplayableDataStreamList(self.replayed + list(streams), self.non_replayed)
 
-    def get_replayed_data_streams(self) -> list[DataStream]:
+    def get_replayed_data_streams(self) -> list[DataStream[Any]]:
         return list(self.replayed)
 
-    def get_non_replayed_data_streams(self) -> list[DataStream]:
+    def get_non_replayed_data_streams(self) -> list[DataStream[Any]]:
         return list(self.non_replayed)
 
 
@@ -248,9 +248,9 @@ class IterationBodyResult:
     """What a body returns: the streams that go round (one per variable stream, same order), the
     streams that leave the iteration, and optionally the termination-criteria stream."""
 
-    def __init__(self, feedback_variable_streams: DataStreamList | Sequence[DataStream],
-                 output_streams: DataStreamList | Sequence[DataStream],
-                 termination_criteria: DataStream | None = None) -> None:
+    def __init__(self, feedback_variable_streams: DataStreamList | Sequence[DataStream[Any]],
+                 output_streams: DataStreamList | Sequence[DataStream[Any]],
+                 termination_criteria: DataStream[Any] | None = None) -> None:
         self.feedback_variable_streams = _as_list(feedback_variable_streams, "IterationBodyResult feedback")
         self.output_streams = _as_list(output_streams, "IterationBodyResult outputs")
         self.termination_criteria = termination_criteria
@@ -261,7 +261,7 @@ class IterationBodyResult:
     def get_output_streams(self) -> DataStreamList:
         return self.output_streams
 
-    def get_termination_criteria(self) -> DataStream | None:
+    def get_termination_criteria(self) -> DataStream[Any] | None:
         return self.termination_criteria
 
 
@@ -280,7 +280,7 @@ class IterationBody(ABC):
     def process(self, variable_streams: DataStreamList, data_streams: DataStreamList) -> IterationBodyResult: ...
 
     @staticmethod
-    def for_each_round(inputs: DataStreamList | Sequence[DataStream],
+    def for_each_round(inputs: DataStreamList | Sequence[DataStream[Any]],
                        sub_body: PerRoundSubBody | Callable[[DataStreamList], Any]) -> DataStreamList:
         """Build ``sub_body`` on ``inputs`` (streams of an iteration body) with operators that are
         created afresh each round (PER_ROUND), inside an ALL_ROUND body or not."""
@@ -328,8 +328,8 @@ class IterationListener(ABC):  # noqa: B024  (both hooks are optional, as Flink 
 
 
 # -- entry points -------------------------------------------------------------------------------------
-def iterate_unbounded_streams(init_variable_streams: DataStreamList | Sequence[DataStream],
-                              data_streams: DataStreamList | Sequence[DataStream],
+def iterate_unbounded_streams(init_variable_streams: DataStreamList | Sequence[DataStream[Any]],
+                              data_streams: DataStreamList | Sequence[DataStream[Any]],
                               body: IterationBody | Callable[[DataStreamList, DataStreamList], Any],
                               config: IterationConfig | None = None) -> DataStreamList:
     """An iteration over (possibly) unbounded data: data records have the maximum epoch, and the
@@ -341,7 +341,7 @@ def iterate_unbounded_streams(init_variable_streams: DataStreamList | Sequence[D
                     feedback_reading=_feedback_reading(config, "iterate_unbounded_streams"))
 
 
-def iterate_bounded_streams_until_termination(init_variable_streams: DataStreamList | Sequence[DataStream],
+def iterate_bounded_streams_until_termination(init_variable_streams: DataStreamList | Sequence[DataStream[Any]],
                                               data_streams: Any, body: Any, config: Any = None) -> DataStreamList:
     """An iteration over bounded inputs that ends by the termination rule (see the module).
 
@@ -364,8 +364,8 @@ def iterate_bounded_streams_until_termination(init_variable_streams: DataStreamL
 
 
 def iterate_and_replay_bounded_streams_until_termination(
-        init_variable_streams: DataStreamList | Sequence[DataStream],
-        init_data_streams: DataStreamList | Sequence[DataStream], body: Any,
+        init_variable_streams: DataStreamList | Sequence[DataStream[Any]],
+        init_data_streams: DataStreamList | Sequence[DataStream[Any]], body: Any,
         config: IterationConfig | None = None) -> DataStreamList:
     """A bounded iteration whose data streams are all replayed every round, to operators created
     afresh each round (PER_ROUND) — Flink ML's ``ReplayableDataStreamList.replay(...)`` with
@@ -437,12 +437,12 @@ def _body_fn(body: Any, what: str) -> Callable[[DataStreamList, DataStreamList],
     if isinstance(body, IterationBody):
         return body.process
     if callable(body) and not isinstance(body, type):
-        return body
+        return cast("Callable[[DataStreamList, DataStreamList], Any]", body)
     raise InvalidProgramError(f"{what} expects an IterationBody or a callable (variable_streams, data_streams), "
                               f"got {body!r}")
 
 
-def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], body: Any, *, bounded: bool,
+def _iterate(init_variable_streams: Any, data: list[tuple[DataStream[Any], bool]], body: Any, *, bounded: bool,
              life_cycle: OperatorLifeCycle, what: str,
              feedback_reading: FeedbackReading = FeedbackReading.FEEDBACK_FIRST) -> DataStreamList:
     """Build an iteration: heads for the variables and the data, the body, its feedback, criteria and outputs."""
@@ -469,7 +469,7 @@ def _iterate(init_variable_streams: Any, data: list[tuple[DataStream, bool]], bo
     return _add_outputs(builder, result.output_streams)
 
 
-def _check_inputs(inputs: list[DataStream], what: str, bounded: bool) -> None:
+def _check_inputs(inputs: list[DataStream[Any]], what: str, bounded: bool) -> None:
     """An iteration's inputs: of one environment, not inside a loop, bounded for a bounded iteration."""
     env = inputs[0].get_execution_environment()
     for stream in inputs:
@@ -487,7 +487,7 @@ def _check_inputs(inputs: list[DataStream], what: str, bounded: bool) -> None:
                     f"{', '.join(repr(n) for n in unbounded)}; use iterate_unbounded_streams for live data")
 
 
-def _add_head(builder: FeedbackScopeBuilder, stream: DataStream, role: HeadRole, index: int, replay: bool,
+def _add_head(builder: FeedbackScopeBuilder, stream: DataStream[Any], role: HeadRole, index: int, replay: bool,
               bounded: bool, feedback_first_when_full: bool) -> IterationHeadTransformation:
     """Where a variable or a data stream enters the iteration."""
     return builder.add_head(
@@ -502,8 +502,8 @@ def _streams_of(builder: FeedbackScopeBuilder, heads: list[IterationHeadTransfor
     return DataStreamList(DataStream(builder.env, head) for head in heads)
 
 
-def _returned_streams(result: Any, variables: list[DataStream], builder: FeedbackScopeBuilder
-                      ) -> tuple[list[DataStream], DataStream | None]:
+def _returned_streams(result: Any, variables: list[DataStream[Any]], builder: FeedbackScopeBuilder
+                      ) -> tuple[list[DataStream[Any]], DataStream[Any] | None]:
     """What the body returned, checked: its feedback streams (one per variable) and its criteria stream."""
     from slipstream.datastream.data_stream import DataStream
     what, name = builder.what, builder.body_name
@@ -527,7 +527,7 @@ def _returned_streams(result: Any, variables: list[DataStream], builder: Feedbac
     return feedback, criteria
 
 
-def _check_feedback_parallelism(feedback: list[DataStream], variables: list[DataStream], what: str) -> None:
+def _check_feedback_parallelism(feedback: list[DataStream[Any]], variables: list[DataStream[Any]], what: str) -> None:
     """A variable goes round at its initial parallelism."""
     for index, (stream, initial) in enumerate(zip(feedback, variables)):
         if stream.get_parallelism() != initial.get_parallelism():
@@ -552,8 +552,8 @@ def _add_outputs(builder: FeedbackScopeBuilder, streams: DataStreamList) -> Data
         for index, stream in enumerate(streams))
 
 
-def _close_feedback(builder: FeedbackScopeBuilder, feedback: list[DataStream],
-                    variable_heads: list[IterationHeadTransformation], criteria: DataStream | None,
+def _close_feedback(builder: FeedbackScopeBuilder, feedback: list[DataStream[Any]],
+                    variable_heads: list[IterationHeadTransformation], criteria: DataStream[Any] | None,
                     bounded: bool) -> None:
     """Each feedback stream goes back to its variable's head; the criteria stream to a head that counts it."""
     for index, (stream, head) in enumerate(zip(feedback, variable_heads)):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from slipstream.datastream.feedback_scope import FeedbackScopeBuilder
 from slipstream.datastream.output_tag import OutputTag
@@ -59,7 +59,7 @@ class LoopFunction(ABC):
     """
 
     @abstractmethod
-    def loop(self, input_stream: DataStream) -> tuple[DataStream, DataStream]: ...
+    def loop(self, input_stream: DataStream[Any]) -> tuple[DataStream[Any], DataStream[Any]]: ...
 
 
 class CoLoopFunction(ABC):
@@ -72,17 +72,17 @@ class CoLoopFunction(ABC):
     """
 
     @abstractmethod
-    def co_loop(self, connected_streams: ConnectedStreams) -> tuple[DataStream, DataStream]: ...
+    def co_loop(self, connected_streams: ConnectedStreams) -> tuple[DataStream[Any], DataStream[Any]]: ...
 
 
 def _body(fn: Any, cls: type, method: str, what: str) -> Callable[[Any], Any]:
     if isinstance(fn, cls):
-        return getattr(fn, method)
+        return cast("Callable[[Any], Any]", getattr(fn, method))
     if isinstance(fn, (LoopFunction, CoLoopFunction)):
         raise InvalidProgramError(f"{what} expects a {cls.__name__} or a callable, got a {type(fn).__name__}")
     if not callable(fn) or isinstance(fn, type):
         raise InvalidProgramError(f"{what} expects a {cls.__name__} or a callable, got {fn!r}")
-    return fn
+    return cast("Callable[[Any], Any]", fn)
 
 
 def _declared_parallelism(transformation: Transformation) -> int | None:
@@ -90,7 +90,7 @@ def _declared_parallelism(transformation: Transformation) -> int | None:
     return None if transformation.is_virtual else transformation.parallelism
 
 
-def _open_loop(stream: DataStream, what: str, fn: Any) -> tuple[FeedbackScopeBuilder, LoopHeadTransformation]:
+def _open_loop(stream: DataStream[Any], what: str, fn: Any) -> tuple[FeedbackScopeBuilder, LoopHeadTransformation]:
     """A new loop nested in ``stream``'s scope, and its head, fed by ``stream``."""
     upstream = stream.get_transformation()
     builder = FeedbackScopeBuilder(
@@ -102,7 +102,7 @@ def _open_loop(stream: DataStream, what: str, fn: Any) -> tuple[FeedbackScopeBui
     return builder, head
 
 
-def _returned_streams(result: Any, builder: FeedbackScopeBuilder) -> tuple[DataStream, DataStream]:
+def _returned_streams(result: Any, builder: FeedbackScopeBuilder) -> tuple[DataStream[Any], DataStream[Any]]:
     """What the loop function returned: ``(feedback, output)``, both built in the loop."""
     from slipstream.datastream.data_stream import DataStream
     if not (isinstance(result, tuple) and len(result) == 2
@@ -116,14 +116,14 @@ def _returned_streams(result: Any, builder: FeedbackScopeBuilder) -> tuple[DataS
     return feedback, output
 
 
-def _close_loop(builder: FeedbackScopeBuilder, head: LoopHeadTransformation, result: Any) -> DataStream:
+def _close_loop(builder: FeedbackScopeBuilder, head: LoopHeadTransformation, result: Any) -> DataStream[Any]:
     """Check what the loop function returned, add the feedback tail and the exit."""
     feedback, output = _returned_streams(result, builder)
     builder.close_feedback(head, feedback, f"Feedback Tail {builder.scope}", feedback.get_type())
     return builder.add_exit(output, f"Loop Exit {builder.scope}", _declared_parallelism(output.get_transformation()))
 
 
-def iterate(stream: DataStream, loop_fn: LoopFunction | Callable[[DataStream], Any]) -> DataStream:
+def iterate(stream: DataStream[Any], loop_fn: LoopFunction | Callable[[DataStream[Any]], Any]) -> DataStream[Any]:
     """Build the loop ``loop_fn`` describes around ``stream``; see :meth:`DataStream.iterate`."""
     from slipstream.datastream.data_stream import DataStream
     what = "DataStream.iterate"
@@ -133,9 +133,9 @@ def iterate(stream: DataStream, loop_fn: LoopFunction | Callable[[DataStream], A
     return _close_loop(builder, head, result)
 
 
-def iterate_with_feedback(stream: DataStream,
+def iterate_with_feedback(stream: DataStream[Any],
                           co_loop_fn: CoLoopFunction | Callable[[ConnectedStreams], Any],
-                          feedback_type: Any = None) -> DataStream:
+                          feedback_type: Any = None) -> DataStream[Any]:
     """Build a loop whose feedback may have another type; see :meth:`DataStream.iterate_with_feedback`."""
     from slipstream.datastream.data_stream import ConnectedStreams, DataStream
     what = "DataStream.iterate_with_feedback"

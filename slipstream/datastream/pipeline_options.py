@@ -38,7 +38,7 @@ import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from slipstream.datastream.configuration import Configuration
 from slipstream.datastream.time_characteristic import TimeCharacteristic
@@ -274,7 +274,7 @@ def _text(text: str, key: str) -> str:
 
 
 def _time_characteristic(text: str, key: str) -> TimeCharacteristic:
-    return _enum_member(TimeCharacteristic, text, key)
+    return cast("TimeCharacteristic", _enum_member(TimeCharacteristic, text, key))
 
 
 _OPTIONS: list[tuple[tuple[str, ...], Apply]] = [

@@ -205,7 +205,7 @@ class StateTtlConfig:
 
         EMPTY_STRATEGY: StateTtlConfig.CleanupStrategies.EmptyCleanupStrategy
 
-        def __init__(self, strategies: dict, is_cleanup_in_background: bool) -> None:
+        def __init__(self, strategies: dict[Any, Any], is_cleanup_in_background: bool) -> None:
             self._strategies = strategies
             self._is_cleanup_in_background = is_cleanup_in_background
 
@@ -294,7 +294,7 @@ class ReducingStateDescriptor(StateDescriptor["InternalReducingState[Any]"]):
 class AggregatingStateDescriptor(StateDescriptor["InternalAggregatingState[Any, Any]"]):
     kind = "aggregating"
 
-    def __init__(self, name: str, agg_function: AggregateFunction, state_type_info: Any = None) -> None:
+    def __init__(self, name: str, agg_function: AggregateFunction[Any, Any, Any], state_type_info: Any = None) -> None:
         super().__init__(name, state_type_info)
         if not isinstance(agg_function, AggregateFunction):
             raise TypeError(f"AggregatingStateDescriptor needs an AggregateFunction, got {agg_function!r}")

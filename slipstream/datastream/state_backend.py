@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from slipstream.filesystem import normalize
 
@@ -82,7 +82,7 @@ class MemoryStateBackend(StateBackend):
         return self._checkpoint_path
 
     def get_max_state_size(self) -> int | None:
-        return self._options["max_state_size"]
+        return cast("int | None", self._options["max_state_size"])
 
     def unapplied(self) -> list[str]:
         return [name for name, value in self._options.items() if value is not None]

@@ -25,7 +25,7 @@ import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -255,7 +255,7 @@ class TypeInformation(ABC):
         """Convert an Arrow array back to the Python values :meth:`to_arrow_array` was given."""
         values = array.to_pylist()
         if self._arrow_identity:
-            return values
+            return cast("list[Any]", values)
         return [None if v is None else self._from_arrow_value(v) for v in values]
 
     def _to_arrow_value(self, value: Any) -> Any:

@@ -90,7 +90,8 @@ class FieldTimestampAssigner(TimestampAssigner):
         self.field = field
 
     def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
-        return get_field(value, self.field)
+        timestamp: int = get_field(value, self.field)  # a typed name, not a cast: this runs per record
+        return timestamp
 
     def __repr__(self) -> str:
         return f"FieldTimestampAssigner({self.field!r})"

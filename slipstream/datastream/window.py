@@ -77,7 +77,7 @@ class TimeWindow(Window):
         return timestamp - (timestamp - offset) % window_size
 
     @staticmethod
-    def merge_windows(windows: Iterable[TimeWindow], callback: MergingWindowAssigner.MergeCallback) -> None:
+    def merge_windows(windows: Iterable[TimeWindow], callback: MergingWindowAssigner.MergeCallback[Any]) -> None:
         """Report every group of two or more overlapping windows to ``callback`` with their cover."""
         groups: list[tuple[TimeWindow, list[TimeWindow]]] = []
         for candidate in sorted(windows):
@@ -328,7 +328,7 @@ class _ContinuousTrigger(Trigger[Any, TimeWindow]):
         """Delete the timer at ``time`` on this trigger's clock."""
 
     def _schedule_next(self, time: int, window: TimeWindow, ctx: Trigger.TriggerContext,
-                       fire_time: ReducingState) -> None:
+                       fire_time: ReducingState[Any]) -> None:
         next_fire = min(time + self.interval, window.max_timestamp())
         fire_time.add(next_fire)
         self._register(ctx, next_fire)
@@ -469,13 +469,13 @@ class CountTrigger(Trigger[Any, Window]):
 class PurgingTrigger(Trigger[Any, Window]):
     """Wraps a trigger so that each of its firings also purges the window (FIRE → FIRE_AND_PURGE)."""
 
-    def __init__(self, nested_trigger: Trigger) -> None:
+    def __init__(self, nested_trigger: Trigger[Any, Any]) -> None:
         if not isinstance(nested_trigger, Trigger):
             raise InvalidProgramError(f"PurgingTrigger.of expects a Trigger, got {nested_trigger!r}")
         self.nested_trigger = nested_trigger
 
     @staticmethod
-    def of(nested_trigger: Trigger) -> PurgingTrigger:
+    def of(nested_trigger: Trigger[Any, Any]) -> PurgingTrigger:
         return PurgingTrigger(nested_trigger)
 
     @staticmethod
@@ -569,7 +569,7 @@ class MergingWindowAssigner(WindowAssigner[T, W]):
         """Call ``callback.merge`` for every group among ``windows`` that merges."""
 
 
-def _no_timestamp(assigner: WindowAssigner) -> ValueError:
+def _no_timestamp(assigner: WindowAssigner[Any, Any]) -> ValueError:
     return ValueError(f"{assigner!r} needs event timestamps, but the record has none: "
                       "did you forget assign_timestamps_and_watermarks(...)?")
 
@@ -592,7 +592,7 @@ class _EventTimeAssigner(WindowAssigner[Any, TimeWindow]):
             raise _no_timestamp(self)
         return self._windows_for(element, timestamp)
 
-    def get_default_trigger(self, env: Any = None) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger[Any, Any]:
         return EventTimeTrigger()
 
     def is_event_time(self) -> bool:
@@ -609,7 +609,7 @@ class _ProcessingTimeAssigner(WindowAssigner[Any, TimeWindow]):
                        context: WindowAssigner.WindowAssignerContext) -> list[TimeWindow]:
         return self._windows_for(element, context.get_current_processing_time())
 
-    def get_default_trigger(self, env: Any = None) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger[Any, Any]:
         return ProcessingTimeTrigger()
 
     def is_event_time(self) -> bool:
@@ -688,7 +688,7 @@ class SessionWindowTimeGapExtractor(ABC, Generic[T]):
     def extract(self, element: T) -> int: ...
 
 
-class _CallableGapExtractor(SessionWindowTimeGapExtractor):
+class _CallableGapExtractor(SessionWindowTimeGapExtractor[Any]):
     def __init__(self, fn: Callable[[Any], int]) -> None:
         self.fn = fn
 
@@ -699,7 +699,7 @@ class _CallableGapExtractor(SessionWindowTimeGapExtractor):
         return getattr(self.fn, "__qualname__", repr(self.fn))
 
 
-def _gap_extractor(extractor: Any) -> SessionWindowTimeGapExtractor:
+def _gap_extractor(extractor: Any) -> SessionWindowTimeGapExtractor[Any]:
     if isinstance(extractor, SessionWindowTimeGapExtractor):
         return extractor
     if callable(extractor):
@@ -712,7 +712,7 @@ class _SessionWindows(MergingWindowAssigner[Any, TimeWindow]):
     """Each element opens ``[t, t + gap)``; windows that overlap or touch merge into one session."""
 
     def __init__(self, gap: Size | None = None,
-                 extractor: SessionWindowTimeGapExtractor | None = None) -> None:
+                 extractor: SessionWindowTimeGapExtractor[Any] | None = None) -> None:
         self.gap = None if gap is None else to_millis(gap, "session gap")
         self.extractor = extractor
         if self.gap is not None and self.gap <= 0:
@@ -742,7 +742,7 @@ class EventTimeSessionWindows(_EventTimeAssigner, _SessionWindows):
         return EventTimeSessionWindows(size)
 
     @staticmethod
-    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor | Callable[[Any], int]
+    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor[Any] | Callable[[Any], int]
                          ) -> DynamicEventTimeSessionWindows:
         return DynamicEventTimeSessionWindows.with_dynamic_gap(extractor)
 
@@ -751,7 +751,7 @@ class DynamicEventTimeSessionWindows(EventTimeSessionWindows):
     """Event-time sessions whose gap after each element is ``extractor.extract(element)``."""
 
     @staticmethod
-    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor | Callable[[Any], int]
+    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor[Any] | Callable[[Any], int]
                          ) -> DynamicEventTimeSessionWindows:
         return DynamicEventTimeSessionWindows(extractor=_gap_extractor(extractor))
 
@@ -764,7 +764,7 @@ class ProcessingTimeSessionWindows(_ProcessingTimeAssigner, _SessionWindows):
         return ProcessingTimeSessionWindows(size)
 
     @staticmethod
-    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor | Callable[[Any], int]
+    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor[Any] | Callable[[Any], int]
                          ) -> DynamicProcessingTimeSessionWindows:
         return DynamicProcessingTimeSessionWindows.with_dynamic_gap(extractor)
 
@@ -773,7 +773,7 @@ class DynamicProcessingTimeSessionWindows(ProcessingTimeSessionWindows):
     """Processing-time sessions whose gap after each element is ``extractor.extract(element)``."""
 
     @staticmethod
-    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor | Callable[[Any], int]
+    def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor[Any] | Callable[[Any], int]
                          ) -> DynamicProcessingTimeSessionWindows:
         return DynamicProcessingTimeSessionWindows(extractor=_gap_extractor(extractor))
 
@@ -794,7 +794,7 @@ class GlobalWindows(WindowAssigner[Any, GlobalWindow]):
         """Flink's name for :meth:`EndOfStreamWindows.get`: one window that fires at end of input."""
         return EndOfStreamWindows.get()
 
-    def get_default_trigger(self, env: Any = None) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger[Any, Any]:
         return NeverTrigger()
 
     def is_event_time(self) -> bool:
@@ -853,7 +853,7 @@ class EndOfStreamWindows(GlobalWindows):
     def create() -> EndOfStreamWindows:
         return _END_OF_STREAM_WINDOWS
 
-    def get_default_trigger(self, env: Any = None) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger[Any, Any]:
         return EndOfStreamTrigger()
 
     def is_event_time(self) -> bool:
@@ -896,7 +896,7 @@ class _CountWindows(WindowAssigner[Any, CountWindow]):
         counter.update(index + 1)
         return index
 
-    def get_default_trigger(self, env: Any = None) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger[Any, Any]:
         return PurgingTrigger(CountTrigger(self.size))
 
     def is_event_time(self) -> bool:
@@ -960,11 +960,11 @@ class Evictor(ABC, Generic[T, W]):
         def get_metric_group(self) -> Any: ...
 
     @abstractmethod
-    def evict_before(self, elements: list[TimestampedValue], size: int, window: W,
+    def evict_before(self, elements: list[TimestampedValue[Any]], size: int, window: W,
                      evictor_context: Evictor.EvictorContext) -> None: ...
 
     @abstractmethod
-    def evict_after(self, elements: list[TimestampedValue], size: int, window: W,
+    def evict_after(self, elements: list[TimestampedValue[Any]], size: int, window: W,
                     evictor_context: Evictor.EvictorContext) -> None: ...
 
 
@@ -979,16 +979,16 @@ class CountEvictor(Evictor[Any, Window]):
     def of(max_count: int, do_evict_after: bool = False) -> CountEvictor:
         return CountEvictor(max_count, do_evict_after)
 
-    def _evict(self, elements: list[TimestampedValue]) -> None:
+    def _evict(self, elements: list[TimestampedValue[Any]]) -> None:
         if len(elements) > self.max_count:
             del elements[:len(elements) - self.max_count]
 
-    def evict_before(self, elements: list[TimestampedValue], size: int, window: Window,
+    def evict_before(self, elements: list[TimestampedValue[Any]], size: int, window: Window,
                      evictor_context: Evictor.EvictorContext) -> None:
         if not self.do_evict_after:
             self._evict(elements)
 
-    def evict_after(self, elements: list[TimestampedValue], size: int, window: Window,
+    def evict_after(self, elements: list[TimestampedValue[Any]], size: int, window: Window,
                     evictor_context: Evictor.EvictorContext) -> None:
         if self.do_evict_after:
             self._evict(elements)
@@ -1008,19 +1008,19 @@ class TimeEvictor(Evictor[Any, Window]):
     def of(window_size: Size, do_evict_after: bool = False) -> TimeEvictor:
         return TimeEvictor(window_size, do_evict_after)
 
-    def _evict(self, elements: list[TimestampedValue]) -> None:
+    def _evict(self, elements: list[TimestampedValue[Any]]) -> None:
         stamped = [e.timestamp for e in elements if e.timestamp is not None]
         if not stamped:
             return
         cutoff = max(stamped) - self.window_size
         elements[:] = [e for e in elements if e.timestamp is None or e.timestamp > cutoff]
 
-    def evict_before(self, elements: list[TimestampedValue], size: int, window: Window,
+    def evict_before(self, elements: list[TimestampedValue[Any]], size: int, window: Window,
                      evictor_context: Evictor.EvictorContext) -> None:
         if not self.do_evict_after:
             self._evict(elements)
 
-    def evict_after(self, elements: list[TimestampedValue], size: int, window: Window,
+    def evict_after(self, elements: list[TimestampedValue[Any]], size: int, window: Window,
                     evictor_context: Evictor.EvictorContext) -> None:
         if self.do_evict_after:
             self._evict(elements)
@@ -1076,10 +1076,10 @@ class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
         pass
 
     @abstractmethod
-    def process(self, key: KEY, context: ProcessWindowFunction.Context,
+    def process(self, key: KEY, context: ProcessWindowFunction.Context[Any],
                 elements: Iterable[IN]) -> Iterable[OUT]: ...
 
-    def clear(self, context: ProcessWindowFunction.Context) -> None:
+    def clear(self, context: ProcessWindowFunction.Context[Any]) -> None:
         """Called when the window is discarded (watermark past its end plus allowed lateness)."""
 
 
@@ -1090,7 +1090,7 @@ class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
         pass
 
     @abstractmethod
-    def process(self, context: ProcessAllWindowFunction.Context, elements: Iterable[IN]) -> Iterable[OUT]: ...
+    def process(self, context: ProcessAllWindowFunction.Context[Any], elements: Iterable[IN]) -> Iterable[OUT]: ...
 
-    def clear(self, context: ProcessAllWindowFunction.Context) -> None:
+    def clear(self, context: ProcessAllWindowFunction.Context[Any]) -> None:
         """Called when the window is discarded (watermark past its end plus allowed lateness)."""

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from slipstream.datastream.environment import StreamExecutionEnvironment
 
 
-def _count_assigner(size: int, slide: int | None) -> WindowAssigner:
+def _count_assigner(size: int, slide: int | None) -> WindowAssigner[Any, Any]:
     """PyFlink's choice: tumbling when ``slide`` is 0/None, else sliding count windows."""
     if slide is None or slide == 0:
         return CountTumblingWindowAssigner(size)
@@ -57,13 +57,13 @@ class _WindowedStreamBase:
     _window_function_classes: tuple[type, type] = (WindowFunction, ProcessWindowFunction)
     _apply_arity = 3
 
-    def __init__(self, keyed: KeyedStream, window_assigner: WindowAssigner) -> None:
+    def __init__(self, keyed: KeyedStream[Any], window_assigner: WindowAssigner[Any, Any]) -> None:
         if not isinstance(window_assigner, WindowAssigner):
             raise InvalidProgramError(f"{self._api} expects a WindowAssigner, got {window_assigner!r}")
         self._keyed = keyed
         self._assigner = window_assigner
-        self._trigger: Trigger | None = None
-        self._evictor: Evictor | None = None
+        self._trigger: Trigger[Any, Any] | None = None
+        self._evictor: Evictor[Any, Any] | None = None
         self._allowed_lateness = 0
         self._late_data_tag: OutputTag | None = None
 
@@ -74,7 +74,7 @@ class _WindowedStreamBase:
         return self._keyed.get_type()
 
     # -- options ---------------------------------------------------------------------------------
-    def trigger(self, trigger: Trigger) -> Any:
+    def trigger(self, trigger: Trigger[Any, Any]) -> Any:
         """Replace the assigner's default trigger."""
         if not isinstance(trigger, Trigger):
             raise InvalidProgramError(f"{self._api}.trigger expects a Trigger, got {trigger!r}")
@@ -84,7 +84,7 @@ class _WindowedStreamBase:
         self._trigger = trigger
         return self
 
-    def evictor(self, evictor: Evictor) -> Any:
+    def evictor(self, evictor: Evictor[Any, Any]) -> Any:
         """Evict elements before/after the window function runs (Java Flink's ``evictor``)."""
         if not isinstance(evictor, Evictor):
             raise InvalidProgramError(f"{self._api}.evictor expects an Evictor, got {evictor!r}")
@@ -115,8 +115,8 @@ class _WindowedStreamBase:
         plain = self._window_function_classes[0]
         return as_function(fn, plain, "apply", self._apply_arity, what)
 
-    def reduce(self, reduce_function: ReduceFunction | Callable[[Any, Any], Any],
-               window_function: Any = None, output_type: Any = None) -> DataStream:
+    def reduce(self, reduce_function: ReduceFunction[Any] | Callable[[Any, Any], Any],
+               window_function: Any = None, output_type: Any = None) -> DataStream[Any]:
         """Combine each window's elements pairwise as they arrive; emit the result when it fires
         (through ``window_function`` when given)."""
         function = as_function(reduce_function, ReduceFunction, "reduce", 2, f"{self._api}.reduce")
@@ -126,8 +126,8 @@ class _WindowedStreamBase:
             output_type = self.get_input_type()
         return self._build("reduce", function, wrapped, output_type)
 
-    def aggregate(self, aggregate_function: AggregateFunction, window_function: Any = None,
-                  accumulator_type: Any = None, output_type: Any = None) -> DataStream:
+    def aggregate(self, aggregate_function: AggregateFunction[Any, Any, Any], window_function: Any = None,
+                  accumulator_type: Any = None, output_type: Any = None) -> DataStream[Any]:
         """Fold each window's elements into an accumulator as they arrive; emit
         ``get_result`` when it fires (through ``window_function`` when given)."""
         if not isinstance(aggregate_function, AggregateFunction):
@@ -137,41 +137,41 @@ class _WindowedStreamBase:
             self._window_function(window_function, f"{self._api}.aggregate")
         return self._build("aggregate", aggregate_function, wrapped, output_type)
 
-    def apply(self, window_function: Any, output_type: Any = None) -> DataStream:
+    def apply(self, window_function: Any, output_type: Any = None) -> DataStream[Any]:
         """Evaluate each window with a window function given all its elements."""
         plain = self._window_function_classes[0]
         function = as_function(window_function, plain, "apply", self._apply_arity, f"{self._api}.apply")
         return self._build("apply", function, None, output_type)
 
-    def process(self, process_window_function: Any, output_type: Any = None) -> DataStream:
+    def process(self, process_window_function: Any, output_type: Any = None) -> DataStream[Any]:
         """Evaluate each window with a process window function (context, per-window state)."""
         cls = self._window_function_classes[1]
         function = as_function(process_window_function, cls, "process", self._apply_arity,
                                f"{self._api}.process")
         return self._build("process", function, None, output_type)
 
-    def sum(self, position_to_sum: int | str = 0) -> DataStream:
+    def sum(self, position_to_sum: int | str = 0) -> DataStream[Any]:
         """Each window's sum of a field; the other fields come from the window's first record
         (Java Flink's ``WindowedStream.sum``): ``reduce`` with a :class:`SumAggregator`."""
         return self.reduce(aggregator("sum", position_to_sum))
 
-    def min(self, position_to_min: int | str = 0) -> DataStream:
+    def min(self, position_to_min: int | str = 0) -> DataStream[Any]:
         """Each window's minimum of a field; the other fields come from the window's first record."""
         return self.reduce(aggregator("min", position_to_min))
 
-    def max(self, position_to_max: int | str = 0) -> DataStream:
+    def max(self, position_to_max: int | str = 0) -> DataStream[Any]:
         """Each window's maximum of a field; the other fields come from the window's first record."""
         return self.reduce(aggregator("max", position_to_max))
 
-    def min_by(self, position_to_min_by: int | str = 0) -> DataStream:
+    def min_by(self, position_to_min_by: int | str = 0) -> DataStream[Any]:
         """Each window's record with the smallest field (the first such record on ties)."""
         return self.reduce(aggregator("min_by", position_to_min_by))
 
-    def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
+    def max_by(self, position_to_max_by: int | str = 0) -> DataStream[Any]:
         """Each window's record with the largest field (the first such record on ties)."""
         return self.reduce(aggregator("max_by", position_to_max_by))
 
-    def _build(self, kind: str, function: Any, window_function: Any, output_type: Any) -> DataStream:
+    def _build(self, kind: str, function: Any, window_function: Any, output_type: Any) -> DataStream[Any]:
         trigger = self._trigger or self._assigner.get_default_trigger(self.get_execution_environment())
         parts = [repr(self._assigner), repr(trigger)]
         if self._evictor is not None:
@@ -187,7 +187,7 @@ class _WindowedStreamBase:
             function_kind=kind, function=function, window_function=window_function)
         return self._result(DataStream(self._keyed.get_execution_environment(), transformation))
 
-    def _result(self, stream: DataStream) -> DataStream:
+    def _result(self, stream: DataStream[Any]) -> DataStream[Any]:
         return stream
 
 
@@ -199,13 +199,13 @@ class WindowedStream(_WindowedStreamBase):
     callables with those arguments are accepted too.
     """
 
-    def __init__(self, keyed_stream: KeyedStream, window_assigner: WindowAssigner) -> None:
+    def __init__(self, keyed_stream: KeyedStream[Any], window_assigner: WindowAssigner[Any, Any]) -> None:
         if not isinstance(keyed_stream, KeyedStream):
             raise InvalidProgramError(f"WindowedStream needs a KeyedStream, got {keyed_stream!r}")
         super().__init__(keyed_stream, window_assigner)
 
     @classmethod
-    def count(cls, keyed_stream: KeyedStream, size: int, slide: int | None = None) -> WindowedStream:
+    def count(cls, keyed_stream: KeyedStream[Any], size: int, slide: int | None = None) -> WindowedStream:
         """Count windows of ``size`` elements per key (sliding by ``slide`` when given)."""
         return cls(keyed_stream, _count_assigner(size, slide))
 
@@ -223,15 +223,15 @@ class AllWindowedStream(_WindowedStreamBase):
     _apply_arity = 2
     _name_prefix = "AllWindow"
 
-    def __init__(self, data_stream: DataStream, window_assigner: WindowAssigner) -> None:
+    def __init__(self, data_stream: DataStream[Any], window_assigner: WindowAssigner[Any, Any]) -> None:
         if not isinstance(data_stream, DataStream):
             raise InvalidProgramError(f"AllWindowedStream needs a DataStream, got {data_stream!r}")
         super().__init__(data_stream.key_by(_constant_key), window_assigner)
 
     @classmethod
-    def count(cls, data_stream: DataStream, size: int, slide: int | None = None) -> AllWindowedStream:
+    def count(cls, data_stream: DataStream[Any], size: int, slide: int | None = None) -> AllWindowedStream:
         """Count windows of ``size`` elements of the whole stream (sliding by ``slide`` when given)."""
         return cls(data_stream, _count_assigner(size, slide))
 
-    def _result(self, stream: DataStream) -> DataStream:
+    def _result(self, stream: DataStream[Any]) -> DataStream[Any]:
         return stream.set_parallelism(1).set_max_parallelism(1)

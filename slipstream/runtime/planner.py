@@ -7,8 +7,10 @@ timestamps operator. A loop's feedback edge (tail -> head, kind FEEDBACK) closes
 is added after every node exists, so the passes still see nodes in topological order.
 
 Then the passes of :data:`PASSES` run in order, each a function ``(graph, spec) -> graph``
-that can be run (and tested) alone on a hand-built graph; each run is logged at debug level
-on the ``slipstream.planner`` logger with what it changed:
+that can be run (and tested) alone on a hand-built graph. A pass never changes the graph it is
+given: one that changes something changes a copy (:meth:`StreamGraph.copy`) and returns it, so
+the graph before a pass can be compared with the one after. Each run is logged at debug level on
+the ``slipstream.planner`` logger with what it changed:
 
 1. ``resolve_mode``: AUTOMATIC becomes BATCH or STREAMING by the sources' boundedness.
 2. ``plan_spark_queries``: a vectorisable ``from_spark`` backlog subgraph becomes one Spark
@@ -28,7 +30,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import slipstream.operators  # noqa: F401  (registers every operator kind)
@@ -62,9 +64,27 @@ class StreamGraph:
     nodes: list[StreamNode]
     mode: RuntimeExecutionMode | None = None
 
+    def copy(self) -> StreamGraph:
+        """New nodes and edges with the same fields and links, for a pass to change; the
+        transformations (with the user's functions and sources) are shared, never copied."""
+        twins = {node: replace(node, in_edges=[], out_edges=[], notes=list(node.notes))
+                 for node in self.nodes}
+        edges: dict[StreamEdge, StreamEdge] = {}
+
+        def twin(edge: StreamEdge) -> StreamEdge:
+            if edge not in edges:
+                edges[edge] = replace(edge, source=twins.get(edge.source, edge.source),
+                                                  target=twins.get(edge.target, edge.target))
+            return edges[edge]
+        for node, copy in twins.items():
+            copy.in_edges = [twin(edge) for edge in node.in_edges]
+            copy.out_edges = [twin(edge) for edge in node.out_edges]
+        return StreamGraph(list(twins.values()), self.mode)
+
 
 Pass = Callable[[StreamGraph, JobSpec], StreamGraph]
-"""A planning pass: reads the graph and the job's settings, returns the graph it made."""
+"""A planning pass: reads the graph and the job's settings, returns the graph it made (a changed
+copy, or the graph itself when it changes nothing)."""
 
 
 @dataclass
@@ -201,6 +221,7 @@ def resolve_mode(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
     elif mode is RuntimeExecutionMode.BATCH and unbounded:
         raise InvalidProgramError(f"runtime mode BATCH needs bounded sources; {', '.join(unbounded)} "
                                   "is unbounded (use STREAMING or AUTOMATIC)")
+    graph = graph.copy()
     graph.mode = mode
     return graph
 
@@ -250,6 +271,7 @@ def mark_blocking_edges(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
     """Pass: edges leaving an ``is_output_on_eof`` operator block (FLIP-327); in BATCH mode every
     edge that is not chained does. A blocking edge is never chained."""
     batch = graph.mode is RuntimeExecutionMode.BATCH
+    graph = graph.copy()
     for node in graph.nodes:
         output_on_eof = node.transformation.get_is_output_on_eof()
         for edge in node.out_edges:
@@ -271,6 +293,7 @@ def choose_backlog_paths(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
     none."""
     batch_mode = graph.mode is RuntimeExecutionMode.BATCH
     sorting = spec.runtime_options.backlog_sorting
+    graph = graph.copy()
     for node in graph.nodes:
         operator_cls = StreamOperator.registry.get(type(node.transformation))
         if operator_cls is not None:

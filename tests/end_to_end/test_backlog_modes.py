@@ -19,19 +19,17 @@ from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
 from slipstream.datastream.window import EndOfStreamWindows, TumblingEventTimeWindows
 
-MODES = list(RuntimeExecutionMode)
-PARALLELISMS = [1, 2, 4]
 SORTING = {"sorted": {}, "sorted-spilling": {"sort_memory_budget": 3}, "record-by-record": {"backlog_sorting": False}}
+
+pytestmark = pytest.mark.configure(batch_size=7, channel_capacity=2)
 
 RNG = random.Random(20231)
 RECORDS = [(RNG.choice("abcdefghij"), RNG.randint(-20, 40), i) for i in range(400)]  # (key, value, time)
 
 
-def make_env(mode: RuntimeExecutionMode, parallelism: int, sorting: str, tmp_path: Any) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    env.set_runtime_mode(mode).configure(batch_size=7, channel_capacity=2, spill_dir=str(tmp_path),
-                                         **SORTING[sorting])
-    return env
+def sorting_into(env: StreamExecutionEnvironment, sorting: str, tmp_path: Any) -> StreamExecutionEnvironment:
+    """``env`` with the backlog sorting of ``SORTING[sorting]``, spilling into ``tmp_path``."""
+    return env.configure(spill_dir=str(tmp_path), **SORTING[sorting])
 
 
 def timed(env: StreamExecutionEnvironment) -> Any:
@@ -119,21 +117,20 @@ JOBS = {"sum": run_sum, "max_by": run_max_by, "reduce": run_reduce, "process": r
         "tumbling": run_tumbling, "end_of_stream": run_end_of_stream}
 
 
+@pytest.mark.modes(*RuntimeExecutionMode)
 @pytest.mark.parametrize("job", list(JOBS))
 @pytest.mark.parametrize("sorting", list(SORTING))
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-def test_every_mode_gives_the_oracles_final_result(job: str, sorting: str, parallelism: int,
-                                                   mode: RuntimeExecutionMode, tmp_path: Any) -> None:
-    got, oracle = JOBS[job](make_env(mode, parallelism, sorting, tmp_path))
+def test_every_mode_gives_the_oracles_final_result(job: str, sorting: str, env: StreamExecutionEnvironment,
+                                                   tmp_path: Any) -> None:
+    got, oracle = JOBS[job](sorting_into(env, sorting, tmp_path))
     assert got == oracle
     assert list(tmp_path.iterdir()) == []  # spill directories are removed after the switch
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
+@pytest.mark.modes(RuntimeExecutionMode.BATCH)
 def test_sorted_reduce_in_batch_mode_emits_one_value_per_key_and_reports_its_backlog(
-        parallelism: int, tmp_path: Any) -> None:
-    env = make_env(RuntimeExecutionMode.BATCH, parallelism, "sorted-spilling", tmp_path)
+        env: StreamExecutionEnvironment, tmp_path: Any) -> None:
+    sorting_into(env, "sorted-spilling", tmp_path)
     env.from_collection(RECORDS).key_by(lambda r: r[0]).sum(1).name("sum").add_sink(lambda _: None)
     metrics = env.execute().get_accumulator_result("sum")
     assert metrics["records_out"] == len(groups())  # not one update per record
@@ -154,10 +151,10 @@ def test_live_records_after_a_hybrid_backlog_stream_on_from_the_batch_state(tmp_
                        ("a", 103), ("c", 1005), ("a", 106)]
 
 
-@pytest.mark.parametrize("parallelism", PARALLELISMS)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
 def test_sorted_reduce_in_streaming_mode_emits_every_rolling_update_in_key_order(
-        parallelism: int, tmp_path: Any) -> None:
-    env = make_env(RuntimeExecutionMode.STREAMING, parallelism, "sorted-spilling", tmp_path)
+        env: StreamExecutionEnvironment, tmp_path: Any) -> None:
+    sorting_into(env, "sorted-spilling", tmp_path)
     updates = list(env.from_collection(RECORDS).key_by(lambda r: r[0]).sum(1).execute_and_collect())
     assert len(updates) == len(RECORDS)
     for key, records in groups().items():

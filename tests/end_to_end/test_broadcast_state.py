@@ -149,6 +149,7 @@ def weighted_oracle(rules, events):
 @pytest.mark.parallelisms(*PARALLELISMS)
 @pytest.mark.seeds(*SEEDS)
 @pytest.mark.modes(*MODES)
+@pytest.mark.workers(1, 2)
 def test_keyed_broadcast_function_with_keyed_state_timers_and_side_output(env: StreamExecutionEnvironment) -> None:
     rules = [("k0", 1), ("k1", 10), ("k2", 100), ("k1", 20)]
     events = [(f"k{i % 4}", i % 7, i * 3) for i in range(120)]  # k3 has no weight

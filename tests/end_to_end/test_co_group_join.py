@@ -113,6 +113,7 @@ def test_co_group_with_end_of_stream_windows(env: StreamExecutionEnvironment, di
 
 @pytest.mark.seeds(*SEEDS)
 @pytest.mark.engines(*SORTING)
+@pytest.mark.workers(1, 2)
 def test_join_with_end_of_stream_windows_is_the_inner_join(env: StreamExecutionEnvironment) -> None:
     first = many_per_key(80, 12, env.runtime_options.scheduler_seed)
     second = [(k, -i, 0.5) for i, k in enumerate(list(range(6, 16)) * 2)]  # keys 12..15 never match
@@ -238,6 +239,7 @@ def timed(env: StreamExecutionEnvironment, events: list, bound: int = 40) -> Any
 
 @pytest.mark.seeds(*SEEDS)
 @pytest.mark.engines(*SORTING)
+@pytest.mark.workers(1, 2)
 def test_co_group_and_join_in_tumbling_event_time_windows(env: StreamExecutionEnvironment) -> None:
     seed = env.runtime_options.scheduler_seed
     first, second = timed_events(120, 4, seed), timed_events(90, 4, seed + 100)

@@ -31,13 +31,10 @@ SEEDS = [0, 6, 13]
 pytestmark = pytest.mark.configure(batch_size=3, channel_capacity=2)
 
 
-def small_batches(env: StreamExecutionEnvironment) -> StreamExecutionEnvironment:
-    return env.configure(batch_size=3, channel_capacity=2)
-
-
 # -- union ------------------------------------------------------------------------------------------
+@pytest.mark.workers(1, 2)
 def test_union_of_three_streams(env: StreamExecutionEnvironment) -> None:
-    a = small_batches(env).from_collection(list(range(40)))
+    a = env.from_collection(list(range(40)))
     b = env.from_collection(list(range(100, 130))).map(lambda x: x * 2)
     c = env.from_collection(list(range(-20, 0))).filter(lambda x: x % 3 == 0).set_parallelism(1)
     got = list(a.union(b, c).map(lambda x: x + 1).execute_and_collect())
@@ -86,7 +83,7 @@ def test_connect_co_map_and_co_flat_map(env: StreamExecutionEnvironment) -> None
     numbers = list(range(25))
     words = ["alpha beta", "gamma", "", "delta epsilon zeta"] * 3
     mapped, flat = CollectingSink(), CollectingSink()
-    small_batches(env).from_collection(numbers).connect(env.from_collection(words)).map(Doubler()).sink_to(mapped)
+    env.from_collection(numbers).connect(env.from_collection(words)).map(Doubler()).sink_to(mapped)
     env.from_collection(numbers).connect(env.from_collection(words)).flat_map(Expander()).sink_to(flat)
     env.execute()
     assert Counter(mapped.values) == Counter([("num", n * 2) for n in numbers] + [("str", w.upper()) for w in words])
@@ -116,7 +113,7 @@ class Tagger(CoProcessFunction):
 def test_co_process_function_timestamps_and_side_outputs(env: StreamExecutionEnvironment) -> None:
     events = [("e", t) for t in range(0, 60, 2)]
     labels = [f"{c}{i}" for i in range(15) for c in "xy"]
-    timed = small_batches(env).from_collection(events).assign_timestamps_and_watermarks(
+    timed = env.from_collection(events).assign_timestamps_and_watermarks(
         WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e, ts: e[1] + 1000))
     main = timed.connect(env.from_collection(labels)).process(Tagger())
     rejected = CollectingSink()
@@ -164,10 +161,11 @@ class Enrich(KeyedCoProcessFunction):
 
 
 @pytest.mark.seeds(*SEEDS[:2])
+@pytest.mark.workers(1, 2)
 def test_keyed_co_process_enrichment(env: StreamExecutionEnvironment) -> None:
     customers = [(f"c{i}", f"name-{i}") for i in range(0, 12, 2)] + [("c11", "late-eleven")]
     orders = [(f"c{i % 13}", n) for n, i in enumerate(range(0, 200, 7))]
-    joined = (small_batches(env).from_collection(orders).connect(env.from_collection(customers))
+    joined = (env.from_collection(orders).connect(env.from_collection(customers))
               .key_by(lambda o: o[0], lambda c: c[0]).process(Enrich()))
     got = list(joined.execute_and_collect())
     names = dict(customers)
@@ -245,6 +243,7 @@ def test_shuffle_delivers_everything_somewhere(env: StreamExecutionEnvironment) 
 @pytest.mark.parallelisms(2, 3)
 @pytest.mark.seeds(*SEEDS)
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+@pytest.mark.workers(1, 2)
 def test_broadcast_sends_every_record_to_every_subtask(env: StreamExecutionEnvironment) -> None:
     parallelism = env.get_parallelism()
     got = list(env.from_collection(list(range(N))).broadcast().map(WhereAmI()).execute_and_collect())

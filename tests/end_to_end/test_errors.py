@@ -4,7 +4,9 @@ building the graph fails at once with ``InvalidProgramError``."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import pickle
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from slipstream.datastream import (
     RuntimeExecutionMode,
     StreamExecutionEnvironment,
 )
+from slipstream.datastream.connectors.errors import SourceFormatError
 from slipstream.errors import InvalidProgramError, SlipstreamError, UserFunctionError
 
 # The offending record sits in the second half, so with parallelism 2 it is read (and,
@@ -138,6 +141,7 @@ def test_reduce_returning_none_fails_instead_of_restarting_the_key(env: StreamEx
 
 @pytest.mark.parallelisms(1, 2)
 @pytest.mark.seeds(0)
+@pytest.mark.workers(1, 2)
 def test_sink_function_error_names_the_sink_and_record(env: StreamExecutionEnvironment) -> None:
     parallelism = env.get_parallelism()
 
@@ -289,3 +293,16 @@ def test_a_job_without_a_sink_is_refused_on_execute(env: StreamExecutionEnvironm
 def test_an_empty_job_is_refused_on_execute(env: StreamExecutionEnvironment) -> None:
     with pytest.raises(InvalidProgramError):
         env.execute()
+
+
+def test_a_user_error_crosses_a_process_boundary_with_its_cause_and_fields() -> None:
+    """A worker process's failure reaches the driver pickled: the cause and the fields the message
+    names come along (pickle keeps neither ``__cause__`` nor what ``__init__`` alone sets)."""
+    error = UserFunctionError("my map", 1, 2, BAD, Boom(f"cannot handle {BAD}"), uid="map-uid")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (str(copy), copy.uid, copy.record) == (str(error), "map-uid", BAD)
+    assert isinstance(copy.__cause__, Boom) and str(copy.__cause__) == f"cannot handle {BAD}"
+    bad_line = SourceFormatError("in/people.csv", 3, 35, "a value of type Double", "high", field="'score'")
+    copy_of_line = pickle.loads(pickle.dumps(bad_line))
+    assert (str(copy_of_line), copy_of_line.path, copy_of_line.line_number, copy_of_line.field) == \
+        (str(bad_line), "in/people.csv", 3, "'score'")

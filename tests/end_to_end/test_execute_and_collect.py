@@ -12,6 +12,7 @@ import pytest
 
 from slipstream.datastream import CloseableIterator, MapFunction, RuntimeExecutionMode, StreamExecutionEnvironment
 from slipstream.datastream.connectors.iterator import IteratorSource
+from slipstream.testing import CollectingSink
 
 pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING),
               pytest.mark.configure(batch_size=4, channel_capacity=2)]
@@ -49,6 +50,7 @@ class TracksClose(MapFunction):
 # -- the iterator ---------------------------------------------------------------------------------
 @pytest.mark.parallelisms(1, 2, 4)
 @pytest.mark.seeds(0, 8)
+@pytest.mark.workers(1, 2)
 def test_iterator_protocol(env: StreamExecutionEnvironment) -> None:
     it = env.from_collection(list(range(50))).map(lambda x: x * x).execute_and_collect()
     assert isinstance(it, CloseableIterator)
@@ -167,15 +169,16 @@ def test_a_failure_while_collecting_closes_the_job(env: StreamExecutionEnvironme
 # -- execute() and its result ------------------------------------------------------------------------
 @pytest.mark.parallelisms(1, 2, 4)
 @pytest.mark.seeds(0, 2)
+@pytest.mark.workers(1, 2)
 def test_execute_result_counts_records_per_operator(env: StreamExecutionEnvironment) -> None:
-    sunk: list = []
+    sunk = CollectingSink()
     data = list(range(60))
     (env.from_collection(data).name("numbers")
      .map(lambda x: x + 1).name("plus one")
      .filter(lambda x: x % 3 == 0).name("thirds")
      .flat_map(lambda x: [x, x]).name("twice")
      .key_by(lambda x: x % 5).reduce(lambda a, b: a + b).name("sum")
-     .add_sink(sunk.append).name("sink"))
+     .sink_to(sunk).name("sink"))
     result = env.execute("counting job")
     assert isinstance(result.get_net_runtime(), int) and result.get_net_runtime() >= 0
     assert result.get_job_id()
@@ -192,7 +195,7 @@ def test_execute_result_counts_records_per_operator(env: StreamExecutionEnvironm
     for name, (records_in, records_out) in expected.items():
         assert metrics[name]["records_in"] == records_in, name
         assert metrics[name]["records_out"] == records_out, name
-    assert len(sunk) == 2 * len(thirds)
+    assert len(sunk.values) == 2 * len(thirds)
     # the result is a copy: changing it changes nothing
     metrics["sum"]["records_in"] = -1
     assert result.get_all_accumulator_results()["sum"]["records_in"] == 2 * len(thirds)

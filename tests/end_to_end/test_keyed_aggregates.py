@@ -114,6 +114,7 @@ def test_semantics_on_a_hand_checked_example(env: StreamExecutionEnvironment) ->
 
 
 @pytest.mark.seeds(*SEEDS)
+@pytest.mark.workers(1, 2)
 def test_sum_is_order_independent_with_a_parallel_source(env: StreamExecutionEnvironment) -> None:
     updates = run_aggregate(source(small_batches(env), TUPLES, single=False).key_by(lambda r: r[0]), "sum", 1)
     totals: dict[str, int] = defaultdict(int)

@@ -194,6 +194,7 @@ def event_time_stream(env: StreamExecutionEnvironment, via_from_source: bool) ->
 @pytest.mark.seeds(*SEEDS)
 @pytest.mark.parametrize("via_from_source", [False, True])
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+@pytest.mark.workers(1, 2)
 def test_event_time_timers_fire_as_the_watermark_passes(env: StreamExecutionEnvironment, via_from_source: bool) -> None:
     out = list(event_time_stream(env, via_from_source).key_by(lambda e: e[0]).process(DelayedEcho())
                .process(WithTimestamp()).execute_and_collect())

@@ -234,6 +234,7 @@ def read_lines_oracle(paths: list[Path]) -> list[str]:
 @pytest.mark.parametrize("backlog_sorting", BACKLOG_SORTING)
 @pytest.mark.zipped(parallelisms=PARALLELISMS, seeds=PARALLELISMS)
 @pytest.mark.configure(batch_size=5)
+@pytest.mark.workers(1, 2)
 def test_text_files_word_count_to_row_format_file_sink(env: StreamExecutionEnvironment, tmp_path: Path,
                                                         backlog_sorting: bool) -> None:
     inputs = write_text_inputs(tmp_path / "in")
@@ -709,6 +710,7 @@ def test_unbounded_iterator_that_raises_fails_the_job_naming_the_position(env: S
 
 @pytest.mark.parallelisms(1, 2)
 @pytest.mark.seeds(0)
+@pytest.mark.workers(1, 2)
 def test_malformed_csv_line_fails_the_job_naming_file_and_line(
         env: StreamExecutionEnvironment, tmp_path: Path) -> None:
     inputs = write_csv_inputs(tmp_path / "in", files=2, rows_per_file=10)

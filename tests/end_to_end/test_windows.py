@@ -53,13 +53,11 @@ pytestmark = pytest.mark.configure(batch_size=3, channel_capacity=2, backlog_sor
 
 
 def make_env(parallelism: int, seed: int, batch_size: int = 3) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment()
-    return small_batches(env.set_parallelism(parallelism).configure(scheduler_seed=seed), batch_size)
-
-
-def small_batches(env: StreamExecutionEnvironment, batch_size: int = 3) -> StreamExecutionEnvironment:
-    """Small batches through short channels, record by record (backlog sorting: test_backlog_modes.py)."""
-    return env.configure(batch_size=batch_size, channel_capacity=2, backlog_sorting=False)
+    """The module's configure marker, for the property tests (hypothesis runs many examples in one
+    test, so they cannot share the env fixture): small batches through short channels, record by
+    record (backlog sorting: test_backlog_modes.py)."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    return env.configure(scheduler_seed=seed, batch_size=batch_size, channel_capacity=2, backlog_sorting=False)
 
 
 def strategy(bound: int) -> WatermarkStrategy:
@@ -108,8 +106,8 @@ class WithTimestamp(ProcessFunction):
         yield value, ctx.timestamp()
 
 
+@pytest.mark.workers(1, 2)
 def test_tumbling_event_time_reduce(env: StreamExecutionEnvironment) -> None:
-    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .map(lambda e: (e[0], tumbling_start(e[1], 100), e[2]))
@@ -149,8 +147,8 @@ class LabelWithWindow(ProcessWindowFunction):
             yield key, window.start, window.end, count, total
 
 
+@pytest.mark.workers(1, 2)
 def test_sliding_event_time_aggregate_with_process_window_function(env: StreamExecutionEnvironment) -> None:
-    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .key_by(lambda e: e[0])
@@ -200,7 +198,6 @@ SESSION_GAP = 45
 
 
 def test_session_windows_process(env: StreamExecutionEnvironment) -> None:
-    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .key_by(lambda e: e[0])
@@ -212,8 +209,8 @@ def test_session_windows_process(env: StreamExecutionEnvironment) -> None:
     assert sorted(got) == sorted(expected)
 
 
+@pytest.mark.workers(1, 2)
 def test_session_windows_aggregate_merges_accumulators(env: StreamExecutionEnvironment) -> None:
-    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .key_by(lambda e: e[0])
@@ -231,7 +228,6 @@ class CountPerWindow(WindowFunction):
 
 
 def test_tumbling_event_time_apply_with_offset(env: StreamExecutionEnvironment) -> None:
-    small_batches(env)
     got = list(
         event_source(env, EVENTS, 60)
         .key_by(lambda e: e[0])

@@ -12,6 +12,7 @@ LINES = ["a b c a", "b b d", "", "e a c", "f g h i j k a b"] * 7
 
 
 @pytest.mark.seeds(0, 1, 7)
+@pytest.mark.workers(1, 2)
 def test_word_count_matches_oracle(env: StreamExecutionEnvironment) -> None:
     env.configure(batch_size=3, channel_capacity=2)
     sink = CollectingSink()

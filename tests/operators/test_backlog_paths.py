@@ -248,7 +248,7 @@ def test_a_new_kind_is_planned_from_its_declaration_alone(slow_sort_kind: Any, m
     spec = JobSpec(job_name="hand-built", transformations=(), runtime_mode=mode,
                    runtime_options=RuntimeOptions(backlog_sorting=sorting))
     graph = choose_backlog_paths(StreamGraph([node], mode), spec)
-    assert BacklogChoice(graph.nodes[0].backlog_path, node.backlog_streamed) == expected
+    assert BacklogChoice(graph.nodes[0].backlog_path, graph.nodes[0].backlog_streamed) == expected
 
 
 def test_a_declaration_says_why_exactly_when_it_streams() -> None:

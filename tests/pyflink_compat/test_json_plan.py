@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 
-from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
+
+pytestmark = pytest.mark.modes(RuntimeExecutionMode.STREAMING)  # a plan, not a run: one mode is enough
 
 PLAN_KEYS = {"id", "type", "pact", "contents", "parallelism"}
-
-
-def new_env(parallelism: int = 2) -> StreamExecutionEnvironment:
-    return StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
 
 
 def plan(env: StreamExecutionEnvironment) -> list[dict[str, Any]]:
@@ -31,8 +29,8 @@ def plan(env: StreamExecutionEnvironment) -> list[dict[str, Any]]:
     return nodes
 
 
-def test_each_operator_is_a_node_and_edges_name_their_ship_strategy() -> None:
-    env = new_env()
+@pytest.mark.parallelisms(2)
+def test_each_operator_is_a_node_and_edges_name_their_ship_strategy(env: StreamExecutionEnvironment) -> None:
     env.from_collection([("a", 0), ("b", 1)]).name("From Collection") \
         .key_by(lambda r: r[1]).map(lambda r: r).name("Plus Two Map").set_parallelism(3) \
         .map(lambda r: r).name("Add From File Map").add_sink(lambda r: None).name("Test Sink").set_parallelism(4)
@@ -51,23 +49,24 @@ def test_each_operator_is_a_node_and_edges_name_their_ship_strategy() -> None:
 
 @pytest.mark.parametrize("partition,strategy", [("broadcast", "BROADCAST"), ("rebalance", "REBALANCE"),
                                                 ("rescale", "RESCALE"), ("shuffle", "SHUFFLE"), ("global_", "GLOBAL")])
-def test_a_partitioning_is_the_ship_strategy_of_the_next_operator(partition: str, strategy: str) -> None:
-    env = new_env()
+@pytest.mark.parallelisms(2)
+def test_a_partitioning_is_the_ship_strategy_of_the_next_operator(partition: str, strategy: str,
+                                                                  env: StreamExecutionEnvironment) -> None:
     getattr(env.from_collection([1, 2, 3]), partition)().map(lambda x: x + 1).set_parallelism(3).print()
     assert plan(env)[1]["predecessors"][0]["ship_strategy"] == strategy
 
 
-def test_set_parallelism_and_force_non_parallel_show_in_the_plan() -> None:
-    env = new_env(8)
+@pytest.mark.parallelisms(8)
+def test_set_parallelism_and_force_non_parallel_show_in_the_plan(env: StreamExecutionEnvironment) -> None:
     env.from_collection([(1, "Hi")]).map(lambda x: x).set_parallelism(4).print()
     assert plan(env)[1]["parallelism"] == 4
-    env = new_env(8)
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(8)
     env.from_collection([(1, "Hi")]).set_parallelism(3).force_non_parallel().print()
     assert plan(env)[0]["parallelism"] == 1
 
 
-def test_a_union_is_no_node_its_inputs_are_the_predecessors() -> None:
-    env = new_env()
+@pytest.mark.parallelisms(2)
+def test_a_union_is_no_node_its_inputs_are_the_predecessors(env: StreamExecutionEnvironment) -> None:
     one, two, three = (env.from_collection(values) for values in ([1, 2, 3], [4, 5, 6], [7, 8, 9]))
     three.union(one, two).map(lambda x: x + 1).print()
     nodes = plan(env)
@@ -76,21 +75,21 @@ def test_a_union_is_no_node_its_inputs_are_the_predecessors() -> None:
     assert sorted(p["id"] for p in operator["predecessors"]) == sources
 
 
-def test_the_print_sink_is_the_last_node() -> None:
-    env = new_env()
+@pytest.mark.parallelisms(2)
+def test_the_print_sink_is_the_last_node(env: StreamExecutionEnvironment) -> None:
     env.from_collection([("ab", 1)]).print()
     nodes = plan(env)
     assert nodes[-1]["type"] == "Sink: Print to Std. Out" and nodes[-1]["pact"] == "Data Sink"
 
 
-def test_chained_operators_are_nodes_of_their_own() -> None:
-    env = new_env(1)
+@pytest.mark.parallelisms(1)
+def test_chained_operators_are_nodes_of_their_own(env: StreamExecutionEnvironment) -> None:
     env.from_collection([1]).map(lambda x: x).name("a").filter(bool).name("b").print()
     assert [n["type"] for n in plan(env)] == ["Source: Collection Source", "a", "b", "Sink: Print to Std. Out"]
 
 
-def test_a_loops_feedback_edge_is_a_predecessor_of_its_head() -> None:
-    env = new_env(1)
+@pytest.mark.parallelisms(1)
+def test_a_loops_feedback_edge_is_a_predecessor_of_its_head(env: StreamExecutionEnvironment) -> None:
 
     def countdown(numbers: Any) -> tuple[Any, Any]:
         step = numbers.map(lambda n: n - 1).name("step")
@@ -104,8 +103,8 @@ def test_a_loops_feedback_edge_is_a_predecessor_of_its_head() -> None:
     assert any(p["id"] == again for n in nodes for p in n.get("predecessors", []))
 
 
-def test_asking_for_the_plan_does_not_consume_the_job() -> None:
-    env = new_env(1)
+@pytest.mark.parallelisms(1)
+def test_asking_for_the_plan_does_not_consume_the_job(env: StreamExecutionEnvironment) -> None:
     out: list[int] = []
     env.from_collection([1, 2]).map(lambda x: x * 10).add_sink(out.append)
     assert len(plan(env)) == 3

@@ -33,6 +33,7 @@ def test_row_reprs_are_pyflinks() -> None:
 
 @pytest.mark.parallelisms(1, 2, 4)
 @pytest.mark.seeds(0, 1, 5)
+@pytest.mark.workers(1, 2)
 def test_a_row_named_output_gives_named_rows_that_sum_by_field_name(env: StreamExecutionEnvironment) -> None:
     data = [("a", 1), ("b", 2), ("a", 3), ("b", 4), ("a", 5)]
     rows = env.from_collection(data).map(lambda r: (r[0], r[1] * 10), output_type=PAIR)

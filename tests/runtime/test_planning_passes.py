@@ -124,7 +124,7 @@ def test_resolve_mode_refuses_batch_with_an_unbounded_source_naming_it() -> None
 def test_mark_blocking_edges_blocks_only_the_output_of_an_operator_that_emits_at_end() -> None:
     graph = line(source(), flat_map(), flat_map(EmitsAtEnd()), sink())
     graph.mode = RuntimeExecutionMode.STREAMING
-    mark_blocking_edges(graph, spec())
+    graph = mark_blocking_edges(graph, spec())
     assert kinds(graph) == [EdgeKind.PIPELINED, EdgeKind.PIPELINED, EdgeKind.BLOCKING]
 
 
@@ -132,17 +132,16 @@ def test_mark_blocking_edges_in_batch_mode_blocks_unchainable_edges_but_not_insi
     graph = line(source(), flat_map(), sink(), partitioning=Partitioning.REBALANCE)
     graph.nodes[2].transformation.scope = ROOT_SCOPE.nest()  # the sink's input edge is in a loop
     graph.mode = RuntimeExecutionMode.BATCH
-    mark_blocking_edges(graph, spec())
+    graph = mark_blocking_edges(graph, spec())
     assert kinds(graph) == [EdgeKind.BLOCKING, EdgeKind.PIPELINED]
 
 
 def test_mark_blocking_edges_leaves_a_feedback_edge_alone() -> None:
     head, tail = node(flat_map(EmitsAtEnd())), node(flat_map())
     connect(head, tail)
-    feedback = connect(tail, head, input_index=1, kind=EdgeKind.FEEDBACK)
-    graph = StreamGraph([head, tail], RuntimeExecutionMode.BATCH)
-    mark_blocking_edges(graph, spec())
-    assert head.out_edges[0].kind is EdgeKind.BLOCKING and feedback.kind is EdgeKind.FEEDBACK
+    connect(tail, head, input_index=1, kind=EdgeKind.FEEDBACK)
+    planned = mark_blocking_edges(StreamGraph([head, tail], RuntimeExecutionMode.BATCH), spec())
+    assert kinds(planned) == [EdgeKind.BLOCKING, EdgeKind.FEEDBACK]
 
 
 # -- validate_loops --------------------------------------------------------------------------------------
@@ -184,7 +183,7 @@ def test_choose_backlog_paths_streams_a_keyed_process_functions_backlog_only_in_
         mode: RuntimeExecutionMode, sorting: bool | str, streamed: bool) -> None:
     graph = line(source(), keyed_process(), sink(), partitioning=Partitioning.HASH)
     graph.mode = mode
-    choose_backlog_paths(graph, spec(backlog_sorting=sorting))
+    graph = choose_backlog_paths(graph, spec(backlog_sorting=sorting))
     process = graph.nodes[1]
     assert bool(process.backlog_streamed) is streamed
     assert graph.nodes[0].backlog_path is BacklogPath.STREAMED and graph.nodes[2].backlog_path is BacklogPath.STREAMED
@@ -196,9 +195,9 @@ def test_choose_backlog_paths_streams_a_keyed_process_functions_backlog_only_in_
 def test_plan_spark_queries_changes_nothing_without_a_spark_source() -> None:
     graph = line(source(), flat_map(), sink())
     graph.mode = RuntimeExecutionMode.BATCH
-    before = [(n.transformation, [e.target for e in n.out_edges]) for n in graph.nodes]
-    assert plan_spark_queries(graph, spec(batch_engine="polars")) is graph
-    assert [(n.transformation, [e.target for e in n.out_edges]) for n in graph.nodes] == before
+    planned = plan_spark_queries(graph, spec(batch_engine="polars"))
+    assert [(n.transformation, [e.target.transformation for e in n.out_edges]) for n in planned.nodes] == \
+        [(n.transformation, [e.target.transformation for e in n.out_edges]) for n in graph.nodes]
 
 
 # -- chaining, the order, the log -----------------------------------------------------------------------
@@ -238,9 +237,9 @@ def test_plan_job_runs_the_passes_it_is_given_in_order() -> None:
 def test_each_pass_logs_its_name_and_what_it_changed(caplog: pytest.LogCaptureFixture) -> None:
     graph = line(source(), flat_map(EmitsAtEnd()), sink())
     with caplog.at_level(logging.DEBUG, logger="slipstream.planner"):
-        run_pass(resolve_mode, graph, spec(mode=RuntimeExecutionMode.AUTOMATIC))
-        run_pass(mark_blocking_edges, graph, spec())
-        run_pass(validate_loops, graph, spec())
+        graph = run_pass(resolve_mode, graph, spec(mode=RuntimeExecutionMode.AUTOMATIC))
+        graph = run_pass(mark_blocking_edges, graph, spec())
+        graph = run_pass(validate_loops, graph, spec())
     messages = [record.getMessage() for record in caplog.records]
     second, third = (f"#{n.id}" for n in graph.nodes[1:])
     assert messages == [
@@ -248,3 +247,35 @@ def test_each_pass_logs_its_name_and_what_it_changed(caplog: pytest.LogCaptureFi
         f"planning pass mark_blocking_edges: edge {second}->{third} input 0: PIPELINED -> BLOCKING",
         "planning pass validate_loops: no change",
     ]
+
+
+def snapshot(graph: StreamGraph) -> list[Any]:
+    """Everything a pass may change, with the identity of each node and edge object."""
+    return [graph.mode, [(id(n), n.transformation, n.parallelism, n.backlog_path, n.backlog_streamed, list(n.notes),
+                          [(id(e), id(e.source), id(e.target), e.kind, e.partitioning) for e in n.in_edges],
+                          [(id(e), id(e.source), id(e.target), e.kind, e.partitioning) for e in n.out_edges])
+                         for n in graph.nodes]]
+
+
+@pytest.mark.parametrize("planning_pass", PASSES, ids=[p.__name__ for p in PASSES])
+def test_a_pass_returns_its_changes_and_leaves_the_graph_it_was_given_unchanged(planning_pass: Any) -> None:
+    graph = line(source(), keyed_process(), flat_map(EmitsAtEnd()), sink(), partitioning=Partitioning.HASH)
+    graph.mode = RuntimeExecutionMode.BATCH if planning_pass is not resolve_mode else None
+    before = snapshot(graph)
+    planned = planning_pass(graph, spec(mode=RuntimeExecutionMode.AUTOMATIC))
+    assert snapshot(graph) == before
+    # the graph it returns is planned as the pass says, linked within itself
+    assert [n.transformation for n in planned.nodes] == [n.transformation for n in graph.nodes]
+    assert all(e.source in planned.nodes and e.target in planned.nodes for n in planned.nodes for e in n.out_edges)
+
+
+def test_each_pass_that_changes_the_graph_returns_the_change() -> None:
+    graph = line(source(), keyed_process(), flat_map(EmitsAtEnd()), sink(), partitioning=Partitioning.HASH)
+    job = spec(mode=RuntimeExecutionMode.AUTOMATIC)
+    resolved = resolve_mode(graph, job)
+    blocked = mark_blocking_edges(resolved, job)
+    chosen = choose_backlog_paths(blocked, job)
+    assert (graph.mode, resolved.mode) == (None, RuntimeExecutionMode.BATCH)
+    assert kinds(resolved) == [EdgeKind.PIPELINED] * 3 and kinds(blocked) == [EdgeKind.BLOCKING] * 3
+    assert [n.backlog_path for n in blocked.nodes] == [None] * 4
+    assert chosen.nodes[1].backlog_path is not None and chosen.nodes[1].backlog_path is not BacklogPath.STREAMED

@@ -70,3 +70,54 @@ def test_a_test_asking_for_an_engine_its_job_cannot_use_fails_naming_it(pytester
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*test_a_map_has_no_backlog_to_sort*asked for the polars engine, but none of its "
                                  "jobs sorted a backlog on it*"])
+
+
+WORKER_RUNS: list[str] = []
+
+
+@pytest.mark.workers(1, 2)
+@pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+def test_the_workers_marker_adds_a_run_on_worker_processes_at_the_largest_parallelism(
+        env: StreamExecutionEnvironment, request: pytest.FixtureRequest) -> None:
+    WORKER_RUNS.append(request.node.callspec.id)
+    assert env.runtime_options.workers == int(request.node.callspec.id[-1])
+    updates = list(env.from_collection(KEYED).key_by("key").sum("n").execute_and_collect())
+    assert {update["key"]: update["n"] for update in updates} == \
+        {k: sum(r["n"] for r in KEYED if r["key"] == k) for k in "abc"}
+    if len(WORKER_RUNS) == 4:
+        assert WORKER_RUNS == ["streaming-p1-s0-w1", "streaming-p2-s0-w1", "streaming-p4-s0-w1", "streaming-p4-s0-w2"]
+
+
+def test_a_test_asking_for_workers_its_jobs_do_not_use_fails_naming_it(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(Path(__file__).parent.parent.joinpath("conftest.py").read_text())
+    pytester.makepyfile(test_one_process="""
+        import pytest
+        from slipstream.datastream import RuntimeExecutionMode
+
+        @pytest.mark.workers(2)
+        @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
+        @pytest.mark.parallelisms(2)
+        def test_a_job_of_parallelism_one(env):
+            env.set_parallelism(1)
+            assert list(env.from_collection([1, 2]).map(lambda n: n).execute_and_collect()) == [1, 2]
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*test_a_job_of_parallelism_one*asked for 2 worker processes, but none of its "
+                                 "jobs ran on them*"])
+
+
+def test_a_workers_marker_on_a_test_of_parallelism_one_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(Path(__file__).parent.parent.joinpath("conftest.py").read_text())
+    pytester.makepyfile(test_one_process="""
+        import pytest
+
+        @pytest.mark.workers(1, 2)
+        @pytest.mark.parallelisms(1)
+        def test_only_at_parallelism_one(env):
+            pass
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*test_only_at_parallelism_one: its workers marker asks for worker processes, "
+                                 "but it runs only at parallelism 1*"])
+    assert result.ret != 0

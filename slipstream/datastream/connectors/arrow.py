@@ -13,7 +13,7 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -47,7 +47,7 @@ class ArrowSource(Source):
 
     @property
     def num_rows(self) -> int:
-        return self.table.num_rows
+        return cast("int", self.table.num_rows)
 
     def get_boundedness(self) -> Boundedness:
         return Boundedness.BOUNDED

@@ -33,9 +33,9 @@ class SourceBatch:
     strategy, as a strategy's generator replaces upstream watermarks.
     """
 
-    values: list
-    timestamps: list | None = None
-    side_outputs: dict | None = None
+    values: list[Any]
+    timestamps: list[Any] | None = None
+    side_outputs: dict[Any, Any] | None = None
     watermark: int | None = None
 
 
@@ -164,10 +164,10 @@ class SinkWriter(ABC):
         """Prepare to write."""
 
     @abstractmethod
-    def write(self, values: list, timestamps: list | None) -> None:
+    def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
         """Write a batch of records."""
 
-    def write_arrow(self, batch: pa.RecordBatch | pa.Table, timestamps: list | None) -> None:
+    def write_arrow(self, batch: pa.RecordBatch | pa.Table, timestamps: list[Any] | None) -> None:
         """Write records that arrive as Arrow columns; by default as rows. Columnar writers
         (Parquet, counters) override this so the rows are never built."""
         self.write(rows_from_arrow(batch), timestamps)

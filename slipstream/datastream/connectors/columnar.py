@@ -6,6 +6,8 @@ the columns; everything else reads ``values`` as from any ``SourceBatch``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 from slipstream.datastream.columnar import rows_from_arrow
@@ -17,13 +19,13 @@ class ArrowSourceBatch(SourceBatch):
 
     __slots__ = ("_rows", "record_batch")
 
-    def __init__(self, record_batch: pa.RecordBatch, timestamps: list | None = None) -> None:
+    def __init__(self, record_batch: pa.RecordBatch, timestamps: list[Any] | None = None) -> None:
         self.record_batch = record_batch
         self.timestamps = timestamps
-        self._rows: list | None = None
+        self._rows: list[Any] | None = None
 
     @property
-    def values(self) -> list:  # type: ignore[override]
+    def values(self) -> list[Any]:  # type: ignore[override]
         if self._rows is None:
             self._rows = rows_from_arrow(self.record_batch)
         return self._rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from slipstream.errors import CheckpointError, JobExecutionError
 
@@ -18,6 +19,7 @@ class SourceFormatError(JobExecutionError, ValueError):
 
     def __init__(self, path: str | None, line_number: int | None, offset: int | None,
                  expected: str, got: object, field: str | None = None) -> None:
+        self._arguments = (path, line_number, offset, expected, got, field)
         self.path = path
         self.line_number = line_number
         self.offset = offset
@@ -35,6 +37,10 @@ class SourceFormatError(JobExecutionError, ValueError):
         if len(shown) > 200:
             shown = shown[:197] + "..."
         super().__init__(f"{where}: expected {expected}, got {shown}")
+
+    def __reduce__(self) -> tuple[type[SourceFormatError], tuple[object, ...]]:
+        """Pickled with its arguments, so a worker process's failure reaches the driver with its fields."""
+        return type(self), self._arguments
 
 
 class SourcePathNotFoundError(JobExecutionError, FileNotFoundError):
@@ -80,7 +86,7 @@ class BadRecord:
             got = repr(got)
         return BadRecord(got, str(error), error.path, error.line_number, error.offset, error.field)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[Any, Any]:
         """The fields as a dict (for ``JsonLinesEncoder``; bytes are shown as text with escapes)."""
         raw = self.raw.decode("utf-8", "backslashreplace") if isinstance(self.raw, bytes) else self.raw
         return {"raw": raw, "error": self.error, "path": self.path, "line": self.line,

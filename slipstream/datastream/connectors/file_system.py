@@ -703,7 +703,7 @@ class _PartFileWriter(SinkWriter):
             raise RecordWriteError(exc.record, SinkFormatError(
                 f"{exc.cause} (writing part file '{self._final_path}')")) from exc.cause
 
-    def write(self, values: list, timestamps: list | None) -> None:
+    def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
         if not values:
             return
         try:
@@ -712,7 +712,7 @@ class _PartFileWriter(SinkWriter):
             _raise_disk_full(exc, self._in_progress_path)
             raise
 
-    def _write(self, values: list) -> None:
+    def _write(self, values: list[Any]) -> None:
         if self._stream is not None and self._policy.should_roll(
                 self._stream.tell(), self._opened_at_ms, self._last_write_ms, _now_ms()):
             self._close_part()

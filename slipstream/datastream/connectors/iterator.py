@@ -57,10 +57,10 @@ class IteratorSource(Source):
         1
     """
 
-    def __init__(self, iterable_or_factory: Iterable | Callable[[], Iterable], bounded: bool = True) -> None:
+    def __init__(self, iterable_or_factory: Iterable[Any] | Callable[[], Iterable[Any]], bounded: bool = True) -> None:
         """Describe the source; fails at once unless given an iterable or a callable."""
-        self._factory: Callable[[], Iterable] | None
-        self._iterable: Iterable | None
+        self._factory: Callable[[], Iterable[Any]] | None
+        self._iterable: Iterable[Any] | None
         if isinstance(iterable_or_factory, Iterable):
             self._factory = None
             self._iterable = iterable_or_factory
@@ -88,7 +88,7 @@ class IteratorSource(Source):
             return _InlineIteratorReader(self.start_iteration)
         return _ThreadedIteratorReader(self.start_iteration)
 
-    def start_iteration(self, skip: int) -> Iterator:
+    def start_iteration(self, skip: int) -> Iterator[Any]:
         """A fresh iterator positioned after the first ``skip`` records."""
         if self._factory is not None:
             iterable = self._factory()
@@ -110,10 +110,10 @@ class IteratorSource(Source):
 class _InlineIteratorReader(SourceReader):
     """Reads a bounded iterator inside ``poll``; its position is the number of records emitted."""
 
-    def __init__(self, start_iteration: Callable[[int], Iterator]) -> None:
+    def __init__(self, start_iteration: Callable[[int], Iterator[Any]]) -> None:
         self._start_iteration = start_iteration
         self._emitted = 0
-        self._iterator: Iterator | None = None
+        self._iterator: Iterator[Any] | None = None
         self._ended = False
 
     def open(self, context: SourceReaderContext) -> None:
@@ -147,10 +147,10 @@ class _ThreadedIteratorReader(SourceReader):
     past that the thread waits until a poll made room (backpressure).
     """
 
-    def __init__(self, start_iteration: Callable[[int], Iterator]) -> None:
+    def __init__(self, start_iteration: Callable[[int], Iterator[Any]]) -> None:
         self._start_iteration = start_iteration
         self._emitted = 0
-        self._queue: deque = deque()
+        self._queue: deque[Any] = deque()
         self._room = threading.Event()  # set by poll after taking records
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -239,7 +239,7 @@ class CollectionSource(Source):
         ['a', 'b', 'c']
     """
 
-    def __init__(self, collection: Iterable) -> None:
+    def __init__(self, collection: Iterable[Any]) -> None:
         """Copy the elements now, so later changes to ``collection`` do not change the job."""
         if not isinstance(collection, Iterable) or isinstance(collection, (str, bytes)):
             raise InvalidProgramError(
@@ -262,7 +262,7 @@ class _CollectionReader(SourceReader):
     """Reads ``elements[begin:end]`` (or, after a rescaled restore, the ranges it was given);
     its position is the index ranges left."""
 
-    def __init__(self, elements: list, begin: int, end: int) -> None:
+    def __init__(self, elements: list[Any], begin: int, end: int) -> None:
         self._elements = elements
         self._begin = begin
         self._end = end

@@ -44,7 +44,7 @@ class _PrintWriter(SinkWriter):
             parts.append(str(subtask_index + 1))
         self._prefix = (":".join(parts) + "> ") if parts else ""
 
-    def write(self, values: list, timestamps: list | None) -> None:
+    def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
         stream = sys.stderr if self._stderr else sys.stdout
         prefix = self._prefix
         stream.write("".join(f"{prefix}{value}\n" for value in values))
@@ -76,12 +76,12 @@ class CollectSink(Sink):
     def create_writer(self) -> SinkWriter:
         return _CollectWriter(self)
 
-    def entries(self, values: list, timestamps: list | None, subtask: int) -> list:
+    def entries(self, values: list[Any], timestamps: list[Any] | None, subtask: int) -> list[Any]:
         """What subtask ``subtask`` hands out for a written batch: the values themselves (a test
         kit's sink keeps their timestamps and subtasks too)."""
         return values
 
-    def commit(self, subtask: int, checkpoint_id: int, records: list) -> None:
+    def commit(self, subtask: int, checkpoint_id: int, records: list[Any]) -> None:
         """Checkpoint ``checkpoint_id`` completed: subtask ``subtask``'s records up to it join the queue."""
         self.buffer.extend(records)
         self._committed[subtask] = checkpoint_id
@@ -108,7 +108,7 @@ class CollectSink(Sink):
                 f"execute_and_collect: subtask {subtask + 1} already handed out the records of checkpoint "
                 f"{committed}; restoring the older checkpoint {checkpoint_id} would hand them out twice")
 
-    def restore(self, subtask: int, checkpoint_id: int, pending: list) -> None:
+    def restore(self, subtask: int, checkpoint_id: int, pending: list[Any]) -> None:
         """A run restores checkpoint ``checkpoint_id`` (checked by :meth:`check_restore`): commit
         what it had pending for ``subtask`` unless an earlier run did already."""
         if self._committed.get(subtask, 0) < checkpoint_id:
@@ -119,13 +119,13 @@ class _CollectWriter(SinkWriter):
     def __init__(self, sink: CollectSink) -> None:
         self._sink = sink
         self._subtask = 0
-        self._open: list | None = None  # under two-phase commit: written since the last checkpoint
-        self._prepared: list[tuple[int, list]] = []  # (checkpoint id, its records), not yet committed
+        self._open: list[Any] | None = None  # under two-phase commit: written since the last checkpoint
+        self._prepared: list[tuple[int, list[Any]]] = []  # (checkpoint id, its records), not yet committed
 
     def open(self, subtask_index: int, parallelism: int) -> None:
         self._subtask = subtask_index
 
-    def write(self, values: list, timestamps: list | None) -> None:
+    def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
         entries = self._sink.entries(values, timestamps, self._subtask)
         (self._sink.buffer if self._open is None else self._open).extend(entries)
 
@@ -175,7 +175,7 @@ class _FunctionWriter(SinkWriter):
     def __init__(self, func: Callable[[Any], Any]) -> None:
         self._func = func
 
-    def write(self, values: list, timestamps: list | None) -> None:
+    def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
         func = self._func
         for value in values:
             try:

@@ -42,7 +42,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -261,7 +261,7 @@ class _SparkPieces:
 def _field_bytes(kind: pa.DataType) -> float:
     """Arrow bytes of one value of ``kind``: its width and validity bit; 32 for a value of no fixed width."""
     try:
-        return kind.bit_width / 8 + 1 / 8
+        return cast("float", kind.bit_width / 8 + 1 / 8)
     except ValueError:
         return 32.0
 
@@ -443,12 +443,12 @@ class _ArrowCollectWriter(SinkWriter):
     def __init__(self, parts: list[pa.Table], type_info: Any) -> None:
         self._parts = parts
         self._type_info = type_info
-        self._rows: list = []
+        self._rows: list[Any] = []
 
-    def write(self, values: list, timestamps: list | None) -> None:
+    def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
         self._rows.extend(values)
 
-    def write_arrow(self, batch: pa.RecordBatch | pa.Table, timestamps: list | None) -> None:
+    def write_arrow(self, batch: pa.RecordBatch | pa.Table, timestamps: list[Any] | None) -> None:
         self._convert_rows()
         self._parts.append(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
 
@@ -466,7 +466,7 @@ class _ArrowCollectWriter(SinkWriter):
         self._rows = []
 
 
-def _record_at_fault(records: list, type_info: Any, error: Exception) -> Exception:
+def _record_at_fault(records: list[Any], type_info: Any, error: Exception) -> Exception:
     """The :class:`RecordWriteError` naming the first of ``records`` that cannot become a row of
     the table (by ``type_info``, or by the fields of the first record); ``error`` if none is found."""
     if type_info is not None:
@@ -485,7 +485,7 @@ def _record_at_fault(records: list, type_info: Any, error: Exception) -> Excepti
     return SinkFormatError(f"to_spark: the records do not form one table: {error}")
 
 
-def _as_mapping(record: Any, names: list[str]) -> dict:
+def _as_mapping(record: Any, names: list[str]) -> dict[Any, Any]:
     """``record`` by the field names ``records_to_arrow`` gives its kind of record."""
     if isinstance(record, dict):
         return record
@@ -496,7 +496,7 @@ def _as_mapping(record: Any, names: list[str]) -> dict:
     return {names[0]: record}
 
 
-def records_to_arrow(records: list, type_info: Any = None) -> pa.Table:
+def records_to_arrow(records: list[Any], type_info: Any = None) -> pa.Table:
     """Records as an Arrow table: by ``type_info`` (a row or tuple type) when given; else named
     Rows and dicts by field name, tuples and unnamed Rows as ``f0``, ``f1``, …, scalars as ``f0``."""
     if isinstance(type_info, (RowTypeInfo, TupleTypeInfo)):
@@ -516,7 +516,7 @@ def records_to_arrow(records: list, type_info: Any = None) -> pa.Table:
     return pa.table({"f0": records})
 
 
-def stream_to_spark(stream: DataStream, session: Any = None, job_name: str | None = None) -> Any:
+def stream_to_spark(stream: DataStream[Any], session: Any = None, job_name: str | None = None) -> Any:
     """Run the job of ``stream`` and return what it produced as a Spark DataFrame (see
     :meth:`DataStream.to_spark`)."""
     sink = ArrowCollectSink(stream.get_type())

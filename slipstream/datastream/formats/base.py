@@ -209,7 +209,7 @@ class BulkWriter(ABC):
     def add_element(self, element: Any) -> None:
         """Add one record."""
 
-    def add_elements(self, elements: list) -> None:
+    def add_elements(self, elements: list[Any]) -> None:
         """Add a batch of records (formats that write columns override this to stay columnar)."""
         for element in elements:
             self.add_element(element)

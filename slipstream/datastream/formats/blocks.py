@@ -12,7 +12,7 @@ line count after the last record returned), so checkpoints resume mid-file as be
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class BlockLineReader(LineRecordReader):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._items: list = []
+        self._items: list[Any] = []
         self._item_ends: list[int] | np.ndarray = []
         self._item_lines: list[int] | np.ndarray = []
         self._has_failures = False
@@ -85,15 +85,16 @@ class BlockLineReader(LineRecordReader):
 
     def record_ends(self, data: np.ndarray) -> np.ndarray:
         """A mask of the bytes of ``data`` that are newlines ending a record (every newline, by default)."""
-        return data == _NEWLINE
+        return cast("np.ndarray[Any, Any]", data == _NEWLINE)
 
     def is_blank(self, data: np.ndarray, segments: Segments) -> np.ndarray:
         """Which segments hold no record (the bulk parser skips them): those of only ``\\r`` (empty lines)."""
         lengths = segments.ends - segments.starts
-        return (lengths == 1) | ((lengths == 2) & (data[np.minimum(segments.starts, len(data) - 1)] == _CR))
+        blank = (lengths == 1) | ((lengths == 2) & (data[np.minimum(segments.starts, len(data) - 1)] == _CR))
+        return cast("np.ndarray[Any, Any]", blank)
 
     def parse_block(self, block: bytes, data: np.ndarray, at_record_end: np.ndarray,
-                    records: Segments) -> list | None:
+                    records: Segments) -> list[Any] | None:
         """The values of ``records`` (the block's non-blank records), or None to read the block line by line."""
         return None
 
@@ -161,7 +162,7 @@ class BlockLineReader(LineRecordReader):
         self._cursor, self._has_failures = 0, any(isinstance(item, _Failed) for item in items)
 
     def read_batch(self, max_records: int) -> SourceBatch | None:
-        values: list = []
+        values: list[Any] = []
         found_bad = 0
         while len(values) + found_bad < max_records:
             if self._cursor == len(self._items):
@@ -179,7 +180,7 @@ class BlockLineReader(LineRecordReader):
             self._at = {"offset": int(self._item_ends[last]), "line": int(self._item_lines[last])}
         return SourceBatch(values) if values or found_bad else None
 
-    def _route_failures(self, taken: list, values: list) -> int:
+    def _route_failures(self, taken: list[Any], values: list[Any]) -> int:
         """Add the good records of ``taken`` to ``values`` and route the failed ones (or raise the
         first, without a bad-record output); the number routed."""
         routed = 0

@@ -24,7 +24,7 @@ import decimal
 import io
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import pyarrow as pa
@@ -375,12 +375,12 @@ class _CsvBlockReader(BlockLineReader, _CsvRecordReader):
         newlines = data == 10
         quote = self._schema.quote_char
         if quote is None:
-            return newlines
+            return cast("np.ndarray[Any, Any]", newlines)
         inside = (np.cumsum(data == ord(quote)) & 1).astype(bool)
-        return newlines & ~inside
+        return cast("np.ndarray[Any, Any]", newlines & ~inside)
 
     def parse_block(self, block: bytes, data: np.ndarray, at_record_end: np.ndarray,
-                    records: Segments) -> list | None:
+                    records: Segments) -> list[Any] | None:
         if block.startswith(b"\xef\xbb\xbf") or (data == 0).any() or lone_carriage_returns(data, at_record_end):
             return None
         if not self._quotes_at_field_edges(data):
@@ -426,13 +426,13 @@ class _CsvBlockReader(BlockLineReader, _CsvRecordReader):
         closes_well = (after == separator) | (after == 10) | (after == 13) | (after == q)
         return bool(np.where(opening, opens_well, closes_well).all())
 
-    def _column(self, column: CsvColumn, texts: pa.StringArray) -> list:
+    def _column(self, column: CsvColumn, texts: pa.StringArray) -> list[Any]:
         """The values of one column's ``texts``, as :meth:`_convert` gives them."""
         null_value = self._schema.null_value
         nulls = pc.equal(texts, null_value) if null_value is not None else None
         kind = column.type_info
         if column.array_separator is None and kind == Types.STRING():
-            return (texts if nulls is None else pc.if_else(nulls, None, texts)).to_pylist()
+            return cast("list[Any]", (texts if nulls is None else pc.if_else(nulls, None, texts)).to_pylist())
         if column.array_separator is None and (kind in _ARROW_INTEGERS or kind in (Types.FLOAT(), Types.DOUBLE())):
             return self._numbers(texts, nulls, kind)
         if column.array_separator is None and kind == Types.BOOLEAN():
@@ -448,7 +448,7 @@ class _CsvBlockReader(BlockLineReader, _CsvRecordReader):
         empty = pc.equal(texts, "")
         return empty if nulls is None else pc.or_(empty, nulls)
 
-    def _numbers(self, texts: pa.StringArray, nulls: pa.BooleanArray | None, kind: TypeInformation) -> list:
+    def _numbers(self, texts: pa.StringArray, nulls: pa.BooleanArray | None, kind: TypeInformation) -> list[Any]:
         missing = self._missing(texts, nulls)
         pattern = _FLOATING if kind in (Types.FLOAT(), Types.DOUBLE()) else _INTEGER
         if not pc.all(pc.or_(missing, pc.match_substring_regex(texts, pattern))).as_py():
@@ -458,13 +458,13 @@ class _CsvBlockReader(BlockLineReader, _CsvRecordReader):
         except pa.ArrowInvalid:  # out of the type's range
             raise _NotInBulk from None
 
-    def _booleans(self, texts: pa.StringArray, nulls: pa.BooleanArray | None) -> list:
+    def _booleans(self, texts: pa.StringArray, nulls: pa.BooleanArray | None) -> list[Any]:
         missing = self._missing(texts, nulls)
         lowered = pc.utf8_lower(texts)
         true = pc.equal(lowered, "true")
         if not pc.all(pc.or_(pc.or_(missing, true), pc.equal(lowered, "false"))).as_py():
             raise _NotInBulk
-        return pc.if_else(missing, None, true).to_pylist()
+        return cast("list[Any]", pc.if_else(missing, None, true).to_pylist())
 
 
 class _CsvLineWriter:

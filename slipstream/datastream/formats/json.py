@@ -22,7 +22,7 @@ import decimal
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -265,7 +265,7 @@ class _JsonLinesBlockMixin(BlockLineReader):
 
     def is_blank(self, data: np.ndarray, segments: Segments) -> np.ndarray:
         solid = np.concatenate(([0], np.cumsum(~_JSON_BLANK[data])))
-        return solid[segments.ends] == solid[segments.starts]
+        return cast("np.ndarray[Any, Any]", solid[segments.ends] == solid[segments.starts])
 
 
 class _JsonLinesBlockReader(_JsonLinesBlockMixin, _JsonLinesReader):
@@ -277,7 +277,7 @@ class _JsonLinesBlockReader(_JsonLinesBlockMixin, _JsonLinesReader):
     _white = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 
     def parse_block(self, block: bytes, data: np.ndarray, at_record_end: np.ndarray,
-                    records: Segments) -> list | None:
+                    records: Segments) -> list[Any] | None:
         try:
             text = block.decode("utf-8")
         except UnicodeDecodeError:
@@ -307,7 +307,7 @@ class _JsonRowsBlockReader(_JsonLinesBlockMixin, _JsonLinesReader):
     field is null or missing (Arrow cannot tell which), or when a ``\r`` does not end a line."""
 
     def parse_block(self, block: bytes, data: np.ndarray, at_record_end: np.ndarray,
-                    records: Segments) -> list | None:
+                    records: Segments) -> list[Any] | None:
         if lone_carriage_returns(data, at_record_end) or _TWO_DOCUMENTS.search(block):
             return None
         row_type = self._schema.get_type_info()

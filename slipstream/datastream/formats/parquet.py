@@ -131,11 +131,11 @@ class _ParquetBulkWriter(BulkWriter):
         self._stream = stream
         self._schema = schema
         self._row_group_size = row_group_size
-        self._rows: list[Mapping] = []
+        self._rows: list[Mapping[Any, Any]] = []
         self._records: list[Any] = []  # as given, parallel to _rows, to name one that does not fit
         self._writer: pq.ParquetWriter | None = None
 
-    def _as_dict(self, element: Any) -> Mapping:
+    def _as_dict(self, element: Any) -> Mapping[Any, Any]:
         if isinstance(element, Mapping):
             return element
         if isinstance(element, Row) and element._fields is not None:
@@ -153,7 +153,7 @@ class _ParquetBulkWriter(BulkWriter):
     def add_element(self, element: Any) -> None:
         self.add_elements([element])
 
-    def add_elements(self, elements: list) -> None:
+    def add_elements(self, elements: list[Any]) -> None:
         if not elements:
             return
         if self._schema is not None:
@@ -191,7 +191,7 @@ class _ParquetBulkWriter(BulkWriter):
         self._writer.close()
 
 
-def _check_fits(schema: pa.Schema, row: Mapping, record: Any) -> None:
+def _check_fits(schema: pa.Schema, row: Mapping[Any, Any], record: Any) -> None:
     """Raise :class:`RecordWriteError` naming ``record`` when ``row`` does not fit ``schema``."""
     problem = unfit_field(schema, row)
     if problem is not None:

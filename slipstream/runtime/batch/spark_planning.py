@@ -246,6 +246,7 @@ def plan_spark_queries(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
     mode = graph.mode
     if not options.backlog_sorting or not isinstance(options.batch_engine, str):
         return graph
+    graph = graph.copy()
     removed: set[int] = set()
     for node in list(graph.nodes):
         folded = _fold_aggregation(node, mode, options.batch_engine)
