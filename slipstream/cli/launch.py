@@ -54,9 +54,10 @@ class Settings:
     checkpoint_dir: str | None = None
     ui_port: int | None = None
     metrics_port: int | None = None
+    workers: int | None = None
 
     def configure(self, env: StreamExecutionEnvironment) -> None:
-        env.configure(ui_port=self.ui_port, metrics_port=self.metrics_port)
+        env.configure(ui_port=self.ui_port, metrics_port=self.metrics_port, workers=self.workers)
         if self.parallelism is not None:
             env.set_parallelism(self.parallelism)
         if self.checkpoint_dir is not None:
