@@ -2,7 +2,7 @@
 
 It runs on the monitor's thread (:mod:`slipstream.runtime.monitor`), never on the job's: it
 reads counters the tasks keep anyway (records in and out, backlog phase, spilled bytes), the
-operators' current watermarks, whether each task's output is full, what the backlog sources
+operators' current watermarks and latency histograms, whether each task's output is full, what the backlog sources
 have left, and the checkpoint coordinator's figures. Each read is of one attribute or one
 dict copy, both atomic under the GIL, so the job never waits for it. Rates are the change of a
 count between two samples over the time between them.
@@ -18,11 +18,13 @@ from slipstream.datastream.progress_listener import (
     BacklogProgress,
     CheckpointProgress,
     JobProgress,
+    LatencyStatistics,
     OperatorProgress,
 )
 from slipstream.datastream.time import MIN_TIMESTAMP
 from slipstream.operators.sink import SinkOperator
 from slipstream.operators.window import LATE_DROPPED_METRIC
+from slipstream.runtime.latency import LATENCY_METRIC, LatencyHistogram
 from slipstream.runtime.task import SourceTask, StreamTask
 
 if TYPE_CHECKING:
@@ -122,7 +124,7 @@ class ProgressSampler:
             memory_bytes=sum(value for name, value in values.items() if name.startswith("memory_bytes.")),
             switch_seconds=switch, late_records_dropped=values.get(LATE_DROPPED_METRIC, 0),
             records_remaining=_remaining(_reading(subtasks)) if operator.is_source else None,
-            is_source=operator.is_source, is_sink=operator.is_sink)
+            is_source=operator.is_source, is_sink=operator.is_sink, latency=_latency(values.get(LATENCY_METRIC)))
 
     def _backlog(self, run: Run | None, operators: list[OperatorProgress]) -> BacklogProgress:
         reading = _reading([s for op in self._operators if op.is_source for s in op.subtasks])
@@ -135,6 +137,10 @@ class ProgressSampler:
         return BacklogProgress(active=bool(reading) or sorting, records_read=read, records_remaining=remaining,
                                fraction=fraction, eta_seconds=eta,
                                switched_after_seconds=_switched_after(run, self._operators))
+
+
+def _latency(histogram: LatencyHistogram | None) -> LatencyStatistics | None:
+    return histogram.statistics() if histogram is not None else None
 
 
 def _reading(subtasks: list[_Subtask]) -> list[_Subtask]:
