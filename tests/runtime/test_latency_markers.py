@@ -93,6 +93,17 @@ def test_a_delay_in_a_map_shows_in_the_latency_after_it_in_metrics_progress_and_
     assert scraped[("slipstream_operator_latency_count", "sink", None)] >= 1
 
 
+def test_on_worker_processes_the_workers_histograms_are_merged_in_the_result(tmp_path):
+    env, n = streaming_env(workers=2).set_parallelism(2), 600
+    sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build()
+    (env.from_source(numbers(n), None, "numbers").uid("numbers").set_parallelism(1).rebalance()
+     .map(lambda x: time.sleep(DELAY_MS / 1000) or str(x)).name("slow").uid("slow")
+     .rebalance().sink_to(sink).name("sink").uid("sink"))
+    metrics = env.execute("on workers").get_all_accumulator_results()
+    assert committed(tmp_path / "out") == Counter(str(x) for x in range(1, n + 1))
+    assert metrics["sink"]["latency"]["count"] >= 3 and metrics["sink"]["latency"]["p50"] >= DELAY_MS
+
+
 def test_metrics_latency_interval_zero_and_backlog_sources_send_no_markers():
     off = streaming_env(interval_ms=None)
     off.configure(Configuration().set_string("metrics.latency.interval", "0 ms"))
