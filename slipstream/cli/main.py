@@ -21,6 +21,7 @@ import click
 from slipstream.cli.checkpoints import checkpoints
 from slipstream.cli.control import SAVEPOINT_DIR, ControlFile, stop_job
 from slipstream.cli.launch import ExplainContext, JobStopped, PlanShown, RunContext, Settings, run_script
+from slipstream.runtime.checkpoint.recovery import LATEST
 from slipstream.runtime.plan_formats import FORMATS
 
 INTERRUPTED = 130
@@ -50,7 +51,8 @@ def _resume_hint(script: str, settings: Settings, savepoint: str) -> str:
 @PARALLELISM
 @click.option("--restore", metavar="latest|PATH",
               help="Resume from a checkpoint or savepoint: 'latest' (the newest complete one in the "
-                   "checkpoint directory) or its path.")
+                   "checkpoint directory, or in ./slipstream-savepoints, where Ctrl-C saves a job "
+                   "without one) or its path.")
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False),
               help="Where the job's checkpoints go (the script's own setting overrides it).")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N",
@@ -70,6 +72,9 @@ def run(script: str, parallelism: int | None, restore: str | None, checkpoint_di
     enabled it takes a savepoint and prints how to resume from it; a second Ctrl-C stops at once.
     The exit code is then 130.
     """
+    if restore == LATEST and checkpoint_dir is None:
+        # Ctrl-C keeps the savepoints of a job without a checkpoint directory there: resume the newest
+        checkpoint_dir = SAVEPOINT_DIR
     settings = Settings(parallelism, checkpoint_dir, ui_port, metrics_port, workers)
     control = ControlFile(script)
     try:

@@ -99,9 +99,9 @@ def slipstream(*args: str, cwd=None, timeout: float = 120) -> subprocess.Complet
                           env=dict(os.environ, PYTHONPATH=ROOT), cwd=cwd, timeout=timeout)
 
 
-def start(*args: str) -> subprocess.Popen:
+def start(*args: str, cwd=None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "slipstream", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=cwd)
 
 
 def count_lines(counts: Counter) -> Counter:
@@ -291,6 +291,25 @@ def test_ctrl_c_takes_a_savepoint_that_restore_continues_exactly_once(tmp_path):
     _, stderr = second.communicate(timeout=60)
     assert second.returncode == 130 and "Savepoint written" in stderr, stderr
     assert committed(out) == count_lines(words)
+
+
+def test_restore_latest_without_a_checkpoint_dir_resumes_from_the_savepoint_ctrl_c_took(tmp_path):
+    """The newcomer's path: run, Ctrl-C, ``--restore latest``, with no checkpoint directory anywhere."""
+    started, out = tmp_path / "started", tmp_path / "out"
+    job = write_job(tmp_path, SLOW_JOB)
+    for run in range(2):
+        process = start("run", job, *(["--restore", "latest"] if run else []), "--", str(out), str(started),
+                        cwd=tmp_path)
+        before = committed(out)
+        wait_for(lambda: len(committed(out)) > len(before) + 5, what=f"run {run + 1}'s committed output")
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 130 and "Traceback" not in stderr, stderr
+        savepoint = re.search(r"Savepoint written: (\S+)", stderr).group(1)
+        assert os.path.dirname(savepoint) == str(tmp_path / "slipstream-savepoints")
+    lines = committed(out)
+    assert max(lines.values()) == 1  # nothing written twice across the stop
+    assert set(lines) == {str(x) for x in range(1, len(lines) + 1)}  # and nothing skipped
 
 
 def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path):
