@@ -154,9 +154,10 @@ def main() -> None:
         from slipstream.spark_runner import SparkRunner
         env.set_runner(SparkRunner(master="local[2]"))
     else:
-        # Under `slipstream run`, Ctrl-C takes a savepoint that `--restore latest` resumes from.
+        # Under `slipstream run`, Ctrl-C takes a savepoint that `--restore latest` resumes from (at
+        # once: the interval is long so that a short run's latency figures include no checkpoint).
         # No checkpoint while the history is read and sorted: it would write the whole buffer.
-        env.enable_checkpointing(5_000)
+        env.enable_checkpointing(30_000)
         env.get_checkpoint_config().set_checkpoint_interval_during_backlog(0)
     history = env.from_source(
         FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(batch_size=65_536),
