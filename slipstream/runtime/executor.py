@@ -59,6 +59,7 @@ class Run(Protocol):
     or a :class:`~slipstream.runtime.workers.run.WorkerRun` on worker processes."""
 
     job_id: str
+    graph: JobGraph
     metrics: dict[str, dict[str, Any]]
     task_metrics: dict[StreamTask, list[dict[str, Any]]]
     clock: Clock

@@ -93,8 +93,9 @@ def test_a_delay_in_a_map_shows_in_the_latency_after_it_in_metrics_progress_and_
     assert scraped[("slipstream_operator_latency_count", "sink", None)] >= 1
 
 
-def test_on_worker_processes_the_workers_histograms_are_merged_in_the_result(tmp_path):
-    env, n = streaming_env(workers=2).set_parallelism(2), 600
+def test_on_worker_processes_the_workers_histograms_are_merged_in_the_result_and_the_progress(tmp_path):
+    env, n, listener = streaming_env(workers=2, progress_interval=0.05).set_parallelism(2), 600, Latest()
+    env.add_progress_listener(listener)
     sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build()
     (env.from_source(numbers(n), None, "numbers").uid("numbers").set_parallelism(1).rebalance()
      .map(lambda x: time.sleep(DELAY_MS / 1000) or str(x)).name("slow").uid("slow")
@@ -102,6 +103,10 @@ def test_on_worker_processes_the_workers_histograms_are_merged_in_the_result(tmp
     metrics = env.execute("on workers").get_all_accumulator_results()
     assert committed(tmp_path / "out") == Counter(str(x) for x in range(1, n + 1))
     assert metrics["sink"]["latency"]["count"] >= 3 and metrics["sink"]["latency"]["p50"] >= DELAY_MS
+    last = listener.progress[-1]  # the listeners watch from the driver: the plan and the workers' reports
+    assert [(op.name, op.parallelism, op.is_source, op.is_sink) for op in last.operators] == \
+        [("numbers", 1, True, False), ("slow", 2, False, False), ("sink", 2, False, True)]
+    assert last.operator("sink").records_in == n and last.operator("sink").latency.p50 >= DELAY_MS
 
 
 def test_metrics_latency_interval_zero_and_backlog_sources_send_no_markers():
