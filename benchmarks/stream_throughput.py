@@ -3,12 +3,17 @@
 Prints records/s for slipstream streaming record by record at parallelism 1 and 2, and
 with the bounded input sorted as backlog first (FLIP-327, the default for bounded
 sources), and, in the same run, for a hand-written Python loop calling the same
-functions over the same records, so the ratio is what counts. Run: `python benchmarks/stream_throughput.py [--records N]`.
+functions over the same records, so the ratio is what counts. Then the keyed running sum fed by a
+streaming source (read by a thread, as a live one is), with latency markers off
+(``metrics.latency.interval`` 0), at the default 500 ms and at every 10 ms, each run
+``--repeat`` times in alternation, so the cost of the markers is what the rates differ by.
+Run: `python benchmarks/stream_throughput.py [--records N]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 from typing import Any, Callable
@@ -19,6 +24,7 @@ from slipstream.datastream import (
     StreamExecutionEnvironment,
     ValueStateDescriptor,
 )
+from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.connectors.sinks import FunctionSink
 
 KEYS = 1000
@@ -128,6 +134,21 @@ def run_slipstream(records: list[int], parallelism: int, use_process: bool,
     return time.perf_counter() - start, counter.count
 
 
+def run_streaming(records: list[int], parallelism: int, latency_interval_ms: int) -> tuple[float, int, float | None]:
+    """The running sum over a streaming (not backlog) source with latency markers every
+    ``latency_interval_ms`` (0: none); returns seconds, records out and the sink's latency p99."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism).configure(show_progress=False)
+    env.get_config().set_latency_tracking_interval(latency_interval_ms)
+    counter = Counter()
+    (env.from_source(IteratorSource(lambda: iter(records), bounded=False), None, "numbers").map(to_pair)
+     .key_by(key_of).reduce(add).add_sink(FunctionSink(counter)).name("sink").set_parallelism(1))
+    start = time.perf_counter()
+    result = env.execute("throughput with latency markers")
+    latency = result.get_all_accumulator_results()["sink"].get("latency")
+    return time.perf_counter() - start, counter.count, latency["p99"] if latency else None
+
+
 def timed(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
@@ -137,11 +158,21 @@ def timed(fn: Callable[[], Any]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--markers-only", action="store_true", help="only the latency markers' rows")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each latency marker setting")
     args = parser.parse_args()
     records = make_records(args.records)
     n = len(records)
     print(f"stream_throughput: {n:,} records, {KEYS} keys, Python {platform.python_version()}, "
           f"{platform.machine()}")
+    if not args.markers_only:
+        compare_with_loops(records)
+    compare_latency_markers(records, args.repeat)
+
+
+def compare_with_loops(records: list[int]) -> None:
+    """Each job against the hand-written loop, streamed at p=1 and 2 and sorted as backlog."""
+    n = len(records)
     print(f"{'job':<44}{'records/s':>14}{'vs loop':>10}")
     for label, use_process, baseline in (("map -> key_by -> reduce (running sum)", False, baseline_reduce),
                                          ("map -> key_by -> KeyedProcessFunction+ValueState", True,
@@ -157,6 +188,26 @@ def main() -> None:
             rate = n / seconds
             how = f"slipstream p={parallelism}{' sorted backlog' if sorting else ''}: "
             print(f"  {how + label:<42}{rate:>14,.0f}{rate / loop_rate:>10.2f}")
+
+
+def compare_latency_markers(records: list[int], repeat: int) -> None:
+    """The running sum over a streaming source with latency markers off, every 500 ms and every 10 ms."""
+    n = len(records)
+    print(f"load average {os.getloadavg()[0]:.2f}; a streaming source, map -> key_by -> reduce, latency markers:")
+    print(f"{'job':<44}{'records/s':>14}{'vs off':>10}{'sink p99 ms':>14}")
+    for parallelism in (1, 2):
+        rates: dict[int, list[float]] = {0: [], 500: [], 10: []}
+        p99: dict[int, float | None] = {}
+        for _ in range(repeat):
+            for interval, measured in rates.items():
+                seconds, count, p99[interval] = run_streaming(records, parallelism, interval)
+                assert count == n, f"slipstream emitted {count} records, expected {n}"
+                measured.append(n / seconds)
+        off = max(rates[0])
+        for interval, measured in rates.items():
+            how = f"p={parallelism}, markers {'off' if not interval else f'every {interval} ms'} (best of {repeat})"
+            late = "" if p99[interval] is None else f"{p99[interval]:,.1f}"
+            print(f"  {how:<42}{max(measured):>14,.0f}{max(measured) / off:>10.3f}{late:>14}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import tempfile
 import time
@@ -51,15 +52,22 @@ def uniform(rows: int, seed: int) -> pl.Expr:
 
 
 def write_history(directory: Path, rows: int) -> Path:
-    """Historical transactions as a Parquet file: user, merchant, amount, event time."""
+    """Historical transactions as a Parquet file: user, merchant, amount, event time. The file is
+    the same for the same ``rows``, so it is written once and kept: a run resumed from a savepoint
+    (``slipstream run ... --restore latest``) finds the very file its source had read."""
+    path = directory / f"history-{rows}.parquet"
+    if path.exists():
+        return path
+    directory.mkdir(parents=True, exist_ok=True)
     frame = pl.select(
         user_id=(uniform(rows, 1) * USERS).cast(pl.Int64),
         merchant_id=(uniform(rows, 2) * 5_000).cast(pl.Int64),
         amount=(-(1 - uniform(rows, 3)).log() * 60.0).round(2),
         ts=1_600_000_000_000 + pl.int_range(rows, dtype=pl.Int64) * 50,
     )
-    path = directory / "history.parquet"
-    frame.write_parquet(path, row_group_size=262_144)
+    partial = directory / f".history-{rows}.{os.getpid()}.parquet"
+    frame.write_parquet(partial, row_group_size=262_144)
+    os.replace(partial, path)  # whole or absent, should another run look meanwhile
     return path
 
 
@@ -137,39 +145,44 @@ def main() -> None:
                         help="run on the embedded runtime, or as one Spark Structured Streaming query (local[2])")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="slipstream-flagship-") as directory:
-        started = time.perf_counter()
-        history_path = write_history(Path(directory), args.history)
-        print(f"generated {args.history:,} historical transactions in {time.perf_counter() - started:.1f} s")
+    started = time.perf_counter()
+    history_path = write_history(Path(tempfile.gettempdir()) / "slipstream-flagship", args.history)
+    print(f"{args.history:,} historical transactions ready in {time.perf_counter() - started:.1f} s")
 
-        env = StreamExecutionEnvironment.get_execution_environment()
-        if args.runner == "spark":
-            from slipstream.spark_runner import SparkRunner
-            env.set_runner(SparkRunner(master="local[2]"))
-        history = env.from_source(
-            FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(batch_size=65_536),
-                                            str(history_path)).build(), None, "history")
-        users = env.from_source(ArrowSource(users_table()), None, "users")
-        profiles = history.co_group(users).where("user_id").equal_to("user_id") \
-            .window(EndOfStreamWindows.get()).apply(UserProfiles()).name("user profiles")
-        live = env.from_source(IteratorSource(lambda: live_transactions(args.live, args.rate), bounded=False),
-                               None, "live transactions")
-        latencies: list[tuple[float, float]] = []
-        alerts = []
+    env = StreamExecutionEnvironment.get_execution_environment()
+    if args.runner == "spark":
+        from slipstream.spark_runner import SparkRunner
+        env.set_runner(SparkRunner(master="local[2]"))
+    else:
+        # Under `slipstream run`, Ctrl-C takes a savepoint that `--restore latest` resumes from (at
+        # once: the interval is long so that a short run's latency figures include no checkpoint).
+        # No checkpoint while the history is read and sorted: it would write the whole buffer.
+        env.enable_checkpointing(30_000)
+        env.get_checkpoint_config().set_checkpoint_interval_during_backlog(0)
+    history = env.from_source(
+        FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(batch_size=65_536),
+                                        str(history_path)).build(), None, "history")
+    users = env.from_source(ArrowSource(users_table()), None, "users")
+    profiles = history.co_group(users).where("user_id").equal_to("user_id") \
+        .window(EndOfStreamWindows.get()).apply(UserProfiles()).name("user profiles")
+    live = env.from_source(IteratorSource(lambda: live_transactions(args.live, args.rate), bounded=False),
+                           None, "live transactions")
+    latencies: list[tuple[float, float]] = []
+    alerts = []
 
-        def sink(record: dict[str, Any]) -> None:
-            now = time.perf_counter()
-            latencies.append((record["created"], now - record["created"]))
-            if record["alert"]:
-                alerts.append(record)
+    def sink(record: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        latencies.append((record["created"], now - record["created"]))
+        if record["alert"]:
+            alerts.append(record)
 
-        live.connect(profiles).key_by(lambda txn: txn["user_id"], lambda profile: profile.user_id) \
-            .process(Enrich()).name("enrich").uid("enrich").add_sink(sink).name("scored")
+    live.connect(profiles).key_by(lambda txn: txn["user_id"], lambda profile: profile.user_id) \
+        .process(Enrich()).name("enrich").uid("enrich").add_sink(sink).name("scored")
 
-        print(env.explain())
-        job_start = time.perf_counter()
-        result = env.execute("bootstrap then stream")
-        metrics = result.get_all_accumulator_results()
+    print(env.explain())
+    job_start = time.perf_counter()
+    result = env.execute("bootstrap then stream")
+    metrics = result.get_all_accumulator_results()
 
     if args.runner == "spark":
         # On Spark the profiles are the first micro-batch's initial state: streaming starts after it.

@@ -25,6 +25,11 @@ from slipstream.datastream.environment import StreamExecutionEnvironment
 from slipstream.datastream.job_spec import JobExecutionResult
 from slipstream.runtime.job_client import JobClient
 
+SIGNAL_POLL_S = 0.2
+"""How often the main thread wakes while the job runs: a Ctrl-C the kernel hands to another of the
+process's threads reaches Python only when the main thread wakes, and a wait without a timeout
+might not wake until the job ends."""
+
 CANCEL_GRACE_S = 2.0
 """How long a second Ctrl-C waits for the job's current turn to end before the process exits anyway."""
 
@@ -54,9 +59,10 @@ class Settings:
     checkpoint_dir: str | None = None
     ui_port: int | None = None
     metrics_port: int | None = None
+    workers: int | None = None
 
     def configure(self, env: StreamExecutionEnvironment) -> None:
-        env.configure(ui_port=self.ui_port, metrics_port=self.metrics_port)
+        env.configure(ui_port=self.ui_port, metrics_port=self.metrics_port, workers=self.workers)
         if self.parallelism is not None:
             env.set_parallelism(self.parallelism)
         if self.checkpoint_dir is not None:
@@ -98,12 +104,12 @@ class RunContext:
         if self.control is not None:
             self.control.started(env, client)
         try:
-            result = client.get_job_execution_result()
-        except KeyboardInterrupt:
-            raise JobStopped(stop_gracefully(env, client)) from None
+            result = wait_for_result(client)
         except BaseException:
             self._ended()
             raise
+        if result is None:
+            raise JobStopped(stop_gracefully(env, client))
         self._ended()
         return result
 
@@ -113,6 +119,20 @@ class RunContext:
 
     def submit(self, env: StreamExecutionEnvironment) -> None:
         """``execute_async`` and ``execute_and_collect`` run as the script drives them."""
+
+
+def wait_for_result(client: JobClient) -> JobExecutionResult | None:
+    """The job's result (or the error it failed with), or None when Ctrl-C came while it ran. The
+    wait wakes every ``SIGNAL_POLL_S`` so Ctrl-C is seen at once; a Ctrl-C just as the job ended
+    leaves its result standing."""
+    try:
+        while not client.wait(SIGNAL_POLL_S):
+            pass
+    except KeyboardInterrupt:
+        if not client.wait(0):
+            return None
+        click.echo("Ctrl-C: the job had just finished", err=True)
+    return client.get_job_execution_result()
 
 
 def stop_gracefully(env: StreamExecutionEnvironment, client: JobClient) -> str | None:

@@ -3,6 +3,7 @@
 Examples::
 
     slipstream run job.py --parallelism 4 --checkpoint-dir /var/lib/job/chk
+    slipstream run job.py --parallelism 4 --workers 2     # subtasks on two worker processes
     slipstream run job.py --restore latest          # or --restore /var/lib/job/chk/chk-000042
     slipstream run job.py --ui 8081                 # the web view on http://127.0.0.1:8081/
     slipstream stop /var/lib/job/chk                # from another terminal: stop with a savepoint
@@ -20,6 +21,7 @@ import click
 from slipstream.cli.checkpoints import checkpoints
 from slipstream.cli.control import SAVEPOINT_DIR, ControlFile, stop_job
 from slipstream.cli.launch import ExplainContext, JobStopped, PlanShown, RunContext, Settings, run_script
+from slipstream.runtime.checkpoint.recovery import LATEST
 from slipstream.runtime.plan_formats import FORMATS
 
 INTERRUPTED = 130
@@ -40,6 +42,7 @@ def main() -> None:
 def _resume_hint(script: str, settings: Settings, savepoint: str) -> str:
     options = [f"--parallelism {settings.parallelism}"] if settings.parallelism else []
     options += [f"--checkpoint-dir {settings.checkpoint_dir}"] if settings.checkpoint_dir else []
+    options += [f"--workers {settings.workers}"] if settings.workers else []
     return " ".join(["slipstream run", script, *options, "--restore", savepoint])
 
 
@@ -48,9 +51,13 @@ def _resume_hint(script: str, settings: Settings, savepoint: str) -> str:
 @PARALLELISM
 @click.option("--restore", metavar="latest|PATH",
               help="Resume from a checkpoint or savepoint: 'latest' (the newest complete one in the "
-                   "checkpoint directory) or its path.")
+                   "checkpoint directory, or in ./slipstream-savepoints, where Ctrl-C saves a job "
+                   "without one) or its path.")
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False),
               help="Where the job's checkpoints go (the script's own setting overrides it).")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Run the job's subtasks on N worker processes (Flink's local.number-taskmanager; "
+                   "the script's own configure(workers=...) overrides it).")
 @click.option("--ui", "ui_port", type=click.IntRange(0, 65535), metavar="PORT",
               help="Serve a web view of the running job (its plan, throughput, backlog, checkpoints) "
                    "on http://127.0.0.1:PORT/ (0: a free port, printed).")
@@ -58,14 +65,17 @@ def _resume_hint(script: str, settings: Settings, savepoint: str) -> str:
               help="Serve the job's metrics for Prometheus on http://127.0.0.1:PORT/metrics.")
 @SCRIPT_ARGS
 def run(script: str, parallelism: int | None, restore: str | None, checkpoint_dir: str | None,
-        ui_port: int | None, metrics_port: int | None, script_args: tuple[str, ...]) -> None:
+        workers: int | None, ui_port: int | None, metrics_port: int | None, script_args: tuple[str, ...]) -> None:
     """Run SCRIPT (a job file) as __main__; arguments after `--` are its own.
 
     Ctrl-C (or `slipstream stop` from elsewhere) stops the job gracefully: with checkpointing
     enabled it takes a savepoint and prints how to resume from it; a second Ctrl-C stops at once.
     The exit code is then 130.
     """
-    settings = Settings(parallelism, checkpoint_dir, ui_port, metrics_port)
+    if restore == LATEST and checkpoint_dir is None:
+        # Ctrl-C keeps the savepoints of a job without a checkpoint directory there: resume the newest
+        checkpoint_dir = SAVEPOINT_DIR
+    settings = Settings(parallelism, checkpoint_dir, ui_port, metrics_port, workers)
     control = ControlFile(script)
     try:
         run_script(script, list(script_args), RunContext(settings, control), restore)

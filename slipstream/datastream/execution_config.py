@@ -8,7 +8,6 @@ Java serialisation and have no counterpart here.
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from slipstream.errors import InvalidProgramError
@@ -38,7 +37,6 @@ class ExecutionConfig:
         self._env = environment
         self.auto_watermark_interval = 200
         self.global_job_parameters: dict[str, str] = {}
-        self._latency_tracking_interval = 0
 
     # -- settings of the environment ---------------------------------------------------------------
     def get_parallelism(self) -> int:
@@ -71,16 +69,15 @@ class ExecutionConfig:
         return self.auto_watermark_interval
 
     def set_latency_tracking_interval(self, interval: int) -> ExecutionConfig:
-        """Kept; a positive interval warns, since slipstream sends no latency markers (its job result
-        reports latency figures per operator instead)."""
-        self._latency_tracking_interval = _milliseconds(interval, "the latency tracking interval", allow_negative=True)
-        if self._latency_tracking_interval > 0:
-            warnings.warn("set_latency_tracking_interval is not applied: slipstream sends no latency markers",
-                          stacklevel=2)
+        """How often (ms) streaming sources send latency markers, from which every operator keeps a
+        source-to-operator latency histogram (Flink's ``metrics.latency.interval``; 500 by default;
+        0 or less disables them). See :mod:`slipstream.runtime.latency`."""
+        milliseconds = _milliseconds(interval, "the latency tracking interval", allow_negative=True)
+        self._env.runtime_options.latency_interval_ms = max(0, milliseconds)
         return self
 
     def get_latency_tracking_interval(self) -> int:
-        return self._latency_tracking_interval
+        return self._env.runtime_options.latency_interval_ms
 
     def set_global_job_parameters(self, global_job_parameters_dict: dict[str, str]) -> ExecutionConfig:
         """Parameters every function reads with ``runtime_context.get_job_parameter(key)``."""
@@ -94,7 +91,7 @@ class ExecutionConfig:
 
     def _key(self) -> tuple[Any, ...]:
         return (self.get_parallelism(), self.get_max_parallelism(), self.get_restart_strategy(),
-                self.auto_watermark_interval, self._latency_tracking_interval,
+                self.auto_watermark_interval, self.get_latency_tracking_interval(),
                 tuple(sorted(self.global_job_parameters.items())))
 
     def __eq__(self, other: object) -> bool:

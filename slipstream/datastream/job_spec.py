@@ -79,6 +79,9 @@ class RuntimeOptions:
     # both on 127.0.0.1 only (0: any free port)
     progress_listeners: list[Any] = field(default_factory=list)
     progress_interval: float = 1.0
+    # latency markers (Flink's metrics.latency.interval, ms; 0 disables): streaming sources send one
+    # this often, and each operator keeps a latency histogram (slipstream.runtime.latency)
+    latency_interval_ms: int = 500
     ui_port: int | None = None
     metrics_port: int | None = None
     # worker processes (Flink's local.number-taskmanager): subtasks run in slots spread over them

@@ -6,7 +6,8 @@ so it is checked and warned about exactly as that call would be:
 * ``parallelism.default``, ``pipeline.max-parallelism``, ``execution.runtime-mode``,
   ``execution.buffer-timeout``, ``pipeline.operator-chaining`` (``.enabled``),
   ``pipeline.time-characteristic``: the environment's setters;
-* ``pipeline.auto-watermark-interval``, ``pipeline.global-job-parameters``: ``get_config()``'s;
+* ``pipeline.auto-watermark-interval``, ``pipeline.global-job-parameters``, ``metrics.latency.interval``:
+  ``get_config()``'s;
 * ``execution.checkpointing.interval`` / ``.mode`` / ``.timeout`` / ``.min-pause`` /
   ``.max-concurrent-checkpoints`` / ``.tolerable-failed-checkpoints`` / ``.unaligned`` (``.enabled``) /
   ``.interval-during-backlog`` / ``.externalized-checkpoint-retention``, ``state.checkpoints.dir``
@@ -286,6 +287,7 @@ _OPTIONS: list[tuple[tuple[str, ...], Apply]] = [
     (("pipeline.time-characteristic",), _env_call("set_stream_time_characteristic", _time_characteristic)),
     (("pipeline.auto-watermark-interval",), _config_call("set_auto_watermark_interval", parse_duration_ms)),
     (("pipeline.global-job-parameters",), _config_call("set_global_job_parameters", _job_parameters)),
+    (("metrics.latency.interval",), _config_call("set_latency_tracking_interval", parse_duration_ms)),
     (("execution.checkpointing.interval",), _checkpoint_config("set_checkpoint_interval", parse_duration_ms)),
     (("execution.checkpointing.mode",), _checkpoint_config("set_checkpointing_mode", _checkpointing_mode)),
     (("execution.checkpointing.timeout",), _checkpoint_config("set_checkpoint_timeout", parse_duration_ms)),

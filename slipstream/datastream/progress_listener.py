@@ -25,7 +25,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["BacklogProgress", "CheckpointProgress", "JobProgress", "JobProgressEvent", "JobProgressListener",
-           "JobStartedEvent", "JobTerminatedEvent", "OperatorProgress"]
+           "JobStartedEvent", "JobTerminatedEvent", "LatencyStatistics", "OperatorProgress"]
+
+
+@dataclass(frozen=True)
+class LatencyStatistics:
+    """Source-to-operator latency (ms) of the latest latency markers an operator received (Flink's
+    ``latency`` histogram over its last ``metrics.latency.history-size`` = 128 markers, of all its
+    subtasks and sources): ``count`` is every marker so far, the rest are over the window."""
+
+    count: int
+    min: float
+    max: float
+    mean: float
+    p50: float
+    p95: float
+    p99: float
+    p999: float
 
 
 @dataclass(frozen=True)
@@ -36,7 +52,9 @@ class OperatorProgress:
     output was full when sampled (Flink's ``isBackPressured``); ``backlog_phase`` is None for an
     operator without a backlog phase, else "buffering", "batch work" or "streaming" (FLIP-327).
     A source's ``records_remaining`` is what its readers still have to read of their backlog (None
-    when one cannot tell, and for every other operator).
+    when one cannot tell, and for every other operator). ``latency`` is its source-to-operator
+    latency from the latency markers (None while none reached it: markers flow only while a
+    source streams, and never into loops or iterations).
     """
 
     name: str
@@ -59,6 +77,7 @@ class OperatorProgress:
     records_remaining: int | None = None
     is_source: bool = False
     is_sink: bool = False
+    latency: LatencyStatistics | None = None  # None until a latency marker reached it
 
 
 @dataclass(frozen=True)

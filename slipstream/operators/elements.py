@@ -19,6 +19,7 @@ __all__ = [
     "END_OF_INPUT",
     "MAX_WATERMARK",
     "EndOfInput",
+    "LatencyMarker",
     "RecordAttributes",
     "RecordBatch",
     "StreamElement",
@@ -148,6 +149,19 @@ class WatermarkStatus:
     """An input became idle (excluded from the watermark minimum) or active again."""
 
     idle: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyMarker:
+    """Flink's ``LatencyMarker``: a source sends one every ``metrics.latency.interval`` ms while it
+    streams. It queues behind the records ahead of it in every channel, but goes around user code
+    (no function sees it); each operator it reaches records how long ago the source marked it
+    (``marked_time``: ``time.monotonic()`` in ms, one clock for every process of the machine).
+    It is never a record: counted nowhere, never in a feedback edge, a loop or a checkpoint."""
+
+    marked_time: float
+    source: str
+    subtask_index: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from slipstream.runtime.checkpoint.fs import FileSystem
 from slipstream.runtime.checkpoint.recovery import Recovery
 from slipstream.runtime.checkpoint.storage import copy_checkpoint
 from slipstream.runtime.executor import JobRun, Run
+from slipstream.runtime.latency import readable_metrics
 from slipstream.runtime.monitor import JobMonitor, start_monitor
 from slipstream.runtime.planner import plan_job
 from slipstream.runtime.workers.placement import place_subtasks
@@ -136,7 +137,9 @@ class JobDriver:
                         continue
                     raise
                 run.close()
-                self.result = recovery.finish(run, coordinator, keep_checkpoints=stopped)
+                result = recovery.finish(run, coordinator, keep_checkpoints=stopped)
+                result.metrics = readable_metrics(result.metrics)
+                self.result = result
                 self._place_savepoint(coordinator)
                 return
         finally:

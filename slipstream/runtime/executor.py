@@ -32,6 +32,7 @@ from slipstream.runtime.checkpoint.snapshot import check_restore, restore_tasks
 from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
 from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
+from slipstream.runtime.latency import LatencyTracking
 from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach_termination
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
@@ -58,6 +59,7 @@ class Run(Protocol):
     or a :class:`~slipstream.runtime.workers.run.WorkerRun` on worker processes."""
 
     job_id: str
+    graph: JobGraph
     metrics: dict[str, dict[str, Any]]
     task_metrics: dict[StreamTask, list[dict[str, Any]]]
     clock: Clock
@@ -185,6 +187,9 @@ class JobRun:
         writers = list(writers_by_edge.values())
         task = self._make_task(vertex, subtask, operators, writers, timers, channels, quantum)
         self.task_metrics[task] = node_metrics
+        if options.latency_interval_ms > 0 and self.graph.mode is not RuntimeExecutionMode.BATCH:
+            recording = node_metrics[1:] if isinstance(task, SourceTask) else node_metrics
+            task.latency = LatencyTracking(recording, writers, options.latency_interval_ms)
         return task
 
     def _make_task(self, vertex: JobVertex, subtask: int, operators: list[StreamOperator],

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from slipstream.datastream.progress_listener import JobProgress
 from slipstream.errors import InvalidProgramError, JobCancelledError, JobExecutionError
 from slipstream.runtime.driver import JobDriver, JobStatus, SavepointRequest
+from slipstream.runtime.latency import readable_metrics
 from slipstream.runtime.monitor import start_monitor
 
 if TYPE_CHECKING:
@@ -61,15 +62,17 @@ class JobClient:
         return status
 
     def get_metrics(self) -> dict[str, dict[str, Any]]:
-        """Per operator, its counters so far (records in and out, and operator-specific ones); once
-        the job finished, its final figures. Copies, read without stopping the job."""
+        """Per operator, its counters so far (records in and out, and operator-specific ones, with
+        ``latency``: its source-to-operator latency statistics in ms, see
+        :mod:`~slipstream.runtime.latency`); once the job finished, its final figures. Copies, read
+        without stopping the job."""
         if self._driver.result is not None:
             return self._driver.result.get_all_accumulator_results()
         run = self._driver.current_run
         if run is None:
             return {}
         # list() and dict() copy in one step under the GIL: safe while the job's thread counts on
-        return {name: dict(values) for name, values in list(run.metrics.items())}
+        return readable_metrics(run.metrics)
 
     def get_progress(self) -> JobProgress | None:
         """The latest progress sample (as Spark's ``query.lastProgress``); None before the job runs."""

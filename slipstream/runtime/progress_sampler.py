@@ -2,7 +2,7 @@
 
 It runs on the monitor's thread (:mod:`slipstream.runtime.monitor`), never on the job's: it
 reads counters the tasks keep anyway (records in and out, backlog phase, spilled bytes), the
-operators' current watermarks, whether each task's output is full, what the backlog sources
+operators' current watermarks and latency histograms, whether each task's output is full, what the backlog sources
 have left, and the checkpoint coordinator's figures. Each read is of one attribute or one
 dict copy, both atomic under the GIL, so the job never waits for it. Rates are the change of a
 count between two samples over the time between them.
@@ -18,11 +18,15 @@ from slipstream.datastream.progress_listener import (
     BacklogProgress,
     CheckpointProgress,
     JobProgress,
+    LatencyStatistics,
     OperatorProgress,
 )
 from slipstream.datastream.time import MIN_TIMESTAMP
+from slipstream.datastream.transformations import SinkTransformation, SourceTransformation
 from slipstream.operators.sink import SinkOperator
 from slipstream.operators.window import LATE_DROPPED_METRIC
+from slipstream.runtime.job_graph import StreamNode
+from slipstream.runtime.latency import LATENCY_METRIC, LatencyHistogram
 from slipstream.runtime.task import SourceTask, StreamTask
 
 if TYPE_CHECKING:
@@ -37,37 +41,47 @@ class _Subtask:
 
 @dataclass
 class _Operator:
-    """One operator of the run: its metrics entry and its subtasks."""
+    """One operator of the run: its metrics entry, its subtasks (none where they run on worker
+    processes), its parallelism, and whether it is a source or a sink."""
 
     name: str
     metrics: dict[str, Any]
     subtasks: list[_Subtask]
-
-    @property
-    def is_source(self) -> bool:
-        """Whether this is a source: the head of a source task."""
-        first = self.subtasks[0]
-        return isinstance(first.task, SourceTask) and first.operator is first.task.head
-
-    @property
-    def is_sink(self) -> bool:
-        return isinstance(self.subtasks[0].operator, SinkOperator)
+    parallelism: int
+    is_source: bool
+    is_sink: bool
 
 
 def run_operators(run: Run) -> list[_Operator]:
-    """The run's operators in plan order, each with its subtasks' tasks and operator objects."""
+    """The run's operators in plan order, each with its subtasks' tasks and operator objects; on
+    worker processes, where no task runs here, from the plan alone."""
+    if not run.task_metrics:
+        return [_Operator(_metrics_key(run, node), {}, [], node.parallelism,
+                          isinstance(node.transformation, SourceTransformation),
+                          isinstance(node.transformation, SinkTransformation))
+                for vertex in run.graph.vertices for node in vertex.nodes]
     key_of = {id(values): name for name, values in run.metrics.items()}
     operators: dict[str, _Operator] = {}
     for task, node_metrics in run.task_metrics.items():
-        for operator, values in zip(task.operators, node_metrics):
+        for position, (operator, values) in enumerate(zip(task.operators, node_metrics)):
             name = key_of[id(values)]
-            operators.setdefault(name, _Operator(name, values, [])).subtasks.append(_Subtask(task, operator))
+            if name not in operators:
+                operators[name] = _Operator(name, values, [], 0, isinstance(task, SourceTask) and position == 0,
+                                            isinstance(operator, SinkOperator))
+            operators[name].subtasks.append(_Subtask(task, operator))
+            operators[name].parallelism += 1
     return list(operators.values())
 
 
+def _metrics_key(run: Run, node: StreamNode) -> str:
+    """The name ``node``'s metrics go by (as :meth:`JobRun._metrics_for` gives it)."""
+    entry = run.metrics.get(node.name)
+    return node.name if entry is None or entry.get("uid") == node.uid else f"{node.name} [{node.uid}]"
+
+
 def _watermark(subtasks: list[_Subtask]) -> int | None:
-    """The least watermark over the subtasks (None while one has none)."""
-    least = min(getattr(s.operator, "current_watermark", MIN_TIMESTAMP) for s in subtasks)
+    """The least watermark over the subtasks (None while one has none, or none runs here)."""
+    least = min((getattr(s.operator, "current_watermark", MIN_TIMESTAMP) for s in subtasks), default=MIN_TIMESTAMP)
     return None if least == MIN_TIMESTAMP else least
 
 
@@ -102,7 +116,9 @@ class ProgressSampler:
             checkpoints_skipped=figures.get("skipped", 0))
 
     def _operator(self, operator: _Operator, now: float) -> OperatorProgress:
-        values = dict(operator.metrics)
+        assert self._run is not None  # sampled only with a run
+        # by name: a run on worker processes replaces its entries with every report
+        values = dict(self._run.metrics.get(operator.name, operator.metrics))
         records_in, records_out = values.get("records_in", 0), values.get("records_out", 0)
         before = self._last.get(operator.name)
         self._last[operator.name] = (now, records_in, records_out)
@@ -112,7 +128,7 @@ class ProgressSampler:
         subtasks = operator.subtasks
         switch = values.get("switch_time")
         return OperatorProgress(
-            name=operator.name, uid=values.get("uid", ""), parallelism=len(subtasks),
+            name=operator.name, uid=values.get("uid", ""), parallelism=operator.parallelism,
             records_in=records_in, records_out=records_out,
             records_in_per_second=rate_in, records_out_per_second=rate_out,
             watermark=_watermark(subtasks), back_pressured=_back_pressured(subtasks),
@@ -121,20 +137,26 @@ class ProgressSampler:
             spilled_bytes=values.get("spilled_bytes", 0), batch_engine=values.get("batch_engine"),
             memory_bytes=sum(value for name, value in values.items() if name.startswith("memory_bytes.")),
             switch_seconds=switch, late_records_dropped=values.get(LATE_DROPPED_METRIC, 0),
-            records_remaining=_remaining(_reading(subtasks)) if operator.is_source else None,
-            is_source=operator.is_source, is_sink=operator.is_sink)
+            records_remaining=_remaining(_reading(subtasks)) if operator.is_source and subtasks else None,
+            is_source=operator.is_source, is_sink=operator.is_sink, latency=_latency(values.get(LATENCY_METRIC)))
 
     def _backlog(self, run: Run | None, operators: list[OperatorProgress]) -> BacklogProgress:
         reading = _reading([s for op in self._operators if op.is_source for s in op.subtasks])
         sorting = any(op.backlog_phase in ("buffering", "batch work") for op in operators)
         read = sum(op.records_out for op in operators if op.is_source)
         rate = sum(op.records_out_per_second for op in operators if op.is_source)
-        remaining = _remaining(reading)
+        remote = run is not None and not run.task_metrics  # on worker processes: the readers are elsewhere
+        remaining = None if remote else _remaining(reading)
         fraction = read / (read + remaining) if remaining is not None and read + remaining else None
         eta = remaining / rate if remaining is not None and rate > 0 else None
-        return BacklogProgress(active=bool(reading) or sorting, records_read=read, records_remaining=remaining,
+        active = run.in_backlog() if remote and run is not None else bool(reading) or sorting
+        return BacklogProgress(active=active, records_read=read, records_remaining=remaining,
                                fraction=fraction, eta_seconds=eta,
                                switched_after_seconds=_switched_after(run, self._operators))
+
+
+def _latency(histogram: LatencyHistogram | None) -> LatencyStatistics | None:
+    return histogram.statistics() if histogram is not None else None
 
 
 def _reading(subtasks: list[_Subtask]) -> list[_Subtask]:

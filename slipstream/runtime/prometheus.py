@@ -6,7 +6,11 @@ metric (``numRecordsIn``, ``numRecordsOut``, ``numRecordsInPerSecond``,
 ``numRecordsOutPerSecond``, ``currentInputWatermark``, ``isBackPressured``,
 ``lastCheckpointDuration``, ``lastCheckpointSize``, ``numberOfCompletedCheckpoints``,
 ``numberOfFailedCheckpoints``, ``uptime``), and slipstream's own otherwise (the backlog's).
-Every value is a gauge, as Flink's Prometheus reporter exports its counters; operator
+Every value is a gauge, as Flink's Prometheus reporter exports its counters, except
+``slipstream_operator_latency``: the source-to-operator latency (ms) from the latency markers
+(:mod:`slipstream.runtime.latency`), a summary with ``quantile`` 0.5, 0.95, 0.99 and 0.999 over
+the latest markers and ``_count`` (every marker so far), as Flink's reporter exports its
+``latency`` histogram. Operator
 metrics carry ``job_name``, ``job_id``, ``operator_name`` and ``operator_id`` (the uid) labels.
 The endpoint listens on 127.0.0.1 only.
 """
@@ -17,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from slipstream.datastream.progress_listener import JobProgress, OperatorProgress
@@ -49,6 +53,9 @@ OPERATOR_METRICS: list[tuple[str, str, OperatorValue]] = [
      lambda op: op.memory_bytes),
 ]
 
+LATENCY_QUANTILES = (("0.5", "p50"), ("0.95", "p95"), ("0.99", "p99"), ("0.999", "p999"))
+"""The quantiles of the latency summary, and the :class:`LatencyStatistics` field of each."""
+
 JobValue = Callable[[JobProgress], "float | None"]
 
 JOB_METRICS: list[tuple[str, str, JobValue]] = [
@@ -77,7 +84,7 @@ class ProgressCollector(Collector):
     def __init__(self, progress: Callable[[], JobProgress]) -> None:
         self._progress = progress
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         progress = self._progress()
         job = [progress.job_name, progress.job_id]
         for name, documentation, value in OPERATOR_METRICS:
@@ -87,12 +94,28 @@ class ProgressCollector(Collector):
                 if figure is not None:
                     family.add_metric([*job, operator.name, operator.uid], figure)
             yield family
+        yield _latency_summary(progress, job)
         for name, documentation, job_value in JOB_METRICS:
             family = GaugeMetricFamily(f"slipstream_job_{name}", documentation, labels=JOB_LABELS)
             figure = job_value(progress)
             if figure is not None:
                 family.add_metric(job, figure)
             yield family
+
+
+def _latency_summary(progress: JobProgress, job: list[str]) -> Metric:
+    """Each operator's latency statistics as one summary family (quantile samples and a count)."""
+    name = "slipstream_operator_latency"
+    summary = Metric(name, "Source-to-operator latency (ms) of the latest latency markers.", "summary")
+    for operator in progress.operators:
+        latency = operator.latency
+        if latency is None:
+            continue
+        labels = dict(zip(OPERATOR_LABELS, [*job, operator.name, operator.uid]))
+        for quantile, field in LATENCY_QUANTILES:
+            summary.add_sample(name, {**labels, "quantile": quantile}, getattr(latency, field))
+        summary.add_sample(f"{name}_count", labels, latency.count)
+    return summary
 
 
 def progress_registry(monitor: JobMonitor) -> CollectorRegistry:

@@ -185,6 +185,11 @@ class RecordWriter:
         for channel in self.channels:
             channel.push(element)
 
+    def send_event(self, element: Any, target: int) -> None:
+        """Send an event (a latency marker) to channel ``target`` alone, after its buffered records."""
+        self._flush_channel(target)
+        self.channels[target].push(element)
+
     def finish(self) -> None:
         """Send end of input everywhere and mark the channels finished (blocking consumers may start)."""
         self.broadcast_event(EndOfInput())

@@ -18,7 +18,13 @@ from typing import Any
 from slipstream.attributes import RecordAttributes
 from slipstream.datastream.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_TIMESTAMP, Watermark
 from slipstream.operators.base import StreamOperator
-from slipstream.operators.elements import EndOfInput, RecordBatch, TerminationAttempt, WatermarkStatus
+from slipstream.operators.elements import (
+    EndOfInput,
+    LatencyMarker,
+    RecordBatch,
+    TerminationAttempt,
+    WatermarkStatus,
+)
 from slipstream.operators.memory import check_state
 from slipstream.operators.source import InputStatus, SourceOperator
 from slipstream.runtime.channels import Channel
@@ -103,6 +109,7 @@ class StreamTask:
         self.barrier_handler: Any = None  # set by the checkpoint coordinator when checkpointing is on
         self.termination: Any = None  # loop termination batons (runtime.termination); set for every task
         self.iteration: Any = None  # inside an iteration: tells operators its epochs and its end (loop_task)
+        self.latency: Any = None  # latency markers (runtime.latency); set when the job tracks latency
         self.deployed = False
         self.after_open: list[Callable[[], None]] = []  # restore steps that need open operators
         self.backlog_ended: Callable[[], None] = lambda: None  # an input left its backlog (set by the job run)
@@ -276,6 +283,8 @@ class StreamTask:
             self.barrier_handler.on_barrier(source, element)
         elif type(element) is TerminationAttempt:
             self.termination.on_attempt(source, element)
+        elif type(element) is LatencyMarker:
+            self.latency.on_marker(element)
         else:
             raise TypeError(f"task {self}: unexpected element {element!r}")
 
@@ -385,3 +394,5 @@ class SourceTask(StreamTask):
                 break
             self.available = True
         self.flush()
+        if self.latency is not None and not self.finished:
+            self.latency.maybe_mark(self.head.ctx.uid, self.subtask_index, not self.source.is_backlog())

@@ -5,7 +5,7 @@ work" on polars or Spark, "streaming"), the records it read (of the known total,
 that knows it) or buffered, the bytes spilled, the engine and late records dropped; its title
 says how much of the backlog is read, at what rate, and the ETA. After the switch the table
 gives way to one line: records in and out per second, the least watermark's lag behind the
-wall clock, and the last checkpoint.
+wall clock, the latency p99 at the sinks (from the latency markers), and the last checkpoint.
 
 It is a :class:`~slipstream.datastream.progress_listener.JobProgressListener`: it draws what the
 job monitor samples, on the monitor's thread, once per ``progress_interval``, and never touches
@@ -93,8 +93,9 @@ def _watermark(watermark: int, now: float) -> str:
 
 
 def status_line(progress: JobProgress, now: float | None = None) -> str:
-    """One line for a streaming job: rates, the watermark, the last checkpoint, late drops; ages are
-    taken at ``now`` (the sample's time by default)."""
+    """One line for a streaming job: rates, the watermark, the latency p99 (the sinks' largest, or
+    any operator's where no sink has one), the last checkpoint, late drops; ages are taken at
+    ``now`` (the sample's time by default)."""
     now = progress.timestamp if now is None else now
     sources = [op for op in progress.operators if op.is_source]
     sinks = [op for op in progress.operators if op.is_sink] or progress.operators[-1:]
@@ -106,6 +107,10 @@ def status_line(progress: JobProgress, now: float | None = None) -> str:
     watermarks = [op.watermark for op in sinks if op.watermark is not None]
     if watermarks:
         parts.append(_watermark(min(watermarks), now))
+    p99s = [op.latency.p99 for op in sinks if op.latency is not None] or \
+        [op.latency.p99 for op in progress.operators if op.latency is not None]
+    if p99s:
+        parts.append(f"latency p99 {max(p99s):,.1f} ms")
     if progress.checkpoints:
         last = progress.checkpoints[-1]
         parts.append(f"checkpoint {last.checkpoint_id} {max(0.0, now - last.completed_at):.0f} s ago "

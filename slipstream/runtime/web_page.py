@@ -73,7 +73,8 @@ $svg
 </section>
 <section id="operators"><h2>Operators</h2>
 <table><thead><tr><th>operator</th><th>p</th><th>phase</th><th>records in</th><th>records out</th>
-<th>in/s</th><th>out/s</th><th>throughput</th><th>watermark</th><th>back-pressured</th><th>spilled</th></tr></thead>
+<th>in/s</th><th>out/s</th><th>throughput</th><th>latency p50 / p99</th><th>watermark</th><th>back-pressured</th>
+<th>spilled</th></tr></thead>
 <tbody id="operator-rows"></tbody></table>
 </section>
 <section id="checkpoints"><h2>Checkpoints</h2>
@@ -106,6 +107,9 @@ function watermark(w) {
   if (w > 1e11 && w < 1e14) return new Date(w).toISOString().replace("T", " ").replace(".000Z", "Z");
   return String(w);
 }
+function latency(l) {
+  return l === null || l === undefined ? "" : l.p50.toFixed(1) + " / " + l.p99.toFixed(1) + " ms";
+}
 function cell(text) { const td = document.createElement("td"); td.textContent = text; return td; }
 function sparkline(values) {
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
@@ -126,6 +130,7 @@ function showOperators(operators) {
     [op.name, op.parallelism, phase, num(op.records_in), num(op.records_out), num(op.records_in_per_second),
      num(op.records_out_per_second)].forEach((v) => tr.appendChild(cell(v)));
     const spark = cell(""); spark.appendChild(sparkline(series)); tr.appendChild(spark);
+    const lat = cell(latency(op.latency)); lat.className = "latency"; tr.appendChild(lat);
     [watermark(op.watermark), op.back_pressured ? "yes" : "no", bytes(op.spilled_bytes)]
       .forEach((v) => tr.appendChild(cell(v)));
     rows.appendChild(tr);
@@ -135,7 +140,8 @@ function showOperators(operators) {
       box.classList.toggle("finished", op.finished_subtasks === op.parallelism);
       const live = box.querySelector("text.live");
       live.textContent = num(op.records_out_per_second) + "/s out · " + num(op.records_out)
-                         + (op.backlog_phase ? " · " + op.backlog_phase : "");
+                         + (op.backlog_phase ? " · " + op.backlog_phase : "")
+                         + (op.latency ? " · p99 " + op.latency.p99.toFixed(1) + " ms" : "");
     }
   }
 }

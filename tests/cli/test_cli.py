@@ -99,9 +99,9 @@ def slipstream(*args: str, cwd=None, timeout: float = 120) -> subprocess.Complet
                           env=dict(os.environ, PYTHONPATH=ROOT), cwd=cwd, timeout=timeout)
 
 
-def start(*args: str) -> subprocess.Popen:
+def start(*args: str, cwd=None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "slipstream", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=cwd)
 
 
 def count_lines(counts: Counter) -> Counter:
@@ -143,9 +143,40 @@ def test_run_applies_its_options_to_the_job_and_runs_it_to_its_end(finished_run)
     assert any(name.startswith("chk-") for name in os.listdir(chk))
 
 
+WHERE_JOB = '''
+import os, sys
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream.connectors.file_system import FileSink
+from slipstream.datastream.connectors.number_seq import NumberSequenceSource
+from slipstream.datastream.formats.base import Encoder
+
+print("driver", os.getpid())
+env = StreamExecutionEnvironment.get_execution_environment()
+env.configure(batch_size=64)
+env.enable_checkpointing(50)
+(env.from_source(NumberSequenceSource(1, int(sys.argv[2])), None, "numbers").uid("numbers")
+ .rebalance().map(lambda x: f"{x},{os.getpid()}").uid("where")
+ .sink_to(FileSink.for_row_format(sys.argv[1], Encoder.simple_string_encoder()).build()).uid("sink"))
+env.execute("where")
+'''
+
+
+def test_run_with_workers_runs_the_subtasks_on_that_many_worker_processes(tmp_path):
+    job, out, n = write_job(tmp_path, WHERE_JOB), tmp_path / "out", 5_000
+    done = slipstream("run", job, "--parallelism", "2", "--workers", "2", "--", str(out), str(n))
+    assert done.returncode == 0, done.stderr
+    driver = int(re.search(r"driver (\d+)", done.stdout).group(1))
+    lines = committed(out)
+    assert Counter(int(line.split(",")[0]) for line in lines.elements()) == Counter(range(1, n + 1))
+    pids = {int(line.split(",")[1]) for line in lines}
+    assert len(pids) == 2 and driver not in pids
+
+
 def test_run_refuses_a_bad_option_with_a_usage_error(tmp_path):
     done = slipstream("run", write_job(tmp_path, COUNTING_JOB), "--parallelism", "0")
     assert done.returncode == 2 and "--parallelism" in done.stderr and "Traceback" not in done.stderr
+    done = slipstream("run", write_job(tmp_path, COUNTING_JOB), "--workers", "0")
+    assert done.returncode == 2 and "--workers" in done.stderr and "Traceback" not in done.stderr
 
 
 # -- explain --------------------------------------------------------------------------------------
@@ -260,6 +291,25 @@ def test_ctrl_c_takes_a_savepoint_that_restore_continues_exactly_once(tmp_path):
     _, stderr = second.communicate(timeout=60)
     assert second.returncode == 130 and "Savepoint written" in stderr, stderr
     assert committed(out) == count_lines(words)
+
+
+def test_restore_latest_without_a_checkpoint_dir_resumes_from_the_savepoint_ctrl_c_took(tmp_path):
+    """The newcomer's path: run, Ctrl-C, ``--restore latest``, with no checkpoint directory anywhere."""
+    started, out = tmp_path / "started", tmp_path / "out"
+    job = write_job(tmp_path, SLOW_JOB)
+    for run in range(2):
+        process = start("run", job, *(["--restore", "latest"] if run else []), "--", str(out), str(started),
+                        cwd=tmp_path)
+        before = committed(out)
+        wait_for(lambda: len(committed(out)) > len(before) + 5, what=f"run {run + 1}'s committed output")
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 130 and "Traceback" not in stderr, stderr
+        savepoint = re.search(r"Savepoint written: (\S+)", stderr).group(1)
+        assert os.path.dirname(savepoint) == str(tmp_path / "slipstream-savepoints")
+    lines = committed(out)
+    assert max(lines.values()) == 1  # nothing written twice across the stop
+    assert set(lines) == {str(x) for x in range(1, len(lines) + 1)}  # and nothing skipped
 
 
 def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path):

@@ -70,9 +70,11 @@ def test_execution_config_shares_the_environments_settings_and_compares_by_value
     config.set_restart_strategy(RestartStrategies.fixed_delay_restart(4, 10000))
     assert env.get_restart_strategy() == RestartStrategies.fixed_delay_restart(4, timedelta(seconds=10))
     assert (ExecutionConfig.PARALLELISM_DEFAULT, ExecutionConfig.PARALLELISM_UNKNOWN) == (-1, -2)
-    with pytest.warns(UserWarning, match="latency markers"):
-        config.set_latency_tracking_interval(1000)
-    assert config.get_latency_tracking_interval() == 1000
+    assert config.get_latency_tracking_interval() == 500  # latency markers are on by default
+    config.set_latency_tracking_interval(1000)
+    assert config.get_latency_tracking_interval() == env.runtime_options.latency_interval_ms == 1000
+    config.set_latency_tracking_interval(-1)
+    assert config.get_latency_tracking_interval() == 0  # off
 
 
 def test_restart_strategies_are_equal_by_value() -> None:

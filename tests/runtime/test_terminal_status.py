@@ -23,6 +23,7 @@ from slipstream.datastream.progress_listener import (
     JobProgressEvent,
     JobStartedEvent,
     JobTerminatedEvent,
+    LatencyStatistics,
     OperatorProgress,
 )
 from slipstream.runtime.terminal_status import TerminalStatus, backlog_table, render, status_line
@@ -47,7 +48,9 @@ def progress(active: bool, switched: float | None = None, checkpoints=()) -> Job
                  batch_engine="polars"),
         operator("windows", late_records_dropped=1234),
         operator("quiet"),
-        operator("alerts", records_in_per_second=3_990.0, watermark=1_000_000, is_sink=True),
+        operator("alerts", records_in_per_second=3_990.0, watermark=1_000_000, is_sink=True,
+                 latency=LatencyStatistics(count=40, min=1.0, max=30.0, mean=5.0, p50=4.0, p95=9.0, p99=12.34,
+                                           p999=29.0)),
     ]
     backlog = BacklogProgress(active=active, records_read=600_000, records_remaining=400_000 if active else 0,
                               fraction=0.6 if active else 1.0, eta_seconds=2.0 if active else None,
@@ -79,6 +82,7 @@ def test_after_the_switch_the_display_is_one_line_of_rates_watermark_and_checkpo
     assert "\n" not in line
     assert "switched after 1.5 s" in line and "in 200,000/s" in line and "out 3,990/s" in line
     assert "watermark lag 1.0 s" in line  # watermark 1,000,000 ms against a clock at 1,001 s
+    assert "latency p99 12.3 ms" in line
     assert "checkpoint 7 3 s ago (35 ms, 1.2 MB)" in line and "1,234 late dropped" in line
     assert text_of(render(done)).count("\n") == 1
 

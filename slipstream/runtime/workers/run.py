@@ -37,6 +37,7 @@ from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator, Che
 from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
 from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import JobGraph
+from slipstream.runtime.latency import LatencyHistogram
 from slipstream.runtime.task import StreamTask
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.wire import dumps
@@ -360,6 +361,8 @@ def _merged(key: str, old: Any, new: Any) -> Any:
         return min(old, new)
     if key in ("finished_ms", "switched_ms"):
         return max(old, new)
+    if isinstance(old, LatencyHistogram):
+        return old.merged(new)
     if isinstance(old, (int, float)) and isinstance(new, (int, float)) and not isinstance(old, bool):
         return old + new
     return old
