@@ -19,7 +19,8 @@ from slipstream.testing import ManualClock
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 SET_ELSEWHERE = {"batch_engine", "engine_options",  # set_batch_engine(...) sets these
                  "progress_listeners",  # add_progress_listener(...) adds to these
-                 "runner"}  # set_runner(...) or execute(runner=...) sets this
+                 "runner",  # set_runner(...) or execute(runner=...) sets this
+                 "latency_interval_ms"}  # get_config().set_latency_tracking_interval(...), as in PyFlink
 
 
 def configure_parameters() -> set[str]:
