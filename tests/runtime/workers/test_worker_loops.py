@@ -1,0 +1,121 @@
+"""Loops and iterations on worker processes: a SIGKILL of the worker running a loop or an iteration
+fails the job over to its last checkpoint, exactly once; a loop nested in an iteration keeps every
+epoch whole on two workers as in one process.
+
+The killed jobs are the fault-injection jobs of ``tests/checkpoint/crash_job.py`` (``loop``,
+``nested``, ``iteration``, ``iteration_loop``), run on two workers with a restart allowed: their
+hook, a map inside the loop body (or the iteration's), SIGKILLs its own process — the worker the
+loop is placed on — once a checkpoint completed while records went round (in an iteration: in
+its second epoch or later). The checkpoint the job fails over to holds records in flight in the
+cycle: in the loop heads' feedback logs, or in the channels of the iteration. The oracles, and the
+checks of the keyed state in the final checkpoint, are the kill tests' own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from worker_jobs import worker_processes
+
+from slipstream.datastream import RestartStrategies, StreamExecutionEnvironment
+from slipstream.errors import WorkerLostError
+from slipstream.runtime.checkpoint.storage import CheckpointStorage
+
+CHECKPOINT_TESTS = Path(__file__).resolve().parents[2] / "checkpoint"
+ITERATION_TESTS = Path(__file__).resolve().parents[2] / "iteration"
+sys.path[:0] = [str(CHECKPOINT_TESTS), str(ITERATION_TESTS)]
+
+from crash_job import build, rounds  # noqa: E402
+from test_iteration_kills import check_iteration, records_in_flight  # noqa: E402
+from test_loop_kills import check_exactly_once, in_flight  # noqa: E402
+from test_loops_in_iterations import build as loop_in_iteration  # noqa: E402
+from test_loops_in_iterations import oracle as loop_in_iteration_oracle  # noqa: E402
+
+
+class KillOnceCheckpointed:
+    """SIGKILLs the process it runs in at the first record after a checkpoint completed that was
+    triggered once a record ``arms`` accepted came by (the one after the checkpoint that may have
+    been in flight then) — the first time only (the file ``marker`` remembers it across processes
+    and restarts)."""
+
+    def __init__(self, checkpoints: str, marker: str, arms: Callable[[Any], bool]) -> None:
+        self.checkpoints, self.marker, self.arms = checkpoints, marker, arms
+        self.armed_after: int | None = None  # the newest complete checkpoint when it was armed
+
+    def _newest(self) -> int:
+        return max(CheckpointStorage(self.checkpoints).complete_ids(), default=0) \
+            if os.path.isdir(self.checkpoints) else 0
+
+    def __call__(self, value: Any) -> None:
+        if os.path.exists(self.marker):
+            return
+        if self.armed_after is None:
+            if self.arms(value):
+                self.armed_after = self._newest()
+        elif self._newest() > self.armed_after + 1:
+            with open(self.marker, "w") as file:
+                file.write(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def in_an_epoch_after_the_first(record: tuple[int, int]) -> bool:
+    """A record ``(x, rounds left)`` of the iteration jobs in its second epoch or later."""
+    return rounds(record[0]) - record[1] >= 1
+
+
+@pytest.mark.parametrize("kind,n", [("loop", 4000), ("nested", 2000), ("iteration", 6000), ("iteration_loop", 3000)])
+def test_a_sigkill_of_the_worker_running_a_loop_fails_over_to_the_last_checkpoint_exactly_once(tmp_path: Path,
+                                                                                             kind: str, n: int):
+    out, checkpoints, marker = str(tmp_path / "out"), str(tmp_path / "chk"), str(tmp_path / "killed")
+    iteration = kind.startswith("iteration")
+    kill = KillOnceCheckpointed(checkpoints, marker, in_an_epoch_after_the_first if iteration else lambda r: True)
+    env = build(kind, out, checkpoints, n, parallelism=2, records=None if iteration else 400, retained=1000,
+                restart=RestartStrategies.fixed_delay_restart(1, 0), fail=kill)
+    env.configure(workers=2)
+    stats = env.execute(f"workers-{kind}").get_accumulator_result("checkpoints")
+    with open(marker) as file:
+        assert int(file.read()) != os.getpid()  # a worker died, not the driver
+    assert stats["restarts"] == 1 and stats["restored_from"] is not None, stats
+    restored = CheckpointStorage(checkpoints).read_verified(stats["restored_from"], None)
+    assert (records_in_flight if iteration else in_flight)(restored) > 0
+    (check_iteration if iteration else check_exactly_once)(kind, n, out, checkpoints, [])
+    assert worker_processes() == []
+
+
+@pytest.mark.parametrize("n,parallelism,seed,budget", [(150, 2, 3, 1), (120, 3, 11, 4), (90, 4, 5, 100_000)])
+def test_a_loop_inside_an_iteration_leaves_every_epoch_whole_on_two_workers(n: int, parallelism: int, seed: int,
+                                                                            budget: int) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.configure(workers=2, scheduler_seed=seed, batch_size=3, channel_capacity=2, quantum=2)
+    assert Counter(loop_in_iteration(env, n, budget).execute_and_collect()) == loop_in_iteration_oracle(n)
+    assert worker_processes() == []
+
+
+@pytest.mark.parametrize("kind,n,parallelism,workers", [("loop", 4000, 2, 1), ("loop", 4000, 3, 2),
+                                                        ("iteration", 6000, 2, 1)])
+def test_a_checkpoint_of_a_loop_on_two_workers_restores_at_another_worker_count(tmp_path: Path, kind: str, n: int,
+                                                                                parallelism: int, workers: int):
+    """The job dies with its loop's worker and cannot restart; run again from its latest checkpoint
+    in one process or on other workers (a loop at another parallelism too; an iteration restores at
+    the parallelism it was checkpointed at), its committed output is the oracle's."""
+    out, checkpoints, marker = str(tmp_path / "out"), str(tmp_path / "chk"), str(tmp_path / "killed")
+    iteration = kind.startswith("iteration")
+    kill = KillOnceCheckpointed(checkpoints, marker, in_an_epoch_after_the_first if iteration else lambda r: True)
+    records = None if iteration else 400
+    env = build(kind, out, checkpoints, n, parallelism=2, records=records, retained=1000, fail=kill)
+    with pytest.raises(WorkerLostError, match="killed by signal SIGKILL"):
+        env.configure(workers=2).execute(f"workers-{kind}")
+    env = build(kind, out, checkpoints, n, parallelism=parallelism, records=records, retained=1000, fail=kill)
+    stats = env.configure(workers=workers).execute(f"again-{kind}", restore_from="latest") \
+        .get_accumulator_result("checkpoints")
+    restored = CheckpointStorage(checkpoints).read_verified(stats["restored_from"], None)
+    assert (records_in_flight if iteration else in_flight)(restored) > 0
+    (check_iteration if iteration else check_exactly_once)(kind, n, out, checkpoints, [])
+    assert worker_processes() == []
