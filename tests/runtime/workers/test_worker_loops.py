@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -25,14 +26,21 @@ import pytest
 from worker_jobs import worker_processes
 
 from slipstream.datastream import RestartStrategies, StreamExecutionEnvironment
+from slipstream.datastream.iteration import (
+    DataStreamList,
+    IterationBodyResult,
+    iterate_and_replay_bounded_streams_until_termination,
+)
 from slipstream.errors import WorkerLostError
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
+from slipstream.testing import CollectingSink
 
 CHECKPOINT_TESTS = Path(__file__).resolve().parents[2] / "checkpoint"
 ITERATION_TESTS = Path(__file__).resolve().parents[2] / "iteration"
 sys.path[:0] = [str(CHECKPOINT_TESTS), str(ITERATION_TESTS)]
 
 from crash_job import build, rounds  # noqa: E402
+from test_iteration_checkpoints import DATA, LINES, Merge, RoundSum, region_state, replay_oracle  # noqa: E402
 from test_iteration_kills import check_iteration, records_in_flight  # noqa: E402
 from test_loop_kills import check_exactly_once, in_flight  # noqa: E402
 from test_loops_in_iterations import build as loop_in_iteration  # noqa: E402
@@ -118,4 +126,50 @@ def test_a_checkpoint_of_a_loop_on_two_workers_restores_at_another_worker_count(
     restored = CheckpointStorage(checkpoints).read_verified(stats["restored_from"], None)
     assert (records_in_flight if iteration else in_flight)(restored) > 0
     (check_iteration if iteration else check_exactly_once)(kind, n, out, checkpoints, [])
+    assert worker_processes() == []
+
+
+class PacedKill:
+    """The model of a replay job's round, passed on: ``kill`` sees it, and each round's model waits
+    ``pause_s`` (so checkpoints fall between rounds)."""
+
+    def __init__(self, kill: KillOnceCheckpointed, pause_s: float) -> None:
+        self.kill, self.pause_s = kill, pause_s
+
+    def __call__(self, model: tuple[int, int]) -> tuple[int, int]:
+        self.kill(model)
+        time.sleep(self.pause_s)
+        return model
+
+
+def test_a_sigkill_of_the_worker_running_an_iteration_with_replayed_data_fails_over_exactly_once(tmp_path: Path):
+    """Data replayed every round (``iterate_and_replay_bounded_streams_until_termination``): the
+    worker running the iteration is killed in round 3 or later, after a checkpoint taken while the
+    rounds ran; the job fails over to it and every round's model comes out once, as the oracle's."""
+    checkpoints, marker = str(tmp_path / "chk"), str(tmp_path / "killed")
+    kill = KillOnceCheckpointed(checkpoints, marker, lambda model: model[0] >= 3)
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(3)
+    env.configure(workers=2, batch_size=16, channel_capacity=2, quantum=2)
+    env.get_checkpoint_config().set_checkpoint_interval(20).set_checkpoint_storage_dir(checkpoints) \
+        .set_num_retained_checkpoints(1000)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 0))
+    w0 = 12_345
+    expected, _ = replay_oracle(w0)
+
+    def body(variables: DataStreamList, data: DataStreamList) -> IterationBodyResult:
+        model = variables.get(0).map(PacedKill(kill, 0.1)).set_parallelism(1)
+        parts = model.broadcast().connect(data.get(0)).process(RoundSum())
+        merged = parts.global_().process(Merge()).set_parallelism(1)
+        return IterationBodyResult([merged], [merged.get_side_output(LINES)])
+
+    outputs = iterate_and_replay_bounded_streams_until_termination(
+        DataStreamList.of(env.from_collection([(1, w0)]).set_parallelism(1)),
+        DataStreamList.of(env.from_collection(DATA)), body)
+    lines = CollectingSink()
+    outputs.get(0).sink_to(lines)
+    stats = env.execute("workers-replay").get_accumulator_result("checkpoints")
+    assert os.path.exists(marker) and stats["restarts"] == 1 and stats["restored_from"] is not None, stats
+    progress = region_state(stats["restored_from"])["coordinator"][0]["progress"]
+    assert progress["epoch_watermark"] >= 1 and not progress["terminated"], progress
+    assert Counter(lines.values) == expected
     assert worker_processes() == []
