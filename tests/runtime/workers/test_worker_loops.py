@@ -51,19 +51,19 @@ class KillOnceCheckpointed:
     """SIGKILLs the process it runs in at the first record after a checkpoint completed that was
     triggered once a record ``arms`` accepted came by (the one after the checkpoint that may have
     been in flight then) — the first time only (the file ``marker`` remembers it across processes
-    and restarts)."""
+    and restarts). Armed, each record waits ``pause_s``, so the job does not end before."""
 
-    def __init__(self, checkpoints: str, marker: str, arms: Callable[[Any], bool]) -> None:
-        self.checkpoints, self.marker, self.arms = checkpoints, marker, arms
+    def __init__(self, checkpoints: str, marker: str, arms: Callable[[Any], bool], pause_s: float = 0.001) -> None:
+        self.checkpoints, self.marker, self.arms, self.pause_s = checkpoints, marker, arms, pause_s
         self.armed_after: int | None = None  # the newest complete checkpoint when it was armed
 
     def _newest(self) -> int:
         return max(CheckpointStorage(self.checkpoints).complete_ids(), default=0) \
             if os.path.isdir(self.checkpoints) else 0
 
-    def __call__(self, value: Any) -> None:
+    def __call__(self, value: Any) -> Any:
         if os.path.exists(self.marker):
-            return
+            return value
         if self.armed_after is None:
             if self.arms(value):
                 self.armed_after = self._newest()
@@ -71,6 +71,9 @@ class KillOnceCheckpointed:
             with open(self.marker, "w") as file:
                 file.write(str(os.getpid()))
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.armed_after is not None:
+            time.sleep(self.pause_s)
+        return value
 
 
 def in_an_epoch_after_the_first(record: tuple[int, int]) -> bool:
@@ -129,25 +132,12 @@ def test_a_checkpoint_of_a_loop_on_two_workers_restores_at_another_worker_count(
     assert worker_processes() == []
 
 
-class PacedKill:
-    """The model of a replay job's round, passed on: ``kill`` sees it, and each round's model waits
-    ``pause_s`` (so checkpoints fall between rounds)."""
-
-    def __init__(self, kill: KillOnceCheckpointed, pause_s: float) -> None:
-        self.kill, self.pause_s = kill, pause_s
-
-    def __call__(self, model: tuple[int, int]) -> tuple[int, int]:
-        self.kill(model)
-        time.sleep(self.pause_s)
-        return model
-
-
 def test_a_sigkill_of_the_worker_running_an_iteration_with_replayed_data_fails_over_exactly_once(tmp_path: Path):
     """Data replayed every round (``iterate_and_replay_bounded_streams_until_termination``): the
     worker running the iteration is killed in round 3 or later, after a checkpoint taken while the
     rounds ran; the job fails over to it and every round's model comes out once, as the oracle's."""
     checkpoints, marker = str(tmp_path / "chk"), str(tmp_path / "killed")
-    kill = KillOnceCheckpointed(checkpoints, marker, lambda model: model[0] >= 3)
+    kill = KillOnceCheckpointed(checkpoints, marker, lambda model: model[0] >= 3, pause_s=0.1)
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(3)
     env.configure(workers=2, batch_size=16, channel_capacity=2, quantum=2)
     env.get_checkpoint_config().set_checkpoint_interval(20).set_checkpoint_storage_dir(checkpoints) \
@@ -157,7 +147,7 @@ def test_a_sigkill_of_the_worker_running_an_iteration_with_replayed_data_fails_o
     expected, _ = replay_oracle(w0)
 
     def body(variables: DataStreamList, data: DataStreamList) -> IterationBodyResult:
-        model = variables.get(0).map(PacedKill(kill, 0.1)).set_parallelism(1)
+        model = variables.get(0).map(kill).set_parallelism(1)
         parts = model.broadcast().connect(data.get(0)).process(RoundSum())
         merged = parts.global_().process(Merge()).set_parallelism(1)
         return IterationBodyResult([merged], [merged.get_side_output(LINES)])
