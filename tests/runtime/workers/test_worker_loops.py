@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from worker_jobs import worker_processes
 
@@ -35,13 +36,14 @@ from slipstream.errors import WorkerLostError
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.testing import CollectingSink
 
-CHECKPOINT_TESTS = Path(__file__).resolve().parents[2] / "checkpoint"
-ITERATION_TESTS = Path(__file__).resolve().parents[2] / "iteration"
-sys.path[:0] = [str(CHECKPOINT_TESTS), str(ITERATION_TESTS)]
+TESTS = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(TESTS / "checkpoint"), str(TESTS / "iteration"), str(TESTS.parent / "examples")]
 
+import iteration_linear_regression as linreg  # noqa: E402
+import iteration_online_logistic_regression as online  # noqa: E402
 from crash_job import build, rounds  # noqa: E402
 from test_iteration_checkpoints import DATA, LINES, Merge, RoundSum, region_state, replay_oracle  # noqa: E402
-from test_iteration_kills import check_iteration, records_in_flight  # noqa: E402
+from test_iteration_kills import check_iteration, records_in_flight, region_states  # noqa: E402
 from test_loop_kills import check_exactly_once, in_flight  # noqa: E402
 from test_loops_in_iterations import build as loop_in_iteration  # noqa: E402
 from test_loops_in_iterations import oracle as loop_in_iteration_oracle  # noqa: E402
@@ -74,6 +76,20 @@ class KillOnceCheckpointed:
         if self.armed_after is not None:
             time.sleep(self.pause_s)
         return value
+
+
+class Counted:
+    """Accepts the ``count``-th record it sees in its process and every one after it; each record
+    before waits ``pause_s`` (a live source's pace)."""
+
+    def __init__(self, count: int, pause_s: float) -> None:
+        self.count, self.pause_s, self.seen = count, pause_s, 0
+
+    def __call__(self, value: Any) -> bool:
+        self.seen += 1
+        if self.seen < self.count:
+            time.sleep(self.pause_s)
+        return self.seen >= self.count
 
 
 def in_an_epoch_after_the_first(record: tuple[int, int]) -> bool:
@@ -162,4 +178,36 @@ def test_a_sigkill_of_the_worker_running_an_iteration_with_replayed_data_fails_o
     progress = region_state(stats["restored_from"])["coordinator"][0]["progress"]
     assert progress["epoch_watermark"] >= 1 and not progress["terminated"], progress
     assert Counter(lines.values) == expected
+    assert worker_processes() == []
+
+
+def test_a_sigkill_of_a_worker_while_an_unbounded_iteration_trains_fails_over_exactly_once(tmp_path: Path):
+    """Offline then online (a bounded iteration's model starts an unbounded one over live samples):
+    the worker reading the live samples is killed after a checkpoint taken while the online
+    iteration trained on them on the other worker (the offline one had ended); the job fails over
+    to it and every model version is committed once, equal to numpy's mini-batch SGD."""
+    checkpoints, marker = str(tmp_path / "chk"), str(tmp_path / "killed")
+    X, y = online.make_samples(1600, 3, seed=7)
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.configure(workers=2, batch_size=8, channel_capacity=2, quantum=2)
+    env.get_checkpoint_config().set_checkpoint_interval(20).set_checkpoint_storage_dir(checkpoints) \
+        .set_num_retained_checkpoints(1000)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 0))
+    kill = KillOnceCheckpointed(checkpoints, marker, Counted(300, pause_s=0.005), pause_s=0.005)
+    blocks = [(X[i:i + 100], y[i:i + 100]) for i in range(0, 1000, 100)]
+    offline = linreg.build_sync(env, blocks, np.zeros(3), 0.5, 12, gradient_fn=online.logistic_gradient)
+    live = online.live_source(env, X[1000:], y[1000:]).map(kill).set_parallelism(1)
+    models = online.build_online(env, offline.map(lambda w: (0, w)).set_parallelism(1), live, 0.5, 40)
+    out = CollectingSink()
+    models.sink_to(out)
+    stats = env.execute("workers-online").get_accumulator_result("checkpoints")
+    assert os.path.exists(marker) and stats["restarts"] == 1 and stats["restored_from"] is not None, stats
+    restored = CheckpointStorage(checkpoints).read_verified(stats["restored_from"], None)
+    progress = [state["coordinator"][0]["progress"] for state in region_states(restored)]
+    assert sorted((p["terminated"], p["epoch_watermark"] > 0) for p in progress) == [(False, True), (True, True)]
+    start = online.offline_numpy(X[:1000], y[:1000], np.zeros(3), 0.5, 12)
+    oracle = online.online_numpy(X[1000:], y[1000:], start, 0.5, 40)
+    got = sorted(out.values, key=lambda model: model[0])
+    assert [version for version, _ in got] == list(range(1, len(oracle) + 1))
+    np.testing.assert_allclose(np.array([w for _, w in got]), np.array(oracle), rtol=1e-9, atol=1e-12)
     assert worker_processes() == []
