@@ -76,8 +76,8 @@ def _placed(graph: JobGraph, scopes: dict[StreamScope, list[JobVertex]], workers
     (the last of equals: worker 0 holds the slot of every parallelism-1 source and sink)."""
     pinned: dict[int, int] = {}
     inside = {vertex.id for members in scopes.values() for vertex in members}
-    load = _load(graph, Placement(workers, slots, dict.fromkeys(inside, -1)))
-    load.pop(-1, None)
+    load = Counter(subtask * workers // slots for vertex in graph.vertices if vertex.id not in inside
+                   for subtask in range(vertex.parallelism))
     for members in scopes.values():
         worker = min(range(workers), key=lambda w: (load[w], -w))
         for vertex in members:
