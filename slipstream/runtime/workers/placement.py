@@ -7,12 +7,14 @@ in contiguous blocks; more workers than slots would stay idle, so there are neve
 
 A loop (FLIP-15) or an iteration (FLIP-176) is placed whole: every subtask of every vertex
 inside its outermost scope — heads, body, feedback tails and the loops nested in it — runs on
-one worker. Its termination protocol joins what all its head subtasks report in one
-coordinator, which the heads call as they go (:mod:`slipstream.runtime.termination`), an
-iteration's epochs hold channels inside it until every task aligned them, and an iteration
-is checkpointed by snapshotting all its tasks in one instant
-(:mod:`slipstream.runtime.checkpoint.iteration_region`): all of that needs the scope's tasks
-in one scheduler, where it is exact as in one process. The scope's worker is the one with
+one worker. Its termination protocol joins what all its head subtasks (its own and nested
+loops') report in one coordinator, which the heads call, and which commands them, as they go
+(:mod:`slipstream.runtime.termination`); a task inside an iteration learns that the batons it
+aligns are epochs, which hold its channels and reach its listeners, from the iteration heads
+among the tasks of its process (:func:`~slipstream.runtime.loop_task.attach_termination`); and
+an iteration is checkpointed by snapshotting all its tasks and the channels between them in one
+instant (:mod:`slipstream.runtime.checkpoint.iteration_region`). All of that needs the scope's
+tasks in one scheduler, where it is exact as in one process. The scope's worker is the one with
 the fewest subtasks so far; its way in (from the sources) and out (its exits) are ordinary
 channels, which may cross workers. A worker left with nothing to run is not started.
 """
