@@ -44,8 +44,8 @@ from slipstream.runtime.task import InputChannel, SourceTask, StreamTask, TaskPr
 class ChannelLinks(Protocol):
     """Where the subtasks of a run on worker processes are, and the channels between workers."""
 
-    def is_local(self, subtask: int) -> bool:
-        """Whether subtask ``subtask`` (of any vertex: slot ``subtask``) runs in this process."""
+    def is_local(self, vertex: JobVertex, subtask: int) -> bool:
+        """Whether subtask ``subtask`` of ``vertex`` runs in this process."""
         ...
 
     def connect(self, edge: StreamEdge, producer: int, consumer: int, channel: Channel) -> Channel:
@@ -120,11 +120,12 @@ class JobRun:
         links = self.links
         for vertex in self.graph.vertices:
             for edge in vertex.in_edges:
+                source = self.graph.vertex_of[edge.source]
                 for i in range(edge.source.parallelism):
                     for j in target_subtasks(edge.partitioning, i, edge.source.parallelism,
                                              edge.target.parallelism):
-                        producer = links is None or links.is_local(i)
-                        consumer = links is None or links.is_local(j)
+                        producer = links is None or links.is_local(source, i)
+                        consumer = links is None or links.is_local(vertex, j)
                         if not (producer or consumer):
                             continue
                         name = f"{edge.source.name}[{i}]->{edge.target.name}[{j}]"
@@ -137,7 +138,7 @@ class JobRun:
         tasks: list[StreamTask] = []
         for vertex in self.graph.vertices:
             for subtask in range(vertex.parallelism):
-                if links is None or links.is_local(subtask):
+                if links is None or links.is_local(vertex, subtask):
                     tasks.append(self._build_task(vertex, subtask, channels, options.batch_size,
                                                   options.quantum, options.scheduler_seed))
         self.channels = list(channels.values())

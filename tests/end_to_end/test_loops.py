@@ -36,6 +36,9 @@ SEEDS = [0, 7]
 
 pytestmark = pytest.mark.configure(batch_size=3, channel_capacity=2, quantum=2)
 
+ON_WORKERS = pytest.mark.parametrize("workers", [1, 2], ids=["w1", "w2"])
+"""The job runs in one process and on two worker processes (a loop is placed whole on one of them)."""
+
 
 def collatz_steps(n: int) -> int:
     steps = 0
@@ -51,10 +54,12 @@ def collatz_step(record: tuple[int, int, int]) -> tuple[int, int, int]:
 
 
 # -- loops with data-dependent round counts ------------------------------------------------------------
+@ON_WORKERS
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH)
 @pytest.mark.parallelisms(*PARALLELISMS)
 @pytest.mark.seeds(*SEEDS)
-def test_decrement_until_zero(env: StreamExecutionEnvironment) -> None:
+def test_decrement_until_zero(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
 
     def countdown(numbers):  # type: ignore[no-untyped-def]
         stepped = numbers.map(lambda r: (r[0], r[1] - 1, r[2] + 1))
@@ -72,10 +77,12 @@ class Collatz(LoopFunction):
         return stepped.filter(lambda r: r[1] != 1).rebalance(), stepped.filter(lambda r: r[1] == 1)
 
 
+@ON_WORKERS
 @pytest.mark.parallelisms(*PARALLELISMS)
 @pytest.mark.seeds(*SEEDS)
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
-def test_collatz_steps_with_a_loop_function(env: StreamExecutionEnvironment) -> None:
+def test_collatz_steps_with_a_loop_function(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     numbers = range(1, 200)
     got = list(env.from_collection([(n, n, 0) for n in numbers]).iterate(Collatz()).execute_and_collect())
     assert sorted(got) == [(n, 1, collatz_steps(n)) for n in numbers]
@@ -99,10 +106,12 @@ class CollatzAsText(CoLoopFunction):
         return feedback, stepped.filter(lambda r: r[1] == 1)
 
 
+@ON_WORKERS
 @pytest.mark.parallelisms(1, 3)
 @pytest.mark.seeds(*SEEDS)
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
-def test_iterate_with_feedback_of_another_type(env: StreamExecutionEnvironment) -> None:
+def test_iterate_with_feedback_of_another_type(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     got = list(env.from_collection(list(range(1, 120))).iterate_with_feedback(CollatzAsText(), feedback_type=str)
                .execute_and_collect())
     assert sorted(got) == [(n, 1, collatz_steps(n)) for n in range(1, 120)]
@@ -147,19 +156,23 @@ def _nested_oracle(record: tuple, depth: int) -> tuple:
             return record
 
 
+@ON_WORKERS
 @pytest.mark.parallelisms(1, 2, 4)
 @pytest.mark.seeds(*SEEDS)
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
-def test_nested_loops_to_depth_three(env: StreamExecutionEnvironment) -> None:
+def test_nested_loops_to_depth_three(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     records = [(i, i, 0, i % 3 + 1) for i in range(40)]
     got = list(env.from_collection(records).iterate(_nested_collatz(1)).execute_and_collect())
     assert Counter(got) == Counter(_nested_oracle(r, 1) for r in records)
 
 
+@ON_WORKERS
 @pytest.mark.parallelisms(1, 3)
 @pytest.mark.seeds(4)
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
-def test_loops_in_sequence_next_to_other_operators(env: StreamExecutionEnvironment) -> None:
+def test_loops_in_sequence_next_to_other_operators(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
 
     def halve(numbers):  # type: ignore[no-untyped-def]
         halved = numbers.map(lambda r: (r[0], r[1] // 2))
@@ -193,10 +206,12 @@ class CountRounds(KeyedProcessFunction):
         yield (value[0], value[1], rounds)
 
 
+@ON_WORKERS
 @pytest.mark.parallelisms(1, 3)
 @pytest.mark.seeds(2)
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
-def test_keyed_state_inside_a_loop(env: StreamExecutionEnvironment) -> None:
+def test_keyed_state_inside_a_loop(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     # backlog sorting is on by default: a loop body still streams
 
     def body(records):  # type: ignore[no-untyped-def]
@@ -208,10 +223,12 @@ def test_keyed_state_inside_a_loop(env: StreamExecutionEnvironment) -> None:
     assert sorted(got) == [(i, i % 6 + 1, i % 6 + 1) for i in range(60)]
 
 
+@ON_WORKERS
 @pytest.mark.parallelisms(2)
 @pytest.mark.seeds(1)
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
-def test_an_event_time_window_after_a_loop_sees_every_record(env: StreamExecutionEnvironment) -> None:
+def test_an_event_time_window_after_a_loop_sees_every_record(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r, _ts: r[1])
     events = [(i % 3, i * 10, i % 4 + 1) for i in range(60)]
 
@@ -247,10 +264,12 @@ def test_a_loop_body_may_hold_a_sink_and_a_branch_that_only_leaves(env: StreamEx
     assert len(seen) == sum(max(i % 4, 1) for i in range(20))
 
 
+@ON_WORKERS
 @pytest.mark.modes(*list(RuntimeExecutionMode))
 @pytest.mark.parallelisms(2)
 @pytest.mark.seeds(1)
-def test_loops_run_in_every_mode(env: StreamExecutionEnvironment) -> None:
+def test_loops_run_in_every_mode(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     got = list(env.from_collection([(n, n, 0) for n in range(1, 50)]).iterate(Collatz())
                .execute_and_collect())
     assert sorted(got) == [(n, 1, collatz_steps(n)) for n in range(1, 50)]
@@ -369,11 +388,13 @@ def test_random_loop_programs_deliver_every_record_exactly_once_and_end(
     assert Counter(arrivals) == expected     # every record exactly once: nothing lost to an early end
 
 
+@ON_WORKERS
 @pytest.mark.parallelisms(1, 4)
 @pytest.mark.seeds(9)
 @pytest.mark.modes(RuntimeExecutionMode.STREAMING)
-def test_the_job_ends_only_after_the_last_record_left_the_loops(env: StreamExecutionEnvironment) -> None:
+def test_the_job_ends_only_after_the_last_record_left_the_loops(env: StreamExecutionEnvironment, workers: int) -> None:
     """Pull records one by one: the iterator ends exactly after the expected count, never before."""
+    env.configure(workers=workers)
     program = [("loop", 1, [("loop", 2, [("loop", 3, [("map", 1, 2)], "co", "key_by", 3)],
                              "class", "rebalance", 2)], "callable", "forward", 1)]
     inputs = [(i, i, ()) for i in range(30)]

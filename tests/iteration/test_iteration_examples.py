@@ -22,11 +22,16 @@ import iteration_online_logistic_regression as online  # noqa: E402
 
 pytestmark = [pytest.mark.modes(RuntimeExecutionMode.STREAMING), pytest.mark.configure(channel_capacity=2, quantum=2)]
 
+ON_WORKERS = pytest.mark.parametrize("workers", [1, 2], ids=["w1", "w2"])
+"""The job runs in one process and on two worker processes (an iteration is placed whole on one of them)."""
 
+
+@ON_WORKERS
 @pytest.mark.zipped(parallelisms=(1, 3, 4), seeds=(0, 4, 9), modes=(RuntimeExecutionMode.STREAMING,
                                                                     RuntimeExecutionMode.BATCH,
                                                                     RuntimeExecutionMode.STREAMING))
-def test_kmeans_equals_numpy(env: StreamExecutionEnvironment) -> None:
+def test_kmeans_equals_numpy(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     blocks, initial = kmeans.make_data(3000, 4, 5, seed=env.runtime_options.scheduler_seed, block=250)
     (centroids,) = list(kmeans.build_kmeans(env, blocks, initial, 6).execute_and_collect())
     np.testing.assert_allclose(centroids, kmeans.kmeans_numpy(np.concatenate(blocks), initial, 6), rtol=1e-9, atol=1e-9)
@@ -50,24 +55,30 @@ def test_kmeans_replays_its_points_from_disk_past_the_memory_budget(env: StreamE
     assert not list(tmp_path.iterdir())
 
 
+@ON_WORKERS
 @pytest.mark.zipped(parallelisms=(1, 4), seeds=(0, 3))
-def test_sync_linear_regression_equals_numpy_gradient_descent(env: StreamExecutionEnvironment) -> None:
+def test_sync_linear_regression_equals_numpy_gradient_descent(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     blocks, w0 = linreg.make_data(1200, 4, seed=env.runtime_options.scheduler_seed, block=100)
     (w,) = list(linreg.build_sync(env, blocks, w0, 0.1, 15).execute_and_collect())
     X, y = np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
     np.testing.assert_allclose(w, linreg.gd_numpy(X, y, w0, 0.1, 15), rtol=1e-9, atol=1e-12)
 
 
+@ON_WORKERS
 @pytest.mark.zipped(parallelisms=(2, 4), seeds=(1, 6))
-def test_async_linear_regression_converges_to_least_squares(env: StreamExecutionEnvironment) -> None:
+def test_async_linear_regression_converges_to_least_squares(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     blocks, w0 = linreg.make_data(1200, 4, seed=env.runtime_options.scheduler_seed, block=100)
     (w,) = list(linreg.build_async(env, blocks, w0, 0.05, 300).execute_and_collect())
     X, y = np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
     assert np.abs(w - np.linalg.lstsq(X, y, rcond=None)[0]).max() < 1e-2
 
 
+@ON_WORKERS
 @pytest.mark.zipped(parallelisms=(1, 2, 4), seeds=(0, 5, 2))
-def test_online_logistic_regression_equals_numpy_mini_batches(env: StreamExecutionEnvironment) -> None:
+def test_online_logistic_regression_equals_numpy_mini_batches(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     X, y = online.make_samples(1000, 3, seed=env.runtime_options.scheduler_seed)
     initial = env.from_collection([(0, np.zeros(3))]).set_parallelism(1)
     models = list(online.build_online(env, initial, online.live_source(env, X, y), 0.5, 40).execute_and_collect())
@@ -76,9 +87,11 @@ def test_online_logistic_regression_equals_numpy_mini_batches(env: StreamExecuti
     np.testing.assert_allclose(np.array([w for _, w in models]), np.array(oracle), rtol=1e-9, atol=1e-12)
 
 
+@ON_WORKERS
 @pytest.mark.parallelisms(2)
 @pytest.mark.seeds(3)
-def test_offline_then_online_in_one_job(env: StreamExecutionEnvironment) -> None:
+def test_offline_then_online_in_one_job(env: StreamExecutionEnvironment, workers: int) -> None:
+    env.configure(workers=workers)
     X, y = online.make_samples(1600, 3, seed=7)
     models = list(online.build_offline_then_online(env, (X[:1000], y[:1000]), (X[1000:], y[1000:]), np.zeros(3),
                                                    0.5, 12, 40, block=100).execute_and_collect())

@@ -95,9 +95,10 @@ def oracle_last_epoch(records: Counter, criteria_until: int | None) -> int:
 
 def run(initial: list[tuple[int, int]], limit: int, parallelism: int, seed: int, *, sync: bool = False,
         criteria_from: str | None = None, criteria_until: int | None = None, feedback_budget: int = 100_000,
-        spill_dir: str | None = None) -> list[tuple]:
+        spill_dir: str | None = None, workers: int = 1) -> list[tuple]:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    env.configure(scheduler_seed=seed, batch_size=2, channel_capacity=2, quantum=2, spill_dir=spill_dir)
+    env.configure(scheduler_seed=seed, batch_size=2, channel_capacity=2, quantum=2, spill_dir=spill_dir,
+                  workers=workers)
     env.runtime_options.channel_memory_budget = feedback_budget
 
     def body(variables: DataStreamList, data: DataStreamList) -> IterationBodyResult:
@@ -179,6 +180,22 @@ def test_an_empty_criteria_stream_ends_an_iteration_whose_feedback_goes_on(paral
     seen = run(initial, 19, parallelism, seed, sync=sync, criteria_from=criteria_from, criteria_until=3)
     check(seen, initial, 19, parallelism, criteria_until=3)
     assert max(s[2] for s in seen if s[0] == "epoch") == 3
+
+
+@pytest.mark.parametrize("initial,limit,criteria_from,criteria_until,sync", [
+    (ISSUE_INITIAL, 5, None, None, False),
+    (ISSUE_INITIAL, 5, "listener", 9, True),
+    ([(0, 1), (2, 1), (19, 1)], 19, "records", 3, False),
+])
+@pytest.mark.parametrize("parallelism", [2, 4])
+def test_the_termination_rules_hold_on_two_worker_processes(initial: list[tuple[int, int]], limit: int,
+                                                            criteria_from: str | None, criteria_until: int | None,
+                                                            sync: bool, parallelism: int) -> None:
+    """The iteration placed whole on one of two workers, its inputs and exits on both: it goes
+    through exactly the oracle's epochs, at every subtask, and ends by itself, as in one process."""
+    seen = run(initial, limit, parallelism, 1, sync=sync, criteria_from=criteria_from,
+               criteria_until=criteria_until, workers=2)
+    check(seen, initial, limit, parallelism, criteria_until=criteria_until)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,8 +6,9 @@ An iteration keeps more state in its cycle than records: epoch batons travelling
 them, batons half-aligned at every task, the rounds each head counted and the
 coordinator's decisions. Cutting all of that consistently with barriers would need the
 coordinator in the marker protocol (as Flink ML's head operator coordinator is) and every
-baton logged with the records. The embedded runtime runs all tasks in one thread,
-between turns, so an iteration is captured whole instead:
+baton logged with the records. The embedded runtime runs all tasks of an iteration in one
+thread (on worker processes, the iteration is placed whole on one worker: see
+:mod:`slipstream.runtime.workers.placement`), between turns, so an iteration is captured whole instead:
 
 1. The barrier is aligned at every head of the iteration on its inputs from outside (in
    EXACTLY_ONCE mode a channel that delivered it is blocked, as alignment always does); a

@@ -29,7 +29,7 @@ from typing import Any
 from slipstream.operators.elements import EndOfInput
 from slipstream.runtime.channels import Channel
 from slipstream.runtime.checkpoint.barriers import CheckpointBarrier
-from slipstream.runtime.job_graph import EdgeKind, JobGraph, StreamEdge
+from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.wire import CREDIT, decode_credits, decode_element, encode_credits, encode_element
 
@@ -80,6 +80,7 @@ class WorkerLinks:
         self.peers = peers
         self._edge_ids = {id(edge): n for n, edge in enumerate(edge for vertex in graph.vertices
                                                               for edge in vertex.in_edges)}
+        self._vertex_of = graph.vertex_of
         self._inbound: dict[int, _Inbound] = {}
         self._outbound: dict[int, OutboundChannel] = {}
         self._inbox: deque[bytes] = deque()
@@ -93,16 +94,17 @@ class WorkerLinks:
             threading.Thread(target=self._receive, args=(peer, connection), name=f"from worker {peer}",
                              daemon=True).start()
 
-    def is_local(self, subtask: int) -> bool:
-        return self.placement.worker_of(subtask) == self.worker
+    def is_local(self, vertex: JobVertex, subtask: int) -> bool:
+        return self.placement.worker_of(vertex.id, subtask) == self.worker
 
     def connect(self, edge: StreamEdge, producer: int, consumer: int, channel: Channel) -> Channel:
         channel_id = (self._edge_ids[id(edge)] << 32) | (producer << 16) | consumer
         bounded = edge.kind is EdgeKind.PIPELINED
-        if self.is_local(consumer):
-            self._inbound[channel_id] = _Inbound(channel, self.placement.worker_of(producer), bounded)
+        source, target = self._vertex_of[edge.source], self._vertex_of[edge.target]
+        if self.is_local(target, consumer):
+            self._inbound[channel_id] = _Inbound(channel, self.placement.worker_of(source.id, producer), bounded)
             return channel
-        outbound = OutboundChannel(self.peers[self.placement.worker_of(consumer)], channel_id,
+        outbound = OutboundChannel(self.peers[self.placement.worker_of(target.id, consumer)], channel_id,
                                    channel.capacity, channel.name, bounded)
         self._outbound[channel_id] = outbound
         return outbound

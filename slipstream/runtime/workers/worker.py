@@ -78,7 +78,7 @@ def collect_sinks(graph: JobGraph) -> list[CollectSink]:
 def task_keys(graph: JobGraph, placement: Placement, worker: int) -> list[str]:
     """The names of a worker's tasks in the order its run builds them (``vertex id:subtask``)."""
     return [f"{vertex.id}:{subtask}" for vertex in graph.vertices for subtask in range(vertex.parallelism)
-            if placement.worker_of(subtask) == worker]
+            if placement.worker_of(vertex.id, subtask) == worker]
 
 
 class WorkerCheckpoints:

@@ -9,8 +9,9 @@ from slipstream.datastream.configuration import Configuration
 from slipstream.datastream.transformations import Partitioning
 from slipstream.errors import InvalidProgramError
 from slipstream.runtime.executor import JobRun
+from slipstream.runtime.job_graph import EdgeKind
 from slipstream.runtime.planner import plan_job
-from slipstream.runtime.workers.placement import Placement, place_subtasks
+from slipstream.runtime.workers.placement import Placement, loop_scopes, place_subtasks
 from slipstream.testing import ManualClock
 
 
@@ -32,7 +33,7 @@ def planned(parallelism: int, workers: int, sink_parallelism: int = 1, chaining:
     (4, 4, [0, 1, 2, 3]),
 ])
 def test_slot_i_is_on_the_worker_of_its_contiguous_block(slots, workers, expected):
-    assert [Placement(workers, slots).worker_of(i) for i in range(slots)] == expected
+    assert [Placement(workers, slots).worker_of(1, i) for i in range(slots)] == expected
 
 
 class RecordingLinks:
@@ -42,8 +43,8 @@ class RecordingLinks:
         self.placement, self.worker = placement, worker
         self.crossing: list = []
 
-    def is_local(self, subtask: int) -> bool:
-        return self.placement.worker_of(subtask) == self.worker
+    def is_local(self, vertex, subtask: int) -> bool:
+        return self.placement.worker_of(vertex.id, subtask) == self.worker
 
     def connect(self, edge, producer, consumer, channel):
         self.crossing.append(edge.partitioning)
@@ -87,3 +88,68 @@ def test_a_manual_clock_is_refused_on_workers():
     env.from_collection([1, 2]).key_by(lambda x: x).map(lambda x: x).print()
     with pytest.raises(InvalidProgramError, match="manual clock"):
         env.execute("manual")
+
+
+def planned_loops(parallelism: int, workers: int, loops: int = 1, nested: bool = False):
+    """Numbers -> ``loops`` loops in sequence (the first with a loop nested in it) -> key_by -> a map."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.configure(workers=workers)
+
+    def countdown(numbers):
+        if nested:
+            numbers = numbers.iterate(lambda inner: (inner.filter(lambda x: x < 0), inner.map(lambda x: x)))
+        stepped = numbers.map(lambda x: x - 1)
+        return stepped.filter(lambda x: x > 0), stepped.filter(lambda x: x <= 0)
+
+    stream = env.from_collection([1, 2, 3])
+    for _ in range(loops):
+        stream = stream.iterate(countdown)
+    stream.key_by(lambda x: x).map(lambda x: x).print()
+    spec = env._job_spec(list(env._transformations), "loops")
+    return plan_job(spec), spec
+
+
+def test_every_subtask_of_a_loop_and_the_loops_nested_in_it_runs_on_one_worker():
+    graph, spec = planned_loops(parallelism=4, workers=2, nested=True)
+    placement = place_subtasks(graph, spec)
+    (members,) = loop_scopes(graph).values()
+    assert {vertex.head.transformation.scope.get_level() for vertex in members} == {1, 2}  # the nested loop too
+    assert any(edge.kind is EdgeKind.FEEDBACK for vertex in members for edge in vertex.in_edges)
+    assert {placement.worker_of(vertex.id, i) for vertex in members for i in range(vertex.parallelism)} == {1}
+    outside = [vertex for vertex in graph.vertices if vertex not in members]
+    assert all(vertex.head.transformation.scope.get_level() == 0 for vertex in outside)
+    # the rest stays spread by slots, so the job uses both workers
+    assert {placement.worker_of(vertex.id, i) for vertex in outside for i in range(vertex.parallelism)} == {0, 1}
+    for worker in (0, 1):
+        tasks = JobRun(spec, graph, links=RecordingLinks(placement, worker)).tasks
+        loop_tasks = [task for task in tasks if task.head.transformation.scope.get_level() > 0]
+        assert len(loop_tasks) == (sum(vertex.parallelism for vertex in members) if worker == 1 else 0)
+
+
+def test_loops_in_sequence_go_to_the_least_loaded_worker_each():
+    graph, spec = planned_loops(parallelism=2, workers=2, loops=2)
+    placement = place_subtasks(graph, spec)
+    scopes = list(loop_scopes(graph).values())
+    assert len(scopes) == 2
+    workers = [{placement.worker_of(vertex.id, i) for vertex in members for i in range(vertex.parallelism)}
+               for members in scopes]
+    assert sorted(min(w) for w in workers) == [0, 1] and all(len(w) == 1 for w in workers)
+
+
+def test_no_worker_is_started_without_a_subtask_to_run():
+    """Everything at parallelism 1 but a map inside a loop at 3: the loop on one worker, the rest
+    on another; a third would have nothing to run."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.configure(workers=3)
+
+    def body(numbers):
+        stepped = numbers.map(lambda x: x - 1).set_parallelism(3)
+        return stepped.filter(lambda x: x > 0), stepped.filter(lambda x: x <= 0)
+
+    env.from_collection([1, 2]).iterate(body).map(lambda x: x).set_parallelism(1).print()
+    spec = env._job_spec(list(env._transformations), "two")
+    graph = plan_job(spec)
+    placement = place_subtasks(graph, spec)
+    assert placement is not None and placement.workers == 2
+    assert {placement.worker_of(vertex.id, i) for vertex in graph.vertices for i in range(vertex.parallelism)} \
+        == {0, 1}

@@ -13,7 +13,7 @@ from worker_jobs import Fault, check_keyed, environment, keyed_job, worker_proce
 
 from slipstream.datastream import RestartStrategies
 from slipstream.datastream.configuration import Configuration
-from slipstream.errors import InvalidProgramError, WorkerLostError
+from slipstream.errors import WorkerLostError
 from slipstream.testing import CollectingSink
 
 N = 6000
@@ -117,10 +117,3 @@ def test_workers_end_when_their_driver_is_killed(tmp_path):
         time.sleep(0.1)
     assert worker_processes(marker=marker) == []
 
-
-def test_loops_and_iterations_are_refused_on_workers_with_the_reason():
-    env = environment(2, 2)
-    env.from_collection([1, 2, 3]).iterate(lambda s: (s.map(lambda x: x - 1).filter(lambda x: x > 0),
-                                                    s.filter(lambda x: x <= 0))).print()
-    with pytest.raises(InvalidProgramError, match="loop or an iteration, which runs in one process"):
-        env.execute("loop")
