@@ -23,6 +23,7 @@ from slipstream.spark_runner.plan import (
     FeedNode,
     FileStreamNode,
     FrameSourceNode,
+    HybridNode,
     KeyedNode,
     SideOutputNode,
     SparkPlan,
@@ -140,11 +141,12 @@ class FrameBuilder:
 
     def records(self, node: Any, batch: bool = False) -> Any:
         """The DataFrame of ``node``'s records (the record schema, keyed after a key selector)."""
-        if isinstance(node, FileStreamNode):
+        if isinstance(node, (FileStreamNode, HybridNode)):
             return self.file_records(node, batch)
         if isinstance(node, FeedNode):
             from slipstream.spark_runner.feed import read_feed
-            return self.files(feed_directory(self.checkpoint_location, node), batch).mapInArrow(read_feed, RECORD_DDL)
+            return self.files(feed_directory(self.checkpoint_location, node), batch, limited=True) \
+                .mapInArrow(read_feed, RECORD_DDL)
         if isinstance(node, FrameSourceNode):
             return self.columns(node).mapInArrow(FrameRecords(node.transformation.name), RECORD_DDL)
         if isinstance(node, CoGroupBatchNode):
@@ -159,22 +161,30 @@ class FrameBuilder:
             return self.keyed(node)
         raise SlipstreamError(f"no Spark translation for plan node {node!r}")  # the planner makes only these
 
-    def file_records(self, node: FileStreamNode, batch: bool, chain: Chain | None = None,
+    def file_records(self, node: FileStreamNode | HybridNode, batch: bool, chain: Chain | None = None,
                      schema: str = RECORD_DDL) -> Any:
-        """The records of a file source's files, then through ``chain`` in the same ``mapInArrow``
-        (a Python stage less); a bounded event-time job's end-of-input row joins them."""
-        frame = self.files(node.directory, batch).mapInArrow(
-            Then(FileReading(node.reader_format, node.transformation.name), chain), schema)
+        """The records of a file source's files (a HybridSource's parts' in union), then through
+        ``chain`` in the same ``mapInArrow`` (a Python stage less); a bounded event-time job's
+        end-of-input row joins them. Only a live part reads at most ``max_files_per_trigger``
+        files per micro-batch: the first one reads every file of the parts before it."""
+        parts = node.parts if isinstance(node, HybridNode) else [node]
+        frames = [self.files(part.directory, batch, limited=part is parts[-1]).mapInArrow(
+            Then(FileReading(part.reader_format, part.transformation.name, part.order_prefix), chain), schema)
+            for part in parts]
         if self.plan.end_of_input and not batch:
             marker = self.files(end_of_input_directory(self.checkpoint_location), batch)
-            frame = frame.union(marker.mapInArrow(Then(end_of_input, chain), schema))
+            frames.append(marker.mapInArrow(Then(end_of_input, chain), schema))
+        frame = frames[0]
+        for other in frames[1:]:
+            frame = frame.union(other)
         return frame
 
-    def files(self, directory: str, batch: bool) -> Any:
-        """The paths of the files in ``directory``: Spark's file (stream) source, recursive."""
+    def files(self, directory: str, batch: bool, limited: bool = False) -> Any:
+        """The paths of the files in ``directory``: Spark's file (stream) source, recursive;
+        ``limited``: at most ``max_files_per_trigger`` of them per micro-batch."""
         reader = self.session.read if batch else self.session.readStream
         reader = reader.format("binaryFile").option("recursiveFileLookup", "true").schema(BINARY_FILE_SCHEMA)
-        if self.max_files_per_trigger is not None and not batch:
+        if self.max_files_per_trigger is not None and limited and not batch:
             reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
         return reader.load(directory).select("path")
 
@@ -210,7 +220,7 @@ class FrameBuilder:
             chain = Chain([detached(step) for step in node.steps], node.key_selector, node.key_operator,
                           plan.parallelism, plan.job_parameters)
         schema = KEYED_DDL if node.key_selector is not None else RECORD_DDL
-        if isinstance(node.input, FileStreamNode):  # read and chained in one Python stage
+        if isinstance(node.input, (FileStreamNode, HybridNode)):  # read and chained in one Python stage
             frame = self.file_records(node.input, batch, chain, schema)
         else:
             frame = self.records(node.input, batch)

@@ -298,6 +298,7 @@ class FileReading:
 
     reader_format: Any
     source_name: str
+    order_prefix: bytes = b""  # a HybridSource's part number: its records sort before the next part's
     batch_size: int = 4096
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -314,7 +315,7 @@ class FileReading:
                     rows = Rows()
                     timestamps = read.timestamps or [None] * len(read.values)
                     for value, timestamp in zip(read.values, timestamps):
-                        rows.add(value, timestamp, file_order(path, part_index, index))
+                        rows.add(value, timestamp, self.order_prefix + file_order(path, part_index, index))
                         index += 1
                     if rows.values:
                         yield rows.batch()

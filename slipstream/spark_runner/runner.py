@@ -25,6 +25,9 @@ import tempfile
 import time
 from typing import Any
 
+from slipstream.datastream.columnar import unfit_field
+from slipstream.datastream.connectors.base import RecordWriteError
+from slipstream.datastream.formats.parquet import parquet_row
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
 from slipstream.errors import JobExecutionError, SlipstreamError
 from slipstream.spark_runner.feed import FeedWriter
@@ -225,6 +228,32 @@ class TextEncoding:
             yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], names=["value"])
 
 
+class ParquetEncoding:
+    """A Parquet ``FileSink``'s records as rows of its schema, in the workers: each record as
+    slipstream's Parquet writer takes it (a dict, a named Row, a tuple in the schema's order);
+    one that does not fit fails naming the sink and the record."""
+
+    def __init__(self, schema: Any, sink_name: str) -> None:
+        self.schema = schema
+        self.sink_name = sink_name
+
+    def __call__(self, batches: Any) -> Any:
+        import pyarrow as pa
+        for batch in batches:
+            records = [loads(data) for data in batch.column(VALUE).to_pylist()]
+            try:
+                yield pa.RecordBatch.from_pylist([parquet_row(r, self.schema) for r in records], schema=self.schema)
+            except RecordWriteError as exc:
+                raise self.unfit(exc.record, str(exc)) from exc
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                record, problem = next(((r, why) for r in records if (why := unfit_field(self.schema, parquet_row(
+                    r, self.schema)))), (None, str(exc)))
+                raise self.unfit(record, problem) from exc
+
+    def unfit(self, record: Any, problem: str) -> SlipstreamError:
+        return SlipstreamError(f"sink '{self.sink_name}': record {record!r} does not fit its Parquet schema: {problem}")
+
+
 class DriverSink:
     """``foreachBatch``: each micro-batch's records, in read order, through the sink's own writer
     on the driver (committed per micro-batch when the writer commits in two phases)."""
@@ -254,9 +283,14 @@ def sink_writer(node: SinkNode, frame: Any) -> Any:
     from pyspark.sql import functions as F
     selected = frame.filter(F.col(VALUE).isNotNull() & F.col(TAG).isNull())
     sink = node.transformation.sink
-    if node.file_sink:
+    if node.file_format == "text":
         lines = selected.select(VALUE).mapInArrow(TextEncoding(sink.encoder), "value string")
         return lines.writeStream.format("text").option("path", sink.base_path).outputMode("append")
+    if node.file_format == "parquet":
+        from pyspark.sql.pandas.types import from_arrow_schema
+        rows = selected.select(VALUE).mapInArrow(ParquetEncoding(node.schema, node.transformation.name),
+                                                 from_arrow_schema(node.schema))
+        return rows.writeStream.format("parquet").option("path", sink.base_path).outputMode("append")
     return selected.writeStream.foreachBatch(DriverSink(sink))
 
 
