@@ -94,7 +94,8 @@ def describe(node: Any) -> list[str]:
             how = "foreachBatch calling the sink's writer on the driver (at-least-once across restarts)"
         else:
             how = f"Spark's file sink ({node.file_format}) at {sink.base_path}, exactly-once (its log commits " \
-                  "each micro-batch)"
+                  "each micro-batch)" + ("; its lines encoded in the keyed operator's Python stage"
+                                         if node.encoded_by_keyed else "")
         if node.schema is not None:
             how += f", schema {', '.join(f'{f.name} {f.type}' for f in node.schema)}"
         return [f"sink '{node.transformation.name}': {how}"]

@@ -231,7 +231,9 @@ class FrameBuilder:
                 .withWatermark(EVENT_TIME_COLUMN, f"{node.watermark_delay_ms} milliseconds")
         return frame
 
-    def keyed(self, node: KeyedNode) -> Any:
+    def keyed(self, node: KeyedNode, encoder: Any = None) -> Any:
+        """``node``'s transformWithState; with a row-format sink's ``encoder``, its main output as
+        the sink's lines (``value string``) instead of records."""
         from pyspark.sql import functions as F
 
         from slipstream.spark_runner.keyed import KeyedFunctionProcessor
@@ -247,6 +249,6 @@ class FrameBuilder:
             initial = self.records(chain, batch=True).filter(F.col(TAG).isNull()).groupBy(KEY) \
                 .agg(F.collect_list(records).alias("records")).withColumn(INPUT, F.lit(index)).groupBy(KEY)
         processor = KeyedFunctionProcessor(detached(node.transformation), node.time_mode, self.plan.parallelism,
-                                           self.plan.job_parameters)
-        return frame.groupBy(KEY).transformWithState(processor, RECORD_DDL, "Append", node.time_mode,
-                                                     initialState=initial)
+                                           self.plan.job_parameters, encoder)
+        return frame.groupBy(KEY).transformWithState(processor, RECORD_DDL if encoder is None else "value string",
+                                                     "Append", node.time_mode, initialState=initial)

@@ -49,6 +49,7 @@ from slipstream.spark_runner.records import (
     SparkRuntimeContext,
     child_order,
     dumps,
+    encode_line,
     loads,
     split_results,
 )
@@ -313,7 +314,8 @@ class KeyedFunctionProcessor(StatefulProcessor):
     a bounded input run before the stream, goes through the function's method for that input."""
 
     def __init__(self, transformation: Transformation, time_mode: str, parallelism: int,
-                 job_parameters: dict[str, str]) -> None:
+                 job_parameters: dict[str, str], encoder: Any = None) -> None:
+        self.encoder = encoder  # a row-format sink's: emit its lines of the main output, not records
         self.transformation = transformation
         self.time_mode = time_mode
         self.parallelism = parallelism
@@ -390,7 +392,9 @@ class KeyedFunctionProcessor(StatefulProcessor):
             return exc
         return UserFunctionError(self.transformation.name, 0, 1, record, exc, uid=self.transformation.uid, what=what)
 
-    @staticmethod
-    def _rows(outputs: Iterable[tuple[Any, int | None, str | None]], order: bytes) -> Iterator[Row]:
+    def _rows(self, outputs: Iterable[tuple[Any, int | None, str | None]], order: bytes) -> Iterator[Row]:
+        if self.encoder is not None:
+            yield from (Row(value=encode_line(self.encoder, value)) for value, _, tag in outputs if tag is None)
+            return
         for index, (value, timestamp, tag) in enumerate(outputs):
             yield Row(value=dumps(value), ts=timestamp, ord=child_order(order, index), tag=tag)

@@ -212,6 +212,12 @@ class SinkNode:
     file_format: str | None
     schema: Any = None
 
+    @property
+    def encoded_by_keyed(self) -> bool:
+        """A text file sink right after a keyed operator: its lines are encoded by the operator,
+        in the same Python stage (one stage less per micro-batch)."""
+        return self.file_format == "text" and isinstance(self.input, KeyedNode)
+
     def inputs(self) -> list[Any]:
         return [self.input]
 

@@ -57,6 +57,13 @@ def loads(data: bytes) -> Any:
     return pickle.loads(data)
 
 
+def encode_line(encoder: Any, value: Any) -> str:
+    """A row-format ``FileSink``'s line for ``value``, without the encoder's trailing newline
+    (Spark's text sink writes its own)."""
+    text: str = encoder.encode(value).decode("utf-8")
+    return text[:-1] if text.endswith("\n") else text
+
+
 def detached(transformation: Transformation) -> Transformation:
     """A copy of ``transformation`` without its inputs: what a Spark worker gets (pickled), so
     the upstream graph (sources, their tables and factories) stays on the driver."""

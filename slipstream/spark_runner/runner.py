@@ -41,7 +41,7 @@ from slipstream.spark_runner.plan import (
     SparkPlan,
     plan_spark_job,
 )
-from slipstream.spark_runner.records import ORDER, TAG, TIMESTAMP, VALUE, loads
+from slipstream.spark_runner.records import ORDER, TAG, TIMESTAMP, VALUE, encode_line, loads
 
 STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -121,7 +121,11 @@ class SparkRunner:
         session.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORE)
         if plan.end_of_input:
             os.makedirs(end_of_input_directory(checkpoint_location), exist_ok=True)
-        frame = FrameBuilder(session, plan, checkpoint_location, self.max_files_per_trigger).records(plan.sink.input)
+        builder = FrameBuilder(session, plan, checkpoint_location, self.max_files_per_trigger)
+        if plan.sink.encoded_by_keyed:
+            frame = builder.keyed(plan.sink.input, encoder=plan.sink.transformation.sink.encoder)
+        else:
+            frame = builder.records(plan.sink.input)
         writer = sink_writer(plan.sink, frame).option("checkpointLocation", checkpoint_location) \
             .queryName(_query_name(plan.job_name))
         if plan.bounded:
@@ -221,10 +225,7 @@ class TextEncoding:
     def __call__(self, batches: Any) -> Any:
         import pyarrow as pa
         for batch in batches:
-            lines = []
-            for data in batch.column(VALUE).to_pylist():
-                text = self.encoder.encode(loads(data)).decode("utf-8")
-                lines.append(text[:-1] if text.endswith("\n") else text)
+            lines = [encode_line(self.encoder, loads(data)) for data in batch.column(VALUE).to_pylist()]
             yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], names=["value"])
 
 
@@ -279,10 +280,13 @@ class DriverSink:
 
 
 def sink_writer(node: SinkNode, frame: Any) -> Any:
-    """The ``DataStreamWriter`` of the job's sink over ``frame``."""
+    """The ``DataStreamWriter`` of the job's sink over ``frame`` (the sink's lines already, when
+    the keyed operator before it encoded them)."""
     from pyspark.sql import functions as F
-    selected = frame.filter(F.col(VALUE).isNotNull() & F.col(TAG).isNull())
     sink = node.transformation.sink
+    if node.encoded_by_keyed:
+        return frame.writeStream.format("text").option("path", sink.base_path).outputMode("append")
+    selected = frame.filter(F.col(VALUE).isNotNull() & F.col(TAG).isNull())
     if node.file_format == "text":
         lines = selected.select(VALUE).mapInArrow(TextEncoding(sink.encoder), "value string")
         return lines.writeStream.format("text").option("path", sink.base_path).outputMode("append")

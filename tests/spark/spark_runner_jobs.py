@@ -143,11 +143,13 @@ def build(env: StreamExecutionEnvironment, kind: str, input_dir: Path, output: A
     if kind == "stateless":
         stream = events.filter(lambda e: e[2] % 3 != 0).flat_map(lambda e: [e, (e[0].upper(), e[1], -e[2])]) \
             .map(shown).name("show")
-    elif kind == "keyed":
+    elif kind in ("keyed", "keyed_to_sink"):  # the second's sink right after the keyed operator
         strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(BOUND_MS)) \
             .with_timestamp_assigner(event_time)
         stream = events.assign_timestamps_and_watermarks(strategy).key_by(key_of) \
-            .process(Tracker()).name("tracker").uid("tracker").map(shown)
+            .process(Tracker()).name("tracker").uid("tracker")
+        if kind == "keyed":
+            stream = stream.map(shown)
     elif kind == "reduce":
         stream = events.key_by(key_of).reduce(add_amounts).name("totals").map(shown)
     elif kind == "side_output":
@@ -169,7 +171,7 @@ def oracle(kind: str, files: range, per_file: int = 40) -> list[str]:
     events = [parse(line) for index in files for line in event_lines(index, per_file)]
     if kind == "stateless":
         out = [repr(x) for e in events if e[2] % 3 != 0 for x in (e, (e[0].upper(), e[1], -e[2]))]
-    elif kind == "keyed":
+    elif kind in ("keyed", "keyed_to_sink"):  # str() of a tuple of str and int is its repr()
         out = []
         counts: dict[str, int] = defaultdict(int)
         recent: dict[str, list[int]] = defaultdict(list)

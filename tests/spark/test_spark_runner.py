@@ -35,7 +35,7 @@ def run_spark(spark: Any, kind: str, input_dir: Path, output: Path, location: Pa
     return jobs.spark_committed_lines(output)
 
 
-@pytest.mark.parametrize("kind", ["stateless", "keyed", "reduce", "side_output"])
+@pytest.mark.parametrize("kind", ["stateless", "keyed", "keyed_to_sink", "reduce", "side_output"])
 def test_a_job_commits_what_the_embedded_runtime_commits(spark: Any, tmp_path: Path, kind: str) -> None:
     jobs.write_input(tmp_path / "in", FILES)
     expected = jobs.oracle(kind, FILES)
@@ -164,6 +164,7 @@ def test_explain_shows_the_query_the_state_schema_and_the_trigger(spark: Any, tm
     assert f"checkpointLocation: {tmp_path / 'checkpoint'}" in plan
     assert f"withWatermark(et, {jobs.BOUND_MS + 1} ms)" in plan
     assert "groupBy(key).transformWithState: 'tracker' (uid 'tracker'), timeMode EventTime" in plan
+    assert "encoded in the keyed operator's Python stage" not in plan  # a map comes between
     for line in ("state 'count': value state", "state 'recent': list state", "state 'buckets': map state"):
         assert line in plan
     assert "Spark's file sink (text)" in plan
