@@ -50,7 +50,8 @@ class SparkRunner:
     """Runs jobs on Spark Structured Streaming (see the module docstring).
 
     Args:
-        session: the SparkSession to run on; default the active one, else one started on ``master``.
+        session: the SparkSession to run on; default the active one, else one started on ``master``
+            with one shuffle partition (keyed partition) per core.
         master: where to start a session when there is none (``local[*]`` by default).
         checkpoint_location: the query's checkpoint location (see the module docstring).
         available_now: read what the sources hold now, then stop (Spark's ``availableNow`` trigger),
@@ -77,9 +78,16 @@ class SparkRunner:
     @property
     def session(self) -> Any:
         if self._session is None:
+            from pyspark.sql import SparkSession
+
             from slipstream.runtime.batch.spark_engine import start_session
+            started = SparkSession.getActiveSession() is None
             self._session = start_session(self.master)
             self._session.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORE)
+            if started:  # one keyed partition per core, not Spark's 200: each is a task with its own
+                # state store and Python state server in every micro-batch (a user's session is left as it is)
+                self._session.conf.set("spark.sql.shuffle.partitions",
+                                       str(self._session.sparkContext.defaultParallelism))
         return self._session
 
     def plan(self, spec: JobSpec) -> SparkPlan:
