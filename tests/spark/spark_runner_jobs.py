@@ -152,6 +152,8 @@ def build(env: StreamExecutionEnvironment, kind: str, input_dir: Path, output: A
             stream = stream.map(shown)
     elif kind == "reduce":
         stream = events.key_by(key_of).reduce(add_amounts).name("totals").map(shown)
+    elif kind == "sum":  # a built-in rolling aggregation
+        stream = events.key_by(key_of).sum(2).name("sums").map(shown)
     elif kind == "side_output":
         stream = events.process(SplitBig()).name("split").get_side_output(BIG).map(shown)
     elif kind == "parquet":  # events as dicts into a Parquet FileSink
@@ -189,6 +191,12 @@ def oracle(kind: str, files: range, per_file: int = 40) -> list[str]:
         for e in events:
             totals[e[0]] = e if e[0] not in totals else add_amounts(totals[e[0]], e)
             out.append(repr(totals[e[0]]))
+    elif kind == "sum":  # the running sum of the amounts, the other fields the key's first record's
+        out, firsts, sums = [], {}, defaultdict(int)
+        for e in events:
+            firsts.setdefault(e[0], e)
+            sums[e[0]] += e[2]
+            out.append(repr((e[0], firsts[e[0]][1], sums[e[0]])))
     else:
         out = [repr(e) for e in events if e[2] >= 40]
     return sorted(out)
