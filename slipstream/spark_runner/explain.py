@@ -15,6 +15,7 @@ from slipstream.spark_runner.plan import (
     SideOutputNode,
     SinkNode,
     SparkPlan,
+    UnionNode,
     state_descriptors,
 )
 from slipstream.spark_runner.records import KEYED_DDL, RECORD_DDL
@@ -86,6 +87,8 @@ def describe(node: Any) -> list[str]:
             lines.append(f"    initial state: input {node.initial[0] + 1} (bounded), run as Spark batch above, its "
                          "records per key through the function before the stream")
         return [*lines, *(f"    state {line}" for line in state_schema(node))]
+    if isinstance(node, UnionNode):
+        return [f"union: '{node.transformation.name}' of the {len(node.streams)} streams above"]
     if isinstance(node, SideOutputNode):
         return [f"filter: side output '{node.tag}' ('{node.transformation.name}'), the rows tagged so"]
     if isinstance(node, SinkNode):

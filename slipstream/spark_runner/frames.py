@@ -27,6 +27,7 @@ from slipstream.spark_runner.plan import (
     KeyedNode,
     SideOutputNode,
     SparkPlan,
+    UnionNode,
 )
 from slipstream.spark_runner.records import (
     EVENT_TIME_COLUMN,
@@ -71,6 +72,14 @@ def write_end_of_input(checkpoint_location: str) -> None:
 def feed_directory(checkpoint_location: str, node: FeedNode) -> str:
     """Where the driver writes an unbounded IteratorSource's records for Spark to read."""
     return os.path.join(checkpoint_location, "feeds", str(node.transformation.id))
+
+
+def union_all(frames: list[Any]) -> Any:
+    """The union of DataFrames of one schema."""
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.union(other)
+    return frame
 
 
 class Then:
@@ -159,6 +168,8 @@ class FrameBuilder:
                 .withColumn(TAG, F.lit(None).cast("string"))
         if isinstance(node, KeyedNode):
             return self.keyed(node)
+        if isinstance(node, UnionNode):
+            return union_all([self.records(stream, batch) for stream in node.streams])
         raise SlipstreamError(f"no Spark translation for plan node {node!r}")  # the planner makes only these
 
     def file_records(self, node: FileStreamNode | HybridNode, batch: bool, chain: Chain | None = None,
@@ -174,10 +185,7 @@ class FrameBuilder:
         if self.plan.end_of_input and not batch:
             marker = self.files(end_of_input_directory(self.checkpoint_location), batch)
             frames.append(marker.mapInArrow(Then(end_of_input, chain), schema))
-        frame = frames[0]
-        for other in frames[1:]:
-            frame = frame.union(other)
-        return frame
+        return union_all(frames)
 
     def files(self, directory: str, batch: bool, limited: bool = False) -> Any:
         """The paths of the files in ``directory``: Spark's file (stream) source, recursive;
@@ -239,9 +247,7 @@ class FrameBuilder:
         from slipstream.spark_runner.keyed import KeyedFunctionProcessor
         frames = [self.records(chain).filter(F.col(TAG).isNull())
                   .select(VALUE, TIMESTAMP, ORDER, KEY, F.lit(index).alias(INPUT)) for index, chain in node.streams]
-        frame = frames[0]
-        for other in frames[1:]:
-            frame = frame.union(other)
+        frame = union_all(frames)
         initial = None
         if node.initial is not None:
             index, chain = node.initial

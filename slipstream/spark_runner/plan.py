@@ -15,6 +15,7 @@ node of the Spark plan:
   newest timestamp - bound - 1, Spark's the newest - delay);
 * ``key_by`` + ``KeyedProcessFunction`` (or a rolling ``reduce``) →
   ``groupBy(key).transformWithState`` (see :mod:`.keyed`);
+* ``union`` of streams without a watermark → the union of their DataFrames;
 * the sink → Spark's file sink for a row-format ``FileSink`` (text) or a Parquet one with a
   schema (exactly-once: Spark's sink log commits each micro-batch's files with its
   checkpoint), else ``foreachBatch`` calling the
@@ -79,12 +80,12 @@ REFUSED: dict[type[Transformation], str] = {
     CoGroupTransformation: "a windowed co_group or join in the stream runs on the embedded runtime (in a backlog "
                            "it runs on the Spark batch engine)",
     BroadcastProcessTransformation: "Spark has no broadcast input to a streaming stateful operator",
-    UnionTransformation: "a union of streams is not mapped yet: the Spark runner reads one source per job",
 }
 
 
 TRANSLATED = (SourceTransformation, SinkTransformation, PartitionTransformation, SideOutputTransformation,
-              *STATELESS, KeyedProcessTransformation, ReduceTransformation, CoProcessTransformation)
+              UnionTransformation, *STATELESS, KeyedProcessTransformation, ReduceTransformation,
+              CoProcessTransformation)
 """The kinds the planner translates (some only in some forms, refused otherwise, naming why);
 every other kind is in :data:`REFUSED`."""
 
@@ -186,6 +187,17 @@ class KeyedNode:
 
     def inputs(self) -> list[Any]:
         return [node for _, node in self.streams] + ([self.initial[1]] if self.initial else [])
+
+
+@dataclass
+class UnionNode:
+    """``union`` of streams without a watermark: the union of their DataFrames."""
+
+    streams: list[Any]
+    transformation: UnionTransformation
+
+    def inputs(self) -> list[Any]:
+        return list(self.streams)
 
 
 @dataclass
@@ -409,7 +421,9 @@ class Planner:
             return SideOutputNode(self.node(transformation.inputs[0], batch), transformation,
                                   transformation.tag.tag_id)
         if isinstance(transformation, PartitionTransformation):
-            return self.node(transformation.inputs[0], batch)  # Spark places records itself; see keyed()
+            return self.node(transformation.inputs[0], batch)
+        if isinstance(transformation, UnionTransformation):
+            return self.union(transformation, batch)  # Spark places records itself; see keyed()
         if isinstance(transformation, STATELESS):
             return self.stateless(transformation, batch)
         if isinstance(transformation, (KeyedProcessTransformation, ReduceTransformation)) or \
@@ -493,6 +507,15 @@ class Planner:
         if transformation.watermark_strategy is not None:
             raise refuse(transformation, "a watermark strategy on a backlog co_group's input is not mapped")
         return FrameSourceNode(transformation)
+
+    def union(self, transformation: UnionTransformation, batch: bool) -> UnionNode:
+        watermarks = self.watermarks
+        streams = [self.node(upstream, batch) for upstream in transformation.inputs]
+        if self.watermarks > watermarks:
+            raise refuse(transformation, "a union of streams with a watermark: Flink's watermark after a union is "
+                                         "the smallest of its inputs', Spark's the newest event time of them all; "
+                                         "assign timestamps and watermarks after the union")
+        return UnionNode(streams, transformation)
 
     def stateless(self, transformation: Transformation, batch: bool) -> ChainNode:
         chain = self.open_chain(self.node(transformation.inputs[0], batch))

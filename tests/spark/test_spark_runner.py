@@ -153,6 +153,43 @@ def test_a_hybrid_source_of_other_sources_is_refused(spark: Any, tmp_path: Path)
     assert "operator 'mixed'" in message and "part 0 of its HybridSource" in message
 
 
+def union_job(env: StreamExecutionEnvironment, tmp_path: Path, output: Path) -> None:
+    first = jobs.source(env, tmp_path / "first").map(jobs.parse)
+    second = jobs.source(env, tmp_path / "second").map(jobs.parse).map(lambda e: (e[0].upper(), e[1], e[2]))
+    first.union(second).name("both").filter(lambda e: e[2] % 3 != 0).map(jobs.shown) \
+        .sink_to(jobs.text_sink(output))
+
+
+def test_a_union_of_streams_commits_what_the_embedded_runtime_commits(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "first", range(2))
+    jobs.write_input(tmp_path / "second", range(2, 4))
+    events = [jobs.parse(line) for index in range(4) for line in jobs.event_lines(index)]
+    expected = sorted(repr(e if n < 80 else (e[0].upper(), e[1], e[2])) for n, e in enumerate(events) if e[2] % 3 != 0)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    union_job(env, tmp_path, tmp_path / "embedded")
+    env.execute("union embedded")
+    assert jobs.committed_lines(tmp_path / "embedded") == expected
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    union_job(env, tmp_path, tmp_path / "spark")
+    assert "union: 'both' of the 2 streams above" in env.explain()
+    env.execute("union on spark")
+    assert jobs.spark_committed_lines(tmp_path / "spark") == expected
+
+
+def test_a_union_of_watermarked_streams_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> None:
+    from slipstream.datastream.watermark_strategy import WatermarkStrategy
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(jobs.event_time)
+    timed = jobs.source(env, tmp_path / "in").map(jobs.parse).assign_timestamps_and_watermarks(strategy)
+    timed.union(jobs.source(env, tmp_path / "in").map(jobs.parse)).name("both").map(jobs.shown) \
+        .sink_to(jobs.text_sink(tmp_path / "out"))
+    message = refused(spark, env)
+    assert "operator 'both'" in message and "assign timestamps and watermarks after the union" in message
+
+
 def test_explain_shows_the_query_the_state_schema_and_the_trigger(spark: Any, tmp_path: Path) -> None:
     jobs.write_input(tmp_path / "in", FILES)
     env = StreamExecutionEnvironment.get_execution_environment()
