@@ -10,10 +10,12 @@ from slipstream.spark_runner.plan import (
     FeedNode,
     FileStreamNode,
     FrameSourceNode,
+    HybridNode,
     KeyedNode,
     SideOutputNode,
     SinkNode,
     SparkPlan,
+    UnionNode,
     state_descriptors,
 )
 from slipstream.spark_runner.records import KEYED_DDL, RECORD_DDL
@@ -47,6 +49,10 @@ def describe(node: Any) -> list[str]:
         return [f"source '{node.transformation.name}': Spark file stream source (binaryFile, recursive) over "
                 f"{node.directory}, {bounded}; each file read by {type(node.reader_format).__name__} in the "
                 f"Python workers (mapInArrow) -> {RECORD_DDL}"]
+    if isinstance(node, HybridNode):
+        return [f"source '{node.transformation.name}': HybridSource as the union of the {len(node.parts)} file stream "
+                "sources above: the first micro-batch reads every file of the bounded parts, a key's records go "
+                "through its operator part by part (history before the live directory)"]
     if isinstance(node, FeedNode):
         return [f"source '{node.transformation.name}': read by a thread of the driver into Arrow files beside the "
                 "checkpoint, which a Spark file stream source watches; a restart resumes the iteration after the "
@@ -64,7 +70,7 @@ def describe(node: Any) -> list[str]:
             if node.key_selector is not None:
                 names.append(f"key of '{node.key_operator}'")
             schema = KEYED_DDL if node.key_selector is not None else RECORD_DDL
-            where = "the same mapInArrow" if isinstance(node.input, FileStreamNode) else "mapInArrow"
+            where = "the same mapInArrow" if isinstance(node.input, (FileStreamNode, HybridNode)) else "mapInArrow"
             lines.append(f"{where}: {' -> '.join(names)} -> {schema}")
         if node.watermark_delay_ms is not None:
             lines.append(f"withWatermark(et, {node.watermark_delay_ms} ms) after '{node.watermark_operator}': "
@@ -81,13 +87,20 @@ def describe(node: Any) -> list[str]:
             lines.append(f"    initial state: input {node.initial[0] + 1} (bounded), run as Spark batch above, its "
                          "records per key through the function before the stream")
         return [*lines, *(f"    state {line}" for line in state_schema(node))]
+    if isinstance(node, UnionNode):
+        return [f"union: '{node.transformation.name}' of the {len(node.streams)} streams above"]
     if isinstance(node, SideOutputNode):
         return [f"filter: side output '{node.tag}' ('{node.transformation.name}'), the rows tagged so"]
     if isinstance(node, SinkNode):
         sink = node.transformation.sink
-        how = (f"Spark's file sink (text) at {sink.base_path}, exactly-once (its log commits each micro-batch)"
-               if node.file_sink else "foreachBatch calling the sink's writer on the driver (at-least-once "
-                                      "across restarts)")
+        if node.file_format is None:
+            how = "foreachBatch calling the sink's writer on the driver (at-least-once across restarts)"
+        else:
+            how = f"Spark's file sink ({node.file_format}) at {sink.base_path}, exactly-once (its log commits " \
+                  "each micro-batch)" + ("; its lines encoded in the keyed operator's Python stage"
+                                         if node.encoded_by_keyed else "")
+        if node.schema is not None:
+            how += f", schema {', '.join(f'{f.name} {f.type}' for f in node.schema)}"
         return [f"sink '{node.transformation.name}': {how}"]
     return [repr(node)]
 

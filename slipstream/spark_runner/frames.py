@@ -23,9 +23,11 @@ from slipstream.spark_runner.plan import (
     FeedNode,
     FileStreamNode,
     FrameSourceNode,
+    HybridNode,
     KeyedNode,
     SideOutputNode,
     SparkPlan,
+    UnionNode,
 )
 from slipstream.spark_runner.records import (
     EVENT_TIME_COLUMN,
@@ -70,6 +72,14 @@ def write_end_of_input(checkpoint_location: str) -> None:
 def feed_directory(checkpoint_location: str, node: FeedNode) -> str:
     """Where the driver writes an unbounded IteratorSource's records for Spark to read."""
     return os.path.join(checkpoint_location, "feeds", str(node.transformation.id))
+
+
+def union_all(frames: list[Any]) -> Any:
+    """The union of DataFrames of one schema."""
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.union(other)
+    return frame
 
 
 class Then:
@@ -140,11 +150,12 @@ class FrameBuilder:
 
     def records(self, node: Any, batch: bool = False) -> Any:
         """The DataFrame of ``node``'s records (the record schema, keyed after a key selector)."""
-        if isinstance(node, FileStreamNode):
+        if isinstance(node, (FileStreamNode, HybridNode)):
             return self.file_records(node, batch)
         if isinstance(node, FeedNode):
             from slipstream.spark_runner.feed import read_feed
-            return self.files(feed_directory(self.checkpoint_location, node), batch).mapInArrow(read_feed, RECORD_DDL)
+            return self.files(feed_directory(self.checkpoint_location, node), batch, limited=True) \
+                .mapInArrow(read_feed, RECORD_DDL)
         if isinstance(node, FrameSourceNode):
             return self.columns(node).mapInArrow(FrameRecords(node.transformation.name), RECORD_DDL)
         if isinstance(node, CoGroupBatchNode):
@@ -157,24 +168,31 @@ class FrameBuilder:
                 .withColumn(TAG, F.lit(None).cast("string"))
         if isinstance(node, KeyedNode):
             return self.keyed(node)
+        if isinstance(node, UnionNode):
+            return union_all([self.records(stream, batch) for stream in node.streams])
         raise SlipstreamError(f"no Spark translation for plan node {node!r}")  # the planner makes only these
 
-    def file_records(self, node: FileStreamNode, batch: bool, chain: Chain | None = None,
+    def file_records(self, node: FileStreamNode | HybridNode, batch: bool, chain: Chain | None = None,
                      schema: str = RECORD_DDL) -> Any:
-        """The records of a file source's files, then through ``chain`` in the same ``mapInArrow``
-        (a Python stage less); a bounded event-time job's end-of-input row joins them."""
-        frame = self.files(node.directory, batch).mapInArrow(
-            Then(FileReading(node.reader_format, node.transformation.name), chain), schema)
+        """The records of a file source's files (a HybridSource's parts' in union), then through
+        ``chain`` in the same ``mapInArrow`` (a Python stage less); a bounded event-time job's
+        end-of-input row joins them. Only a live part reads at most ``max_files_per_trigger``
+        files per micro-batch: the first one reads every file of the parts before it."""
+        parts = node.parts if isinstance(node, HybridNode) else [node]
+        frames = [self.files(part.directory, batch, limited=part is parts[-1]).mapInArrow(
+            Then(FileReading(part.reader_format, part.transformation.name, part.order_prefix), chain), schema)
+            for part in parts]
         if self.plan.end_of_input and not batch:
             marker = self.files(end_of_input_directory(self.checkpoint_location), batch)
-            frame = frame.union(marker.mapInArrow(Then(end_of_input, chain), schema))
-        return frame
+            frames.append(marker.mapInArrow(Then(end_of_input, chain), schema))
+        return union_all(frames)
 
-    def files(self, directory: str, batch: bool) -> Any:
-        """The paths of the files in ``directory``: Spark's file (stream) source, recursive."""
+    def files(self, directory: str, batch: bool, limited: bool = False) -> Any:
+        """The paths of the files in ``directory``: Spark's file (stream) source, recursive;
+        ``limited``: at most ``max_files_per_trigger`` of them per micro-batch."""
         reader = self.session.read if batch else self.session.readStream
         reader = reader.format("binaryFile").option("recursiveFileLookup", "true").schema(BINARY_FILE_SCHEMA)
-        if self.max_files_per_trigger is not None and not batch:
+        if self.max_files_per_trigger is not None and limited and not batch:
             reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
         return reader.load(directory).select("path")
 
@@ -210,7 +228,7 @@ class FrameBuilder:
             chain = Chain([detached(step) for step in node.steps], node.key_selector, node.key_operator,
                           plan.parallelism, plan.job_parameters)
         schema = KEYED_DDL if node.key_selector is not None else RECORD_DDL
-        if isinstance(node.input, FileStreamNode):  # read and chained in one Python stage
+        if isinstance(node.input, (FileStreamNode, HybridNode)):  # read and chained in one Python stage
             frame = self.file_records(node.input, batch, chain, schema)
         else:
             frame = self.records(node.input, batch)
@@ -221,15 +239,15 @@ class FrameBuilder:
                 .withWatermark(EVENT_TIME_COLUMN, f"{node.watermark_delay_ms} milliseconds")
         return frame
 
-    def keyed(self, node: KeyedNode) -> Any:
+    def keyed(self, node: KeyedNode, encoder: Any = None) -> Any:
+        """``node``'s transformWithState; with a row-format sink's ``encoder``, its main output as
+        the sink's lines (``value string``) instead of records."""
         from pyspark.sql import functions as F
 
         from slipstream.spark_runner.keyed import KeyedFunctionProcessor
         frames = [self.records(chain).filter(F.col(TAG).isNull())
                   .select(VALUE, TIMESTAMP, ORDER, KEY, F.lit(index).alias(INPUT)) for index, chain in node.streams]
-        frame = frames[0]
-        for other in frames[1:]:
-            frame = frame.union(other)
+        frame = union_all(frames)
         initial = None
         if node.initial is not None:
             index, chain = node.initial
@@ -237,6 +255,6 @@ class FrameBuilder:
             initial = self.records(chain, batch=True).filter(F.col(TAG).isNull()).groupBy(KEY) \
                 .agg(F.collect_list(records).alias("records")).withColumn(INPUT, F.lit(index)).groupBy(KEY)
         processor = KeyedFunctionProcessor(detached(node.transformation), node.time_mode, self.plan.parallelism,
-                                           self.plan.job_parameters)
-        return frame.groupBy(KEY).transformWithState(processor, RECORD_DDL, "Append", node.time_mode,
-                                                     initialState=initial)
+                                           self.plan.job_parameters, encoder)
+        return frame.groupBy(KEY).transformWithState(processor, RECORD_DDL if encoder is None else "value string",
+                                                     "Append", node.time_mode, initialState=initial)

@@ -3,7 +3,8 @@
 The function's state descriptors become state variables of Spark's handle, each holding
 pickled values: a ``ValueState`` one ``value binary``, a ``ListState`` a list of them, a
 ``MapState`` a map from ``key binary`` to ``value binary``; ``ReducingState`` and
-``AggregatingState`` are a value state holding the reduced value or the accumulator. Timers
+``AggregatingState`` are a value state holding the reduced value or the accumulator; value
+states are read once per key and handler call and written back at its end. Timers
 are the handle's timers, in the one time domain Spark gives the operator: event time when a
 watermark reaches it, else processing time (a timer of the other domain fails, naming the
 operator). Within a micro-batch a key's records are processed in the order they were read
@@ -48,6 +49,7 @@ from slipstream.spark_runner.records import (
     SparkRuntimeContext,
     child_order,
     dumps,
+    encode_line,
     loads,
     split_results,
 )
@@ -57,20 +59,36 @@ TIMER_ORDER = b"\xff"  # a timer's outputs sort after every record's of the same
 
 
 class SparkValueState(ValueState[Any]):
+    """A Spark value state read once per key and call, and written back once at its end
+    (:meth:`flush`): one state-server call per key a micro-batch, not two per record."""
+
     def __init__(self, state: Any) -> None:
         self._state = state
+        self._loaded = self._dirty = False
+        self._value: Any = None
 
     def value(self) -> Any:
-        return loads(self._state.get()[0]) if self._state.exists() else None
+        if not self._loaded:
+            found = self._state.get()  # None when unset
+            self._value = None if found is None else loads(found[0])
+            self._loaded = True
+        return self._value
 
     def update(self, value: Any) -> None:
-        if value is None:
-            self._state.clear()
-        else:
-            self._state.update((dumps(value),))
+        self._value, self._loaded, self._dirty = value, True, True
 
     def clear(self) -> None:
-        self._state.clear()
+        self.update(None)
+
+    def flush(self) -> None:
+        """Write what changed to Spark's state and forget the key's value (the next call may be another key's)."""
+        if self._dirty:
+            if self._value is None:
+                self._state.clear()
+            else:
+                self._state.update((dumps(self._value),))
+        self._loaded = self._dirty = False
+        self._value = None
 
 
 class SparkListState(ListState[Any]):
@@ -140,8 +158,8 @@ class SparkMapState(MapState[Any, Any]):
 class SparkReducingState(ReducingState[Any]):
     """The reduced value in one Spark value state."""
 
-    def __init__(self, state: Any, reduce_function: Any) -> None:
-        self._value = SparkValueState(state)
+    def __init__(self, state: SparkValueState, reduce_function: Any) -> None:
+        self._value = state
         self._reduce = reduce_function.reduce
 
     def get(self) -> Any:
@@ -158,8 +176,8 @@ class SparkReducingState(ReducingState[Any]):
 class SparkAggregatingState(AggregatingState[Any, Any]):
     """The accumulator in one Spark value state."""
 
-    def __init__(self, state: Any, agg_function: Any) -> None:
-        self._accumulator = SparkValueState(state)
+    def __init__(self, state: SparkValueState, agg_function: Any) -> None:
+        self._accumulator = state
         self._function = agg_function
 
     def get(self) -> Any:
@@ -184,6 +202,7 @@ class KeyedRuntimeContext(SparkRuntimeContext):
         super().__init__(name, parallelism, job_parameters)
         self._handle = handle
         self._time_mode = time_mode
+        self.value_states: list[SparkValueState] = []
 
     def _ttl(self, descriptor: StateDescriptor[Any]) -> int | None:
         config = descriptor.ttl_config
@@ -201,7 +220,7 @@ class KeyedRuntimeContext(SparkRuntimeContext):
         return config.ttl_millis
 
     def get_state(self, state_descriptor: Any) -> SparkValueState:
-        return SparkValueState(self._value_variable(state_descriptor))
+        return self._value_variable(state_descriptor)
 
     def get_list_state(self, state_descriptor: Any) -> SparkListState:
         return SparkListState(self._handle.getListState(state_descriptor.name, VALUE_SCHEMA,
@@ -217,8 +236,15 @@ class KeyedRuntimeContext(SparkRuntimeContext):
     def get_aggregating_state(self, state_descriptor: Any) -> SparkAggregatingState:
         return SparkAggregatingState(self._value_variable(state_descriptor), state_descriptor.agg_function)
 
-    def _value_variable(self, descriptor: StateDescriptor[Any]) -> Any:
-        return self._handle.getValueState(descriptor.name, VALUE_SCHEMA, self._ttl(descriptor))
+    def _value_variable(self, descriptor: StateDescriptor[Any]) -> SparkValueState:
+        state = SparkValueState(self._handle.getValueState(descriptor.name, VALUE_SCHEMA, self._ttl(descriptor)))
+        self.value_states.append(state)
+        return state
+
+    def flush(self) -> None:
+        """The value states' changes for the key at hand, to Spark's state."""
+        for state in self.value_states:
+            state.flush()
 
 
 class SparkTimerService(TimerService):
@@ -288,7 +314,8 @@ class KeyedFunctionProcessor(StatefulProcessor):
     a bounded input run before the stream, goes through the function's method for that input."""
 
     def __init__(self, transformation: Transformation, time_mode: str, parallelism: int,
-                 job_parameters: dict[str, str]) -> None:
+                 job_parameters: dict[str, str], encoder: Any = None) -> None:
+        self.encoder = encoder  # a row-format sink's: emit its lines of the main output, not records
         self.transformation = transformation
         self.time_mode = time_mode
         self.parallelism = parallelism
@@ -302,13 +329,15 @@ class KeyedFunctionProcessor(StatefulProcessor):
             else [self.function.process_element]
         self.timers = SparkTimerService(name, handle, self.time_mode)
         self.context = KeyedContext(self.timers)
-        self.function.open(KeyedRuntimeContext(name, self.parallelism, self.job_parameters, handle, self.time_mode))
+        self.runtime_context = KeyedRuntimeContext(name, self.parallelism, self.job_parameters, handle, self.time_mode)
+        self.function.open(self.runtime_context)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Row]:
         self._at(key, timerValues)
         for row in sorted(rows, key=lambda r: (r.ord, r.input)):
             if row.value is not None:  # None: the end of input, which only moves the watermark
                 yield from self._rows(self._process(row.input, row.value, row.ts), row.ord)
+        self.runtime_context.flush()
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: TimerValues) -> None:
         self._at(key, timerValues)
@@ -319,6 +348,7 @@ class KeyedFunctionProcessor(StatefulProcessor):
                     f"operator '{self.transformation.name}' emitted {outputs[0][0]!r} while its bounded input "
                     f"{initialState.input + 1} became Spark's initial state for key {self.context.key!r}: "
                     "Spark's initial state cannot emit; run the job on the embedded runtime")
+        self.runtime_context.flush()
 
     def _process(self, index: int, data: bytes, timestamp: int | None) -> list[tuple[Any, int | None, str | None]]:
         """Input ``index``'s record (pickled) through the function; what it emits."""
@@ -345,6 +375,7 @@ class KeyedFunctionProcessor(StatefulProcessor):
             raise self._failure(exc, timestamp, f"the timer of key {context.key!r} at") from exc
         finally:
             context.domain = TimeDomain.EVENT_TIME
+        self.runtime_context.flush()
         yield from self._rows(outputs, TIMER_ORDER + timestamp.to_bytes(8, "big", signed=True))
 
     def close(self) -> None:
@@ -361,7 +392,9 @@ class KeyedFunctionProcessor(StatefulProcessor):
             return exc
         return UserFunctionError(self.transformation.name, 0, 1, record, exc, uid=self.transformation.uid, what=what)
 
-    @staticmethod
-    def _rows(outputs: Iterable[tuple[Any, int | None, str | None]], order: bytes) -> Iterator[Row]:
+    def _rows(self, outputs: Iterable[tuple[Any, int | None, str | None]], order: bytes) -> Iterator[Row]:
+        if self.encoder is not None:
+            yield from (Row(value=encode_line(self.encoder, value)) for value, _, tag in outputs if tag is None)
+            return
         for index, (value, timestamp, tag) in enumerate(outputs):
             yield Row(value=dumps(value), ts=timestamp, ord=child_order(order, index), tag=tag)

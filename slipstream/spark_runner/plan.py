@@ -3,6 +3,8 @@
 The pass walks the job from its sink back to its sources and turns each transformation into a
 node of the Spark plan:
 
+* a ``HybridSource`` of ``FileSource`` directories → the union of their file stream sources,
+  the bounded parts read whole in the first micro-batch, a key's records part by part;
 * a ``FileSource`` over a directory → Spark's file stream source (``binaryFile``, recursive; it
   lists new files, and its checkpoint says which it has read), each file read in the Python
   workers with the source's own format (so records are exactly the embedded reader's);
@@ -13,8 +15,10 @@ node of the Spark plan:
   newest timestamp - bound - 1, Spark's the newest - delay);
 * ``key_by`` + ``KeyedProcessFunction`` (or a rolling ``reduce``) →
   ``groupBy(key).transformWithState`` (see :mod:`.keyed`);
-* the sink → Spark's file sink for a row-format ``FileSink`` (exactly-once: Spark's sink log
-  commits each micro-batch's files with its checkpoint), else ``foreachBatch`` calling the
+* ``union`` of streams without a watermark → the union of their DataFrames;
+* the sink → Spark's file sink for a row-format ``FileSink`` (text) or a Parquet one with a
+  schema (exactly-once: Spark's sink log commits each micro-batch's files with its
+  checkpoint), else ``foreachBatch`` calling the
   sink's writer on the driver (at-least-once across restarts, as Spark's foreachBatch is).
 
 Anything else is refused here, naming the operator and why (:class:`SparkPlanningError`).
@@ -76,12 +80,12 @@ REFUSED: dict[type[Transformation], str] = {
     CoGroupTransformation: "a windowed co_group or join in the stream runs on the embedded runtime (in a backlog "
                            "it runs on the Spark batch engine)",
     BroadcastProcessTransformation: "Spark has no broadcast input to a streaming stateful operator",
-    UnionTransformation: "a union of streams is not mapped yet: the Spark runner reads one source per job",
 }
 
 
 TRANSLATED = (SourceTransformation, SinkTransformation, PartitionTransformation, SideOutputTransformation,
-              *STATELESS, KeyedProcessTransformation, ReduceTransformation, CoProcessTransformation)
+              UnionTransformation, *STATELESS, KeyedProcessTransformation, ReduceTransformation,
+              CoProcessTransformation)
 """The kinds the planner translates (some only in some forms, refused otherwise, naming why);
 every other kind is in :data:`REFUSED`."""
 
@@ -104,6 +108,21 @@ class FileStreamNode:
     directory: str
     reader_format: Any
     bounded: bool
+    order_prefix: bytes = b""  # a HybridSource's part: its records sort before the next part's
+
+
+@dataclass
+class HybridNode:
+    """A ``HybridSource`` of ``FileSource`` directories (history, then the watched one) as the
+    union of their file stream sources: the query's first micro-batch reads every file of the
+    bounded parts, and each part's records carry its number first in their order, so a key's
+    history goes through its operator before its live records, as the embedded runtime reads them."""
+
+    transformation: SourceTransformation
+    parts: list[FileStreamNode]
+
+    def inputs(self) -> list[Any]:
+        return list(self.parts)
 
 
 @dataclass
@@ -171,6 +190,17 @@ class KeyedNode:
 
 
 @dataclass
+class UnionNode:
+    """``union`` of streams without a watermark: the union of their DataFrames."""
+
+    streams: list[Any]
+    transformation: UnionTransformation
+
+    def inputs(self) -> list[Any]:
+        return list(self.streams)
+
+
+@dataclass
 class SideOutputNode:
     """The records an operator sent to the side output ``tag``: the rows of the upstream frame
     with that tag, tag cleared (every other consumer takes the untagged rows)."""
@@ -185,11 +215,20 @@ class SideOutputNode:
 
 @dataclass
 class SinkNode:
-    """Where the query's (untagged) rows go."""
+    """Where the query's (untagged) rows go: Spark's file sink in ``file_format`` ("text" for a
+    row-format ``FileSink``, "parquet" for a Parquet one, written with ``schema``), else
+    ``foreachBatch`` (``file_format`` None)."""
 
     input: Any
     transformation: SinkTransformation
-    file_sink: bool
+    file_format: str | None
+    schema: Any = None
+
+    @property
+    def encoded_by_keyed(self) -> bool:
+        """A text file sink right after a keyed operator: its lines are encoded by the operator,
+        in the same Python stage (one stage less per micro-batch)."""
+        return self.file_format == "text" and isinstance(self.input, KeyedNode)
 
     def inputs(self) -> list[Any]:
         return [self.input]
@@ -356,11 +395,17 @@ class Planner:
         sink = transformation.sink
         if not isinstance(sink, Sink):
             raise refuse(transformation, f"{sink!r} is not a Sink")
-        file_sink = isinstance(sink, FileSink)
-        if isinstance(sink, FileSink) and sink.encoder is None:
-            raise refuse(transformation, "a FileSink with a bulk format (Parquet) is not mapped yet: Spark's "
-                                         "file sink writes its own files; give the FileSink a row format")
-        return SinkNode(self.node(transformation.inputs[0]), transformation, file_sink)
+        if not isinstance(sink, FileSink):
+            return SinkNode(self.node(transformation.inputs[0]), transformation, None)
+        if sink.encoder is not None:
+            return SinkNode(self.node(transformation.inputs[0]), transformation, "text")
+        from slipstream.datastream.formats.parquet import ParquetBulkWriterFactory
+        factory = sink.writer_factory
+        if not isinstance(factory, ParquetBulkWriterFactory) or factory.schema is None:
+            raise refuse(transformation, f"its bulk format ({type(factory).__name__}) is not one Spark's file sink "
+                                         "writes: it writes Parquet with one schema for every micro-batch, so give "
+                                         "the FileSink ParquetBulkWriters.for_schema(schema), or a row format")
+        return SinkNode(self.node(transformation.inputs[0]), transformation, "parquet", factory.schema)
 
     # -- everything upstream of it -------------------------------------------------------------
     def node(self, transformation: Transformation, batch: bool = False) -> Any:
@@ -376,7 +421,9 @@ class Planner:
             return SideOutputNode(self.node(transformation.inputs[0], batch), transformation,
                                   transformation.tag.tag_id)
         if isinstance(transformation, PartitionTransformation):
-            return self.node(transformation.inputs[0], batch)  # Spark places records itself; see keyed()
+            return self.node(transformation.inputs[0], batch)
+        if isinstance(transformation, UnionTransformation):
+            return self.union(transformation, batch)  # Spark places records itself; see keyed()
         if isinstance(transformation, STATELESS):
             return self.stateless(transformation, batch)
         if isinstance(transformation, (KeyedProcessTransformation, ReduceTransformation)) or \
@@ -391,15 +438,18 @@ class Planner:
         raise refuse(transformation, f"the Spark runner has no translation for {type(transformation).__name__}")
 
     def source(self, transformation: SourceTransformation, batch: bool) -> Any:
+        from slipstream.datastream.connectors.hybrid import HybridSource
         from slipstream.datastream.connectors.iterator import IteratorSource
         source = transformation.source
         if batch and not isinstance(source, FileSource):
             return self.frame_source(transformation)
-        if isinstance(source, IteratorSource) and not batch:
+        if isinstance(source, HybridSource):
+            node: Any = self.hybrid(transformation, source)
+        elif isinstance(source, IteratorSource) and not batch:
             if source.get_boundedness() is Boundedness.BOUNDED:
                 raise refuse(transformation, "a bounded IteratorSource is read by the embedded runtime; on Spark, "
                                              "put its records in files (FileSource) or a DataFrame (from_spark)")
-            node: Any = FeedNode(transformation, source)
+            node = FeedNode(transformation, source)
         elif not isinstance(source, FileSource):
             raise refuse(transformation, f"{source.default_name()} is not a source the Spark runner reads: it "
                                          "reads a FileSource's directory with Spark's file stream source, an "
@@ -411,14 +461,24 @@ class Planner:
             node = self.watermark(ChainNode(node), transformation, transformation.watermark_strategy)
         return node
 
-    def file_source(self, transformation: SourceTransformation, source: FileSource) -> FileStreamNode:
+    def file_source(self, transformation: SourceTransformation, source: FileSource,
+                    order_prefix: bytes = b"") -> FileStreamNode:
         if source.get_bad_record_output() is not None:
             raise refuse(transformation, "routing bad records to a side output is not mapped yet")
         paths = source.paths
         if len(paths) != 1 or not os.path.isdir(paths[0]):
             raise refuse(transformation, f"Spark's file stream source watches one directory, got {paths}")
         return FileStreamNode(transformation, paths[0], source.reader_format,
-                              source.get_boundedness() is Boundedness.BOUNDED)
+                              source.get_boundedness() is Boundedness.BOUNDED, order_prefix)
+
+    def hybrid(self, transformation: SourceTransformation, source: Any) -> HybridNode:
+        parts = []
+        for number, part in enumerate(source.sources):
+            if not isinstance(part, FileSource):
+                raise refuse(transformation, f"part {number} of its HybridSource is {part.default_name()}: on Spark a "
+                                             "HybridSource maps to batch-then-stream over FileSource directories only")
+            parts.append(self.file_source(transformation, part, bytes([number])))
+        return HybridNode(transformation, parts)
 
     def co_group(self, transformation: CoGroupTransformation) -> CoGroupBatchNode:
         from slipstream.datastream.fields import FieldKey
@@ -447,6 +507,15 @@ class Planner:
         if transformation.watermark_strategy is not None:
             raise refuse(transformation, "a watermark strategy on a backlog co_group's input is not mapped")
         return FrameSourceNode(transformation)
+
+    def union(self, transformation: UnionTransformation, batch: bool) -> UnionNode:
+        watermarks = self.watermarks
+        streams = [self.node(upstream, batch) for upstream in transformation.inputs]
+        if self.watermarks > watermarks:
+            raise refuse(transformation, "a union of streams with a watermark: Flink's watermark after a union is "
+                                         "the smallest of its inputs', Spark's the newest event time of them all; "
+                                         "assign timestamps and watermarks after the union")
+        return UnionNode(streams, transformation)
 
     def stateless(self, transformation: Transformation, batch: bool) -> ChainNode:
         chain = self.open_chain(self.node(transformation.inputs[0], batch))

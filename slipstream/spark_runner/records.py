@@ -57,6 +57,13 @@ def loads(data: bytes) -> Any:
     return pickle.loads(data)
 
 
+def encode_line(encoder: Any, value: Any) -> str:
+    """A row-format ``FileSink``'s line for ``value``, without the encoder's trailing newline
+    (Spark's text sink writes its own)."""
+    text: str = encoder.encode(value).decode("utf-8")
+    return text[:-1] if text.endswith("\n") else text
+
+
 def detached(transformation: Transformation) -> Transformation:
     """A copy of ``transformation`` without its inputs: what a Spark worker gets (pickled), so
     the upstream graph (sources, their tables and factories) stays on the driver."""
@@ -298,6 +305,7 @@ class FileReading:
 
     reader_format: Any
     source_name: str
+    order_prefix: bytes = b""  # a HybridSource's part number: its records sort before the next part's
     batch_size: int = 4096
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -314,7 +322,7 @@ class FileReading:
                     rows = Rows()
                     timestamps = read.timestamps or [None] * len(read.values)
                     for value, timestamp in zip(read.values, timestamps):
-                        rows.add(value, timestamp, file_order(path, part_index, index))
+                        rows.add(value, timestamp, self.order_prefix + file_order(path, part_index, index))
                         index += 1
                     if rows.values:
                         yield rows.batch()

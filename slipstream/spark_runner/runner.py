@@ -25,6 +25,9 @@ import tempfile
 import time
 from typing import Any
 
+from slipstream.datastream.columnar import unfit_field
+from slipstream.datastream.connectors.base import RecordWriteError
+from slipstream.datastream.formats.parquet import parquet_row
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
 from slipstream.errors import JobExecutionError, SlipstreamError
 from slipstream.spark_runner.feed import FeedWriter
@@ -38,7 +41,7 @@ from slipstream.spark_runner.plan import (
     SparkPlan,
     plan_spark_job,
 )
-from slipstream.spark_runner.records import ORDER, TAG, TIMESTAMP, VALUE, loads
+from slipstream.spark_runner.records import ORDER, TAG, TIMESTAMP, VALUE, encode_line, loads
 
 STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -47,7 +50,8 @@ class SparkRunner:
     """Runs jobs on Spark Structured Streaming (see the module docstring).
 
     Args:
-        session: the SparkSession to run on; default the active one, else one started on ``master``.
+        session: the SparkSession to run on; default the active one, else one started on ``master``
+            with one shuffle partition (keyed partition) per core.
         master: where to start a session when there is none (``local[*]`` by default).
         checkpoint_location: the query's checkpoint location (see the module docstring).
         available_now: read what the sources hold now, then stop (Spark's ``availableNow`` trigger),
@@ -74,9 +78,16 @@ class SparkRunner:
     @property
     def session(self) -> Any:
         if self._session is None:
+            from pyspark.sql import SparkSession
+
             from slipstream.runtime.batch.spark_engine import start_session
+            started = SparkSession.getActiveSession() is None
             self._session = start_session(self.master)
             self._session.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORE)
+            if started:  # one keyed partition per core, not Spark's 200: each is a task with its own
+                # state store and Python state server in every micro-batch (a user's session is left as it is)
+                self._session.conf.set("spark.sql.shuffle.partitions",
+                                       str(self._session.sparkContext.defaultParallelism))
         return self._session
 
     def plan(self, spec: JobSpec) -> SparkPlan:
@@ -118,7 +129,11 @@ class SparkRunner:
         session.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORE)
         if plan.end_of_input:
             os.makedirs(end_of_input_directory(checkpoint_location), exist_ok=True)
-        frame = FrameBuilder(session, plan, checkpoint_location, self.max_files_per_trigger).records(plan.sink.input)
+        builder = FrameBuilder(session, plan, checkpoint_location, self.max_files_per_trigger)
+        if plan.sink.encoded_by_keyed:
+            frame = builder.keyed(plan.sink.input, encoder=plan.sink.transformation.sink.encoder)
+        else:
+            frame = builder.records(plan.sink.input)
         writer = sink_writer(plan.sink, frame).option("checkpointLocation", checkpoint_location) \
             .queryName(_query_name(plan.job_name))
         if plan.bounded:
@@ -218,11 +233,34 @@ class TextEncoding:
     def __call__(self, batches: Any) -> Any:
         import pyarrow as pa
         for batch in batches:
-            lines = []
-            for data in batch.column(VALUE).to_pylist():
-                text = self.encoder.encode(loads(data)).decode("utf-8")
-                lines.append(text[:-1] if text.endswith("\n") else text)
+            lines = [encode_line(self.encoder, loads(data)) for data in batch.column(VALUE).to_pylist()]
             yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], names=["value"])
+
+
+class ParquetEncoding:
+    """A Parquet ``FileSink``'s records as rows of its schema, in the workers: each record as
+    slipstream's Parquet writer takes it (a dict, a named Row, a tuple in the schema's order);
+    one that does not fit fails naming the sink and the record."""
+
+    def __init__(self, schema: Any, sink_name: str) -> None:
+        self.schema = schema
+        self.sink_name = sink_name
+
+    def __call__(self, batches: Any) -> Any:
+        import pyarrow as pa
+        for batch in batches:
+            records = [loads(data) for data in batch.column(VALUE).to_pylist()]
+            try:
+                yield pa.RecordBatch.from_pylist([parquet_row(r, self.schema) for r in records], schema=self.schema)
+            except RecordWriteError as exc:
+                raise self.unfit(exc.record, str(exc)) from exc
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                record, problem = next(((r, why) for r in records if (why := unfit_field(self.schema, parquet_row(
+                    r, self.schema)))), (None, str(exc)))
+                raise self.unfit(record, problem) from exc
+
+    def unfit(self, record: Any, problem: str) -> SlipstreamError:
+        return SlipstreamError(f"sink '{self.sink_name}': record {record!r} does not fit its Parquet schema: {problem}")
 
 
 class DriverSink:
@@ -250,13 +288,21 @@ class DriverSink:
 
 
 def sink_writer(node: SinkNode, frame: Any) -> Any:
-    """The ``DataStreamWriter`` of the job's sink over ``frame``."""
+    """The ``DataStreamWriter`` of the job's sink over ``frame`` (the sink's lines already, when
+    the keyed operator before it encoded them)."""
     from pyspark.sql import functions as F
-    selected = frame.filter(F.col(VALUE).isNotNull() & F.col(TAG).isNull())
     sink = node.transformation.sink
-    if node.file_sink:
+    if node.encoded_by_keyed:
+        return frame.writeStream.format("text").option("path", sink.base_path).outputMode("append")
+    selected = frame.filter(F.col(VALUE).isNotNull() & F.col(TAG).isNull())
+    if node.file_format == "text":
         lines = selected.select(VALUE).mapInArrow(TextEncoding(sink.encoder), "value string")
         return lines.writeStream.format("text").option("path", sink.base_path).outputMode("append")
+    if node.file_format == "parquet":
+        from pyspark.sql.pandas.types import from_arrow_schema
+        rows = selected.select(VALUE).mapInArrow(ParquetEncoding(node.schema, node.transformation.name),
+                                                 from_arrow_schema(node.schema))
+        return rows.writeStream.format("parquet").option("path", sink.base_path).outputMode("append")
     return selected.writeStream.foreachBatch(DriverSink(sink))
 
 

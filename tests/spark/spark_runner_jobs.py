@@ -7,6 +7,7 @@ kill test's driver process (``spark_runner_driver.py``) builds the same jobs.
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,11 +45,14 @@ def event_lines(file_index: int, per_file: int = 40) -> list[str]:
 
 
 def write_input(directory: Path, files: range, per_file: int = 40) -> None:
-    """Input files ``part-NNN.txt``, each written under a hidden name and moved in whole."""
+    """Input files ``part-NNN.txt``, each written under a hidden name and moved in whole, aged in
+    index order (Spark's file stream source takes files by age, the embedded reader by path)."""
     directory.mkdir(parents=True, exist_ok=True)
     for index in files:
         hidden = directory / f".part-{index:03d}.txt.tmp"
         hidden.write_text("\n".join(event_lines(index, per_file)) + "\n")
+        aged = time.time() - 3600 + index
+        os.utime(hidden, (aged, aged))
         os.replace(hidden, directory / f"part-{index:03d}.txt")
 
 
@@ -107,32 +111,55 @@ def add_amounts(a: tuple[str, int, int], b: tuple[str, int, int]) -> tuple[str, 
     return a[0], max(a[1], b[1]), a[2] + b[2]
 
 
-def source(env: StreamExecutionEnvironment, directory: Path, watched: bool = False) -> Any:
+def as_dict(event: tuple[str, int, int]) -> dict[str, Any]:
+    return {"key": event[0], "ts": event[1], "amount": event[2]}
+
+
+def file_source(directory: Path, watched: bool = False) -> FileSource:
     builder = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(directory))
     if watched:
         builder = builder.monitor_continuously(Duration.of_millis(100))
-    return env.from_source(builder.build(), None, "events")
+    return builder.build()
+
+
+def source(env: StreamExecutionEnvironment, directory: Path, watched: bool = False,
+           history: Path | None = None) -> Any:
+    """The events of ``directory``; with ``history``, a HybridSource of that directory's files first."""
+    from slipstream.datastream.connectors.hybrid import HybridSource
+    live = file_source(directory, watched)
+    return env.from_source(live if history is None else HybridSource.builder(file_source(history)).add_source(live)
+                           .build(), None, "events")
 
 
 def text_sink(directory: Path) -> FileSink:
     return FileSink.for_row_format(str(directory), Encoder.simple_string_encoder()).build()
 
 
-def build(env: StreamExecutionEnvironment, kind: str, input_dir: Path, output: Any, watched: bool = False) -> None:
-    """One job of ``kind`` from ``input_dir`` to ``output`` (a directory for a FileSink, or a callable)."""
-    events = source(env, input_dir, watched).map(parse).name("parse")
+def build(env: StreamExecutionEnvironment, kind: str, input_dir: Path, output: Any, watched: bool = False,
+          history: Path | None = None) -> None:
+    """One job of ``kind`` from ``input_dir`` (after ``history``'s files, when given) to ``output``
+    (a directory for a FileSink, or a callable)."""
+    events = source(env, input_dir, watched, history).map(parse).name("parse")
     if kind == "stateless":
         stream = events.filter(lambda e: e[2] % 3 != 0).flat_map(lambda e: [e, (e[0].upper(), e[1], -e[2])]) \
             .map(shown).name("show")
-    elif kind == "keyed":
+    elif kind in ("keyed", "keyed_to_sink"):  # the second's sink right after the keyed operator
         strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(BOUND_MS)) \
             .with_timestamp_assigner(event_time)
         stream = events.assign_timestamps_and_watermarks(strategy).key_by(key_of) \
-            .process(Tracker()).name("tracker").uid("tracker").map(shown)
+            .process(Tracker()).name("tracker").uid("tracker")
+        if kind == "keyed":
+            stream = stream.map(shown)
     elif kind == "reduce":
         stream = events.key_by(key_of).reduce(add_amounts).name("totals").map(shown)
+    elif kind == "sum":  # a built-in rolling aggregation
+        stream = events.key_by(key_of).sum(2).name("sums").map(shown)
     elif kind == "side_output":
         stream = events.process(SplitBig()).name("split").get_side_output(BIG).map(shown)
+    elif kind == "parquet":  # events as dicts into a Parquet FileSink
+        events.filter(lambda e: e[2] % 3 != 0).map(as_dict).name("as dict") \
+            .sink_to(parquet_sink(output)).name("parquet")
+        return
     else:
         raise ValueError(kind)
     if callable(output):
@@ -146,7 +173,7 @@ def oracle(kind: str, files: range, per_file: int = 40) -> list[str]:
     events = [parse(line) for index in files for line in event_lines(index, per_file)]
     if kind == "stateless":
         out = [repr(x) for e in events if e[2] % 3 != 0 for x in (e, (e[0].upper(), e[1], -e[2]))]
-    elif kind == "keyed":
+    elif kind in ("keyed", "keyed_to_sink"):  # str() of a tuple of str and int is its repr()
         out = []
         counts: dict[str, int] = defaultdict(int)
         recent: dict[str, list[int]] = defaultdict(list)
@@ -164,6 +191,12 @@ def oracle(kind: str, files: range, per_file: int = 40) -> list[str]:
         for e in events:
             totals[e[0]] = e if e[0] not in totals else add_amounts(totals[e[0]], e)
             out.append(repr(totals[e[0]]))
+    elif kind == "sum":  # the running sum of the amounts, the other fields the key's first record's
+        out, firsts, sums = [], {}, defaultdict(int)
+        for e in events:
+            firsts.setdefault(e[0], e)
+            sums[e[0]] += e[2]
+            out.append(repr((e[0], firsts[e[0]][1], sums[e[0]])))
     else:
         out = [repr(e) for e in events if e[2] >= 40]
     return sorted(out)
@@ -179,9 +212,9 @@ def committed_lines(directory: Path) -> list[str]:
     return sorted(lines)
 
 
-def spark_committed_lines(directory: Path) -> list[str]:
-    """The lines of the files Spark's file sink committed under ``directory`` (sorted): the ones
-    its log (``_spark_metadata``) lists; a micro-batch cut short by a kill leaves files it never lists."""
+def spark_committed_files(directory: Path) -> list[Path]:
+    """The files Spark's file sink committed under ``directory``: the ones its log
+    (``_spark_metadata``) lists; a micro-batch cut short by a kill leaves files it never lists."""
     import json
     from urllib.parse import unquote, urlparse
     committed: set[str] = set()
@@ -195,7 +228,36 @@ def spark_committed_lines(directory: Path) -> list[str]:
                 committed.add(path)
             else:
                 committed.discard(path)
-    return sorted(line for path in committed for line in Path(path).read_text().splitlines() if line)
+    return [Path(path) for path in sorted(committed)]
+
+
+def spark_committed_lines(directory: Path) -> list[str]:
+    """The lines of the files Spark's file sink committed under ``directory`` (sorted)."""
+    return sorted(line for path in spark_committed_files(directory) for line in path.read_text().splitlines() if line)
+
+
+PARQUET_SCHEMA_FIELDS = [("key", "string"), ("ts", "int64"), ("amount", "int64")]
+
+
+def parquet_sink(directory: Path) -> FileSink:
+    import pyarrow as pa
+
+    from slipstream.datastream.formats.parquet import ParquetBulkWriters
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in PARQUET_SCHEMA_FIELDS])
+    return FileSink.for_bulk_format(str(directory), ParquetBulkWriters.for_schema(schema)).build()
+
+
+def parquet_rows(paths: list[Path]) -> list[tuple[Any, ...]]:
+    """The rows of Parquet files as tuples in the schema's order (sorted)."""
+    import pyarrow.parquet as pq
+    names = [name for name, _ in PARQUET_SCHEMA_FIELDS]
+    return sorted(tuple(row[name] for name in names) for path in paths for row in pq.read_table(path).to_pylist())
+
+
+def visible_files(directory: Path) -> list[Path]:
+    """The committed part files of an embedded FileSink (hidden in-progress ones left out)."""
+    return [path for path in sorted(directory.rglob("*")) if path.is_file()
+            and not any(part.startswith((".", "_")) for part in path.relative_to(directory).parts)]
 
 
 # -- a bootstrap then a stream: a co_group backlog as a keyed co-process's initial state ------------

@@ -35,12 +35,53 @@ def run_spark(spark: Any, kind: str, input_dir: Path, output: Path, location: Pa
     return jobs.spark_committed_lines(output)
 
 
-@pytest.mark.parametrize("kind", ["stateless", "keyed", "reduce", "side_output"])
+@pytest.mark.parametrize("kind", ["stateless", "keyed", "keyed_to_sink", "reduce", "sum", "side_output"])
 def test_a_job_commits_what_the_embedded_runtime_commits(spark: Any, tmp_path: Path, kind: str) -> None:
     jobs.write_input(tmp_path / "in", FILES)
     expected = jobs.oracle(kind, FILES)
     assert run_embedded(kind, tmp_path / "in", tmp_path / "embedded") == expected
     assert run_spark(spark, kind, tmp_path / "in", tmp_path / "spark", tmp_path / "checkpoint") == expected
+
+
+def test_a_parquet_file_sink_commits_the_rows_the_embedded_runtime_commits(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    events = [jobs.parse(line) for index in FILES for line in jobs.event_lines(index)]
+    expected = sorted(event for event in events if event[2] % 3 != 0)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    jobs.build(env, "parquet", tmp_path / "in", tmp_path / "embedded")
+    env.execute("parquet embedded")
+    assert jobs.parquet_rows(jobs.visible_files(tmp_path / "embedded")) == expected
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    jobs.build(env, "parquet", tmp_path / "in", tmp_path / "spark")
+    plan = env.explain()
+    assert "Spark's file sink (parquet)" in plan and "schema key string, ts int64, amount int64" in plan
+    env.execute("parquet on spark")
+    assert jobs.parquet_rows(jobs.spark_committed_files(tmp_path / "spark")) == expected
+
+
+def test_a_record_that_does_not_fit_the_parquet_schema_fails_naming_the_sink_and_record(spark: Any,
+                                                                                         tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", range(1))
+    env = StreamExecutionEnvironment.get_execution_environment()
+    jobs.source(env, tmp_path / "in").map(jobs.parse).map(lambda e: {"key": e[0], "ts": e[1], "amount": str(e[2])}) \
+        .sink_to(jobs.parquet_sink(tmp_path / "out")).name("parquet")
+    with pytest.raises(JobExecutionError) as caught:
+        env.execute("unfit", runner=SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    message = str(caught.value)
+    assert "sink 'parquet'" in message and "'amount'" in message and "does not fit" in message
+
+
+def test_a_parquet_sink_without_a_schema_is_refused(spark: Any, tmp_path: Path) -> None:
+    from slipstream.datastream.connectors.file_system import FileSink
+    from slipstream.datastream.formats.parquet import ParquetBulkWriters
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    jobs.source(env, tmp_path / "in").map(jobs.parse).map(jobs.as_dict) \
+        .sink_to(FileSink.for_bulk_format(str(tmp_path / "out"), ParquetBulkWriters.for_schema()).build()).name("pq")
+    message = refused(spark, env)
+    assert "operator 'pq'" in message and "ParquetBulkWriters.for_schema(schema)" in message
 
 
 def test_a_callable_sink_gets_every_record_on_the_driver(spark: Any, tmp_path: Path) -> None:
@@ -63,6 +104,92 @@ def test_a_second_run_on_the_same_checkpoint_reads_only_new_files(spark: Any, tm
     assert jobs.spark_committed_lines(tmp_path / "out") == jobs.oracle("reduce", range(4))
 
 
+def hybrid_input(tmp_path: Path) -> tuple[Path, Path]:
+    """History files 0-1 in a directory whose name sorts after the live one's (files 2-3), so only
+    the HybridSource's order, not the paths', puts history first."""
+    history, live = tmp_path / "z-history", tmp_path / "a-live"
+    jobs.write_input(history, range(2))
+    jobs.write_input(live, range(2, 4))
+    return history, live
+
+
+@pytest.mark.parametrize("kind", ["reduce", "keyed"])
+def test_a_hybrid_source_reads_history_then_the_live_directory_as_the_embedded_runtime(
+        spark: Any, tmp_path: Path, kind: str) -> None:
+    history, live = hybrid_input(tmp_path)
+    expected = jobs.oracle(kind, range(4))  # a rolling reduce's running totals show the order
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    jobs.build(env, kind, live, tmp_path / "embedded", history=history)
+    env.execute("hybrid embedded")
+    assert jobs.committed_lines(tmp_path / "embedded") == expected
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint"), max_files_per_trigger=1))
+    jobs.build(env, kind, live, tmp_path / "spark", history=history)
+    assert "HybridSource as the union of the 2 file stream sources" in env.explain()
+    env.execute("hybrid on spark")
+    assert jobs.spark_committed_lines(tmp_path / "spark") == expected
+
+
+def test_a_hybrid_source_then_watches_its_live_directory(spark: Any, tmp_path: Path) -> None:
+    history, live = hybrid_input(tmp_path)
+    runner = SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint"), available_now=True)
+    for files in (range(4, 4), range(4, 6)):
+        jobs.write_input(live, files)
+        env = StreamExecutionEnvironment.get_execution_environment()
+        jobs.build(env, "reduce", live, tmp_path / "out", watched=True, history=history)
+        env.execute("hybrid watched", runner=runner)
+    assert jobs.spark_committed_lines(tmp_path / "out") == jobs.oracle("reduce", range(6))
+
+
+def test_a_hybrid_source_of_other_sources_is_refused(spark: Any, tmp_path: Path) -> None:
+    from slipstream.datastream.connectors.hybrid import HybridSource
+    from slipstream.datastream.connectors.iterator import CollectionSource
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    hybrid = HybridSource.builder(CollectionSource(["a,1,2"])).add_source(jobs.file_source(tmp_path / "in")).build()
+    env.from_source(hybrid, None, "mixed").sink_to(jobs.text_sink(tmp_path / "out"))
+    message = refused(spark, env)
+    assert "operator 'mixed'" in message and "part 0 of its HybridSource" in message
+
+
+def union_job(env: StreamExecutionEnvironment, tmp_path: Path, output: Path) -> None:
+    first = jobs.source(env, tmp_path / "first").map(jobs.parse)
+    second = jobs.source(env, tmp_path / "second").map(jobs.parse).map(lambda e: (e[0].upper(), e[1], e[2]))
+    first.union(second).name("both").filter(lambda e: e[2] % 3 != 0).map(jobs.shown) \
+        .sink_to(jobs.text_sink(output))
+
+
+def test_a_union_of_streams_commits_what_the_embedded_runtime_commits(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "first", range(2))
+    jobs.write_input(tmp_path / "second", range(2, 4))
+    events = [jobs.parse(line) for index in range(4) for line in jobs.event_lines(index)]
+    expected = sorted(repr(e if n < 80 else (e[0].upper(), e[1], e[2])) for n, e in enumerate(events) if e[2] % 3 != 0)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    union_job(env, tmp_path, tmp_path / "embedded")
+    env.execute("union embedded")
+    assert jobs.committed_lines(tmp_path / "embedded") == expected
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    union_job(env, tmp_path, tmp_path / "spark")
+    assert "union: 'both' of the 2 streams above" in env.explain()
+    env.execute("union on spark")
+    assert jobs.spark_committed_lines(tmp_path / "spark") == expected
+
+
+def test_a_union_of_watermarked_streams_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> None:
+    from slipstream.datastream.watermark_strategy import WatermarkStrategy
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(jobs.event_time)
+    timed = jobs.source(env, tmp_path / "in").map(jobs.parse).assign_timestamps_and_watermarks(strategy)
+    timed.union(jobs.source(env, tmp_path / "in").map(jobs.parse)).name("both").map(jobs.shown) \
+        .sink_to(jobs.text_sink(tmp_path / "out"))
+    message = refused(spark, env)
+    assert "operator 'both'" in message and "assign timestamps and watermarks after the union" in message
+
+
 def test_explain_shows_the_query_the_state_schema_and_the_trigger(spark: Any, tmp_path: Path) -> None:
     jobs.write_input(tmp_path / "in", FILES)
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -74,6 +201,7 @@ def test_explain_shows_the_query_the_state_schema_and_the_trigger(spark: Any, tm
     assert f"checkpointLocation: {tmp_path / 'checkpoint'}" in plan
     assert f"withWatermark(et, {jobs.BOUND_MS + 1} ms)" in plan
     assert "groupBy(key).transformWithState: 'tracker' (uid 'tracker'), timeMode EventTime" in plan
+    assert "encoded in the keyed operator's Python stage" not in plan  # a map comes between
     for line in ("state 'count': value state", "state 'recent': list state", "state 'buckets': map state"):
         assert line in plan
     assert "Spark's file sink (text)" in plan

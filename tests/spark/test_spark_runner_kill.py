@@ -12,7 +12,16 @@ from pathlib import Path
 
 import spark_runner_jobs as jobs
 
+import slipstream
+
 DRIVER = Path(__file__).with_name("spark_runner_driver.py")
+
+
+def driver_env() -> dict[str, str]:
+    """The driver's environment: it imports the slipstream under test (a script's own directory
+    comes first on its path, not the working directory), its workers the test modules too."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(Path(slipstream.__file__).parents[1]), os.environ.get("PYTHONPATH")]))}
 
 
 def committed_batches(output: Path) -> int:
@@ -37,7 +46,7 @@ def test_a_killed_driver_resumes_exactly_once_on_its_checkpoint_location(spark: 
     jobs.write_input(input_dir, range(2))
     args = [sys.executable, str(DRIVER), str(input_dir), str(output), str(checkpoint)]
     log = (tmp_path / "first.log").open("wb")
-    first = subprocess.Popen(args, start_new_session=True, stdout=log, stderr=log)
+    first = subprocess.Popen(args, start_new_session=True, stdout=log, stderr=log, env=driver_env())
     try:
         wait_for(lambda: committed_batches(output) >= 1 or first.poll() is not None, 180, "a first committed batch")
         assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
@@ -50,6 +59,7 @@ def test_a_killed_driver_resumes_exactly_once_on_its_checkpoint_location(spark: 
         first.wait()
         log.close()
     jobs.write_input(input_dir, range(6, 8))
-    second = subprocess.run([*args, "--available-now"], capture_output=True, timeout=300, check=False)
+    second = subprocess.run([*args, "--available-now"], capture_output=True, timeout=300, check=False,
+                            env=driver_env())
     assert second.returncode == 0, second.stderr.decode()[-3000:]
     assert jobs.spark_committed_lines(output) == jobs.oracle("reduce", range(8))

@@ -556,6 +556,11 @@ class FileSink(Sink):
         """The row format's encoder, None with a bulk format."""
         return self._encoder
 
+    @property
+    def writer_factory(self) -> BulkWriterFactory | None:
+        """The bulk format's writer factory, None with a row format."""
+        return self._writer_factory
+
     @staticmethod
     def for_row_format(base_path: str, encoder: Encoder) -> RowFormatBuilder:
         """Start building a sink that appends ``encoder.encode(record)`` to part files in ``base_path``."""

@@ -119,6 +119,24 @@ class _RowGroupReader(FileRecordReader):
         self._file.close(force=True)
 
 
+def parquet_row(element: Any, schema: pa.Schema | None) -> Mapping[Any, Any]:
+    """``element`` as one Parquet row: a dict, a named Row, or (with a schema) a tuple in the
+    schema's order; else a :class:`RecordWriteError` naming it."""
+    if isinstance(element, Mapping):
+        return element
+    if isinstance(element, Row) and element._fields is not None:
+        return element.as_dict()
+    if isinstance(element, (Row, tuple, list)) and schema is not None:
+        if len(element) != len(schema.names):
+            raise RecordWriteError(element, SinkFormatError(
+                f"Parquet: the record has {len(element)} field(s), the schema has "
+                f"{len(schema.names)}: {schema.names}"))
+        return dict(zip(schema.names, element))
+    raise RecordWriteError(element, SinkFormatError(
+        "Parquet: expected a dict or a named Row"
+        + ("" if schema is not None else ", or a schema to name positional fields")))
+
+
 class _ParquetBulkWriter(BulkWriter):
     """Buffers records and writes them as row groups of up to ``row_group_size`` rows.
 
@@ -136,19 +154,7 @@ class _ParquetBulkWriter(BulkWriter):
         self._writer: pq.ParquetWriter | None = None
 
     def _as_dict(self, element: Any) -> Mapping[Any, Any]:
-        if isinstance(element, Mapping):
-            return element
-        if isinstance(element, Row) and element._fields is not None:
-            return element.as_dict()
-        if isinstance(element, (Row, tuple, list)) and self._schema is not None:
-            if len(element) != len(self._schema.names):
-                raise RecordWriteError(element, SinkFormatError(
-                    f"Parquet: the record has {len(element)} field(s), the schema has "
-                    f"{len(self._schema.names)}: {self._schema.names}"))
-            return dict(zip(self._schema.names, element))
-        raise RecordWriteError(element, SinkFormatError(
-            "Parquet: expected a dict or a named Row"
-            + ("" if self._schema is not None else ", or a schema to name positional fields")))
+        return parquet_row(element, self._schema)
 
     def add_element(self, element: Any) -> None:
         self.add_elements([element])
@@ -198,10 +204,15 @@ def _check_fits(schema: pa.Schema, row: Mapping[Any, Any], record: Any) -> None:
         raise RecordWriteError(record, SinkFormatError(f"Parquet: {problem} (schema {schema})"))
 
 
-class _ParquetBulkWriterFactory(BulkWriterFactory):
+class ParquetBulkWriterFactory(BulkWriterFactory):
     def __init__(self, schema: pa.Schema | None, row_group_size: int) -> None:
         self._schema = schema
         self._row_group_size = row_group_size
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The schema every part file is written with, None when each infers its own."""
+        return self._schema
 
     def create(self, stream: BinaryIO) -> BulkWriter:
         return _ParquetBulkWriter(stream, self._schema, self._row_group_size)
@@ -224,4 +235,4 @@ class ParquetBulkWriters:
             raise InvalidProgramError(f"ParquetBulkWriters.for_schema needs a pyarrow.Schema, got {schema!r}")
         if row_group_size < 1:
             raise InvalidProgramError(f"ParquetBulkWriters: row_group_size must be positive, got {row_group_size}")
-        return _ParquetBulkWriterFactory(schema, row_group_size)
+        return ParquetBulkWriterFactory(schema, row_group_size)
