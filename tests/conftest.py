@@ -30,12 +30,13 @@ The ``workers`` axis runs a job in this process (1, the default) or on N worker 
 is above 1: a job of parallelism 1 runs in one process whatever N is (the run would repeat w1), and
 at the largest each worker holds several subtasks, so records cross both local channels and the
 sockets between workers. A run on N > 1 none of whose jobs ran on worker processes fails at
-teardown. Worker processes do not run loops, iterations or a manual clock yet (the job is refused
-naming why); what a worker prints, or appends to a list of the test's, stays in the worker; a
-source or function holding a lock or a SparkSession cannot be sent to one: such tests stay on one
-process. Progress listeners see no operator figures from workers yet, so the engines check runs on
-the test's runs in one process. Each job on workers starts N interpreters (about a second): give
-the axis to end-to-end tests that cover a feature, not to every variant of it.
+teardown. Worker processes do not run a manual clock yet (the job is refused naming why; a loop or
+an iteration runs with every task of its scope on one worker); what a worker prints, or appends to
+a list of the test's, stays in the worker; a source or function holding a lock or a SparkSession
+cannot be sent to one: such tests stay on one process. Progress from workers carries records and
+latency per operator but not the backlog phase and engine of a sorting operator, so the engines
+check runs on the test's runs in one process. Each job on workers starts N interpreters (about a
+second): give the axis to end-to-end tests that cover a feature, not to every variant of it.
 """
 
 from __future__ import annotations
