@@ -644,7 +644,23 @@ class RocksDBTimerQueue:
     def snapshot(self) -> list[tuple[int, Any, Any]]:
         """The timers in firing order (registration order among equal timestamps, which
         :meth:`restore` keeps by registering them in this order)."""
-        return [(decode_prefix(order, 0)[0], *decode(value)) for order, value in _items(self._order)]
+        return self.frozen()()
+
+    def frozen(self) -> Callable[[], list[tuple[int, Any, Any]]]:
+        """What reads the timers of now into :meth:`snapshot`'s list later, from any thread: a
+        RocksDB iterator, made now, which sees the column family as it is now (unlike rocksdict's
+        snapshots, whose iterators read the live database); it starts at ``_floor``, so making it
+        does not walk over the deletions of the timers popped."""
+        iterator = self._order.iter()
+        iterator.seek(self._floor)
+
+        def read() -> list[tuple[int, Any, Any]]:
+            timers = []
+            while iterator.valid():
+                timers.append((decode_prefix(iterator.key(), 0)[0], *decode(iterator.value())))
+                iterator.next()
+            return timers
+        return read
 
     def restore(self, timers: list[tuple[int, Any, Any]]) -> None:
         for timestamp, key, namespace in timers:
