@@ -112,7 +112,7 @@ def inspect(directory: str) -> None:
                    f"max parallelism {entry.max_parallelism}")
         for index, subtask in enumerate(entry.subtasks):
             names = [f["file"] for f in subtask.keyed_states] + \
-                [name for name in (subtask.keyed, subtask.operator) if name]
+                [name for name in (subtask.keyed, subtask.operator, subtask.timers) if name]
             groups = f"  key groups {subtask.key_groups[0]}..{subtask.key_groups[1] - 1}" \
                 if subtask.key_groups else ""
             click.echo(f"      subtask {index}{groups}: {', '.join(names) or 'no state'}")

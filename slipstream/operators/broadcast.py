@@ -199,7 +199,7 @@ class BroadcastProcessOperator(OnTimerOperator):
         return {"broadcast": self.broadcast_state.snapshot(),
                 "held": [(batch.values, batch.timestamps) for batch in self.held],
                 "broadcast_unfinished": self._broadcast_unfinished,
-                "timers": None if self.timers is None else self.timers.snapshot()}
+                "timers": None if self.timers is None else self.timers.freeze()}
 
     def initialize_state(self, state: Any) -> None:
         if not state:

@@ -206,7 +206,7 @@ class OnTimerOperator(StreamOperator):
                          what="on_timer")
 
     def snapshot_state(self) -> Any:
-        return None if self.timers is None else {"timers": self.timers.snapshot()}
+        return None if self.timers is None else {"timers": self.timers.freeze()}
 
     def initialize_state(self, state: Any) -> None:
         if state and self.timers is not None:

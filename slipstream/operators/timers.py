@@ -79,7 +79,13 @@ class TimerQueue:
     def snapshot(self) -> list[tuple[int, Any, Any]]:
         """The timers in firing order (registration order among equal timestamps, which
         :meth:`restore` keeps by registering them in this order)."""
-        return [(timestamp, key, namespace) for timestamp, _, key, namespace in self._timers]
+        return self.frozen()()
+
+    def frozen(self) -> Callable[[], list[tuple[int, Any, Any]]]:
+        """What reads the timers of now into :meth:`snapshot`'s list later: a copy of the sorted
+        list (taken at C speed), turned into that list by whoever calls it."""
+        timers = list(self._timers)
+        return lambda: [(timestamp, key, namespace) for timestamp, _, key, namespace in timers]
 
     def restore(self, timers: list[tuple[int, Any, Any]]) -> None:
         for timestamp, key, namespace in timers:
@@ -248,11 +254,41 @@ class InternalTimerService:
     def snapshot(self) -> dict[str, list[Any]]:
         return {"event": self._all_event.snapshot(), "processing": self._processing.snapshot()}
 
+    def freeze(self) -> FrozenTimers:
+        """The timers as they are now, read into :meth:`snapshot`'s lists later (by a checkpoint
+        writer, off the task's turn) whatever the service does meanwhile."""
+        return FrozenTimers({"event": self._all_event.frozen(), "processing": self._processing.frozen()})
+
     def restore(self, snapshot: dict[str, list[Any]]) -> None:
         self._all_event.restore(snapshot["event"])
         self._processing.restore(snapshot["processing"])
         for timestamp, _key, _namespace in snapshot["processing"]:
             self._schedule_wakeup(timestamp)
+
+
+class FrozenTimers:
+    """A timer service's timers as at a checkpoint barrier (:meth:`InternalTimerService.freeze`):
+    per time domain a reader of the timers of that moment (a copy of the heap's sorted list; on
+    RocksDB an iterator, which reads the database as it was when it was made), read into the lists
+    of :meth:`InternalTimerService.snapshot` once asked for. It pickles as those lists, so a
+    checkpoint reading it in its writer's thread takes the task's turn for the readers only."""
+
+    def __init__(self, readers: dict[str, Callable[[], list[tuple[int, Any, Any]]]]) -> None:
+        self._readers = readers
+        self._lists: dict[str, list[tuple[int, Any, Any]]] | None = None
+
+    def lists(self) -> dict[str, list[tuple[int, Any, Any]]]:
+        """The timers per time domain, read the first time (the readers go then)."""
+        if self._lists is None:
+            self._lists = {domain: read() for domain, read in self._readers.items()}
+            self._readers = {}
+        return self._lists
+
+    def __getitem__(self, domain: str) -> list[tuple[int, Any, Any]]:
+        return self.lists()[domain]
+
+    def __reduce__(self) -> tuple[type, tuple[dict[str, list[tuple[int, Any, Any]]]]]:
+        return dict, (self.lists(),)
 
 
 def merge_timer_snapshots(snapshots: list[dict[str, list[Any]]],

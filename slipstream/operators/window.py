@@ -291,7 +291,7 @@ class WindowOperator(ColumnarBacklog):
 
     def snapshot_state(self) -> dict[str, Any]:
         """The timers (window contents and trigger state are keyed state, snapshotted by the backend)."""
-        return {"timers": self.timers.snapshot()}
+        return {"timers": self.timers.freeze()}
 
     def initialize_state(self, state: Any) -> None:
         if not state:

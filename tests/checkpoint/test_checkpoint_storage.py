@@ -100,7 +100,7 @@ def test_directories_are_private_and_the_manifest_is_json(job):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
     with open(os.path.join(job["latest"], MANIFEST_NAME)) as handle:
         body = json.load(handle)
-    assert body["format"] == "slipstream-checkpoint" and body["version"] == 3
+    assert body["format"] == "slipstream-checkpoint" and body["version"] == 4
     assert set(body["files"]) == set(os.listdir(job["latest"])) - {MANIFEST_NAME}
     assert body["shared"] and all(os.path.exists(located(job["latest"], name)) for name in body["shared"])
 

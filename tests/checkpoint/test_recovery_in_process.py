@@ -88,12 +88,13 @@ def test_restore_at_another_parallelism(tmp_path, kind, new_parallelism):
 
 
 def pending_event_timers(checkpoints: str, uid: str) -> int:
-    """The event-time timers operator ``uid``'s subtasks hold in the newest complete checkpoint."""
+    """The event-time timers operator ``uid``'s subtasks hold in the newest complete checkpoint
+    (in a file of their own, which the checkpoint writer wrote)."""
     storage = CheckpointStorage(checkpoints)
     checkpoint = storage.read_verified(storage.path_of(storage.complete_ids()[-1]), None)
-    return sum(len(loads_checkpointed(checkpoint.files[subtask.operator], checkpoint.files,
-                                      checkpoint.path)["timers"]["event"])
-               for subtask in checkpoint.manifest.operators[uid].subtasks if subtask.operator)
+    return sum(len(loads_checkpointed(checkpoint.files[subtask.timers], checkpoint.files,
+                                      checkpoint.path)["event"])
+               for subtask in checkpoint.manifest.operators[uid].subtasks if subtask.timers)
 
 
 def test_at_least_once_loses_nothing(tmp_path):

@@ -18,13 +18,16 @@ from slipstream.datastream.state import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
+    StateTtlConfig,
     ValueStateDescriptor,
 )
+from slipstream.datastream.time import Time
 from slipstream.runtime.checkpoint.state_files import SST, SstFile, decode_state_file
 from slipstream.runtime.key_groups import assign_to_key_group, key_group_range
 from slipstream.runtime.state import rocksdb_backend
 from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
 from slipstream.runtime.state.rocksdb_backend import RocksDBKeyedStateBackend
+from slipstream.testing import ManualClock
 
 
 def states(backend, namespaced: bool) -> dict:  # noqa: ANN001
@@ -217,3 +220,22 @@ def test_a_table_file_is_refused_by_the_heap_backend_naming_the_state() -> None:
     files, _ = rocks.freeze().encode_layer(False)
     with pytest.raises(Exception, match="state 'v' was checkpointed by EmbeddedRocksDBStateBackend"):
         HeapKeyedStateBackend(8).restore({name: SstFile(data) for name, _, data in files})
+
+
+def test_ttl_incremental_cleanup_walks_the_database_a_page_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Going round every entry, it reads a page of keys at a time, never the whole key list."""
+    monkeypatch.setattr(rocksdb_backend, "CLEANUP_PAGE", 4)
+    clock = ManualClock()
+    backend = RocksDBKeyedStateBackend(8, clock.now_ms)
+    monkeypatch.setattr(backend, "keys", lambda name: pytest.fail("the cleanup listed every key"))
+    ttl = StateTtlConfig.new_builder(Time.milliseconds(100)).cleanup_incrementally(3, True).build()
+    descriptor = ValueStateDescriptor("v")
+    descriptor.enable_time_to_live(ttl)
+    state = backend.get_state(descriptor)
+    for key in range(30):
+        backend.set_current_key(key)
+        state.update(key)
+    clock.set(100)
+    for key in range(10):  # 3 entries checked per new key: 30 entries in 10 records
+        backend.set_current_key(("unseen", key))
+    assert backend.snapshot() == {"v": {}}

@@ -1,9 +1,14 @@
-"""State time-to-live on the heap backend, with Flink's StateTtlConfig semantics: entries expire by
+"""State time-to-live on both state backends, with Flink's StateTtlConfig semantics: entries expire by
 processing time (a manual clock here), per list element and per map entry; update types,
 visibilities, on-read, incremental and full-snapshot cleanup; timestamps survive a restore at
-another parallelism; a checkpoint being written keeps what it froze."""
+another parallelism; a checkpoint being written keeps what it froze. Every test runs on the heap
+and on RocksDB (its write-back cache flushed every few entries, so values go through the
+database and their encoding)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -20,11 +25,26 @@ from slipstream.datastream.state import (
 )
 from slipstream.datastream.time import Time
 from slipstream.errors import SlipstreamError
+from slipstream.runtime.checkpoint.state_files import decode_state_file
 from slipstream.runtime.key_groups import key_group_range
-from slipstream.runtime.state.heap_backend import HeapKeyedStateBackend
+from slipstream.runtime.state import rocksdb_backend
+from slipstream.runtime.state.heap_backend import FrozenView, HeapKeyedStateBackend, KeyedBackendBase
+from slipstream.runtime.state.rocksdb_backend import RocksDBKeyedStateBackend
 from slipstream.testing import ManualClock
 
 TTL = 1_000
+BACKEND: list[type[KeyedBackendBase]] = [HeapKeyedStateBackend]
+
+
+@pytest.fixture(autouse=True, scope="module", params=[HeapKeyedStateBackend, RocksDBKeyedStateBackend],
+                ids=["hashmap", "rocksdb"])
+def ttl_backend(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test runs on each backend; RocksDB writes its cached values every 3 entries."""
+    BACKEND[0] = request.param
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rocksdb_backend, "FLUSH_ENTRIES", 3)
+        yield
+    BACKEND[0] = HeapKeyedStateBackend
 
 
 class Sum(AggregateFunction):
@@ -59,8 +79,27 @@ def with_ttl(descriptor, ttl_config: StateTtlConfig):  # noqa: ANN001, ANN201
     return descriptor
 
 
-def backend_at(clock: ManualClock, max_parallelism: int = 128) -> HeapKeyedStateBackend:
-    return HeapKeyedStateBackend(max_parallelism, clock.now_ms)
+def backend_at(clock: ManualClock, max_parallelism: int = 128) -> KeyedBackendBase:
+    return BACKEND[0](max_parallelism, clock.now_ms)
+
+
+def restored(clock: ManualClock, *layers: list[tuple[str, str, Any]]) -> KeyedBackendBase:
+    """A fresh backend of the same kind with the checkpoint layers ``layers`` (each what a frozen
+    view's ``encode_layer`` gives) restored in order."""
+    backend = backend_at(clock)
+    for layer in layers:
+        backend.restore({name: decode_state_file(kind, bytes(data)) for name, kind, data in layer})
+    return backend
+
+
+def entries_of(backend: KeyedBackendBase, name: str) -> dict[Any, Any]:
+    """State ``name``'s stored entries (TTL values with their timestamps) by entry key."""
+    return {key: value for pairs in backend.snapshot().get(name, {}).values() for key, value in pairs}
+
+
+def frozen_entries(clock: ManualClock, view: FrozenView, name: str) -> dict[Any, Any]:
+    """What a full checkpoint of ``view`` holds of state ``name``, read back through a restore."""
+    return entries_of(restored(clock, view.encode_layer(incremental=False)[0]), name)
 
 
 def test_a_value_expires_ttl_after_its_last_write() -> None:
@@ -280,7 +319,7 @@ def test_a_frozen_checkpoint_keeps_what_ttl_reads_and_cleanups_change_meanwhile(
     lists.add(101)
     assert values.value() is None  # and the incremental cleanup removes every other expired value
     assert backend.keys("v") == []
-    frozen = {name: dict(zip(*next(view.entries(name).chunks(100)))) for name in ("v", "l")}
+    frozen = {name: frozen_entries(clock, view, name) for name in ("v", "l")}
     backend.release()
     assert {key: item.value for key, item in frozen["v"].items()} == {key: [key] for key in range(5)}
     assert [(item.value, item.last_access) for item in frozen["l"][0]] == [(0, 0), (100, 500)]
@@ -358,13 +397,14 @@ def test_value_state_matches_a_plain_model(ops: list, read_extends: bool, return
 
 def test_a_layer_of_changes_writes_a_changed_entry_that_expired_as_removed() -> None:
     """Incremental checkpoints with full-snapshot cleanup: an entry changed since the last
-    checkpoint that has expired by the next is written as removed, so a restore drops it."""
+    checkpoint that has expired by the next is written as removed, so a restore of both drops it."""
     clock = ManualClock()
     backend = backend_at(clock)
     state = backend.get_state(with_ttl(ValueStateDescriptor("v"), config(full_snapshot=True, background=False)))
     backend.set_current_key("a")
     state.update(1)
     view = backend.freeze()
+    first, _ = view.encode_layer(incremental=False)
     view.completed = "first checkpoint"   # as the writer marks a durable checkpoint
     backend.release()
     clock.set(TTL - 100)
@@ -374,7 +414,10 @@ def test_a_layer_of_changes_writes_a_changed_entry_that_expired_as_removed() -> 
     state.update(3)
     clock.set(2 * TTL)   # both changed entries have expired
     view = backend.freeze()
-    changed = {key: value for keys, values in view.changes("v").chunks(10) for key, value in zip(keys, values)}
-    assert changed == {"a": None, "b": None}
-    assert [key for keys, _ in view.entries("v").chunks(10) for key in keys] == []
+    changes, changed = view.encode_layer(incremental=True)
+    full, _ = view.encode_layer(incremental=False)
     backend.release()
+    assert changed == 2
+    assert [item.value for item in entries_of(restored(clock, first), "v").values()] == [1]
+    assert entries_of(restored(clock, first, changes), "v") == {}
+    assert entries_of(restored(clock, full), "v") == {}

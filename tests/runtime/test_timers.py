@@ -1,6 +1,8 @@
 """The internal timer service: ordering, deduplication, deletion, firing with the key set, snapshots;
 with its timers kept by either state backend (in a sorted list on the heap, on disk in RocksDB)."""
 
+import pickle
+import threading
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -241,6 +243,30 @@ def test_snapshot_and_restore_keep_timers_and_their_order() -> None:
     assert [f[1:3] for f in restored.fired] == [(200, "y"), (300, "x")]
     # the original is untouched by what the restored copy fired
     assert h.service.num_event_time_timers() == 3
+
+
+def test_frozen_timers_are_read_later_as_they_were_at_the_freeze_and_pickle_as_the_snapshot() -> None:
+    """A checkpoint freezes the timers on the task's turn and reads them in its writer's thread
+    while timers fire, are deleted and are registered; it gets those of the freeze."""
+    h = Harness()
+    for key in range(50):
+        h.event(key, 100 + key % 7)
+        h.processing(("p", key), 1_000 + key)
+    expected = h.service.snapshot()
+    frozen = h.service.freeze()
+    h.service.advance_watermark(103)  # fires (and removes) some
+    h.backend.set_current_key(3)
+    h.service.delete_event_time_timer(None, 103)
+    h.service.delete_processing_time_timer(None, 1_003)
+    h.event("new", 50)
+    h.processing("new", 900)
+    lists = {}
+    reader = threading.Thread(target=lambda: lists.update(frozen.lists()))
+    reader.start()
+    reader.join()
+    assert lists == expected
+    assert pickle.loads(pickle.dumps(frozen)) == expected
+    assert h.service.snapshot() != expected
 
 
 def test_keyed_timer_service_is_the_users_view_for_the_current_key() -> None:

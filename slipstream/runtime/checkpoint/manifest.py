@@ -17,7 +17,8 @@ are shared files too, referred to from inside operator state.
 A subtask checkpointed while it buffered its backlog also has ``backlog`` (a file of the
 checkpoint's own) and ``backlog_files``: the shared files it refers to by position (its spilled
 runs and in-memory tail, see :mod:`slipstream.runtime.checkpoint.snapshot`); both are left out
-of the manifest otherwise, so manifests without them read as before.
+of the manifest otherwise, so manifests without them read as before. A keyed operator's timers
+are a file of the checkpoint's own (``timers``), written by the checkpoint writer.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from slipstream.errors import CorruptCheckpointError
 MANIFEST_NAME = "_manifest.json"
 MANIFEST_TEMP_NAME = "_manifest.json.tmp"
 FORMAT_NAME = "slipstream-checkpoint"
-FORMAT_VERSION = 3
-SUPPORTED_VERSIONS = (1, 2, 3)
-"""Version 3 keeps keyed state in shared files (``shared``, ``keyed_deltas``); version 2 lists
+FORMAT_VERSION = 4
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
+"""Version 4 may keep a keyed operator's timers in a file of their own (``timers``: version 3 has
+them in its operator state); version 3 keeps keyed state in shared files (``shared``, ``keyed_deltas``); version 2 lists
 keyed state per state (``keyed_states``: Arrow or pickle files) in the checkpoint's directory;
 version 1 had one pickled keyed file per subtask (``keyed``). All are read."""
 SHARED_DIR = "shared"
@@ -69,6 +71,7 @@ class SubtaskFiles:
     keyed_deltas: list[list[dict[str, str]]] = field(default_factory=list)  # changes since, layer by layer
     backlog: str | None = None  # a sorting operator's buffered backlog (pickled)
     backlog_files: list[str] = field(default_factory=list)  # the shared files ``backlog`` refers to
+    timers: str | None = None  # the timers of a keyed operator (pickled), taken out of its operator state
 
     def encode(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -78,6 +81,8 @@ class SubtaskFiles:
             "keyed_deltas": [[dict(f) for f in layer] for layer in self.keyed_deltas]}
         if self.backlog is not None:
             body.update(backlog=self.backlog, backlog_files=list(self.backlog_files))
+        if self.timers is not None:
+            body["timers"] = self.timers
         return body
 
     @staticmethod
@@ -86,12 +91,13 @@ class SubtaskFiles:
         for name in backlog_files:
             if not _SHARED_NAME.match(name):
                 raise ValueError(f"backlog file name {name!r}")
-        backlog = body.get("backlog")
+        backlog, timers = body.get("backlog"), body.get("timers")
         return SubtaskFiles(body["keyed"], body["operator"],
                             tuple(body["key_groups"]) if body["key_groups"] else None,
                             _state_files(body.get("keyed_states", ())),
                             [_state_files(layer) for layer in body.get("keyed_deltas", ())],
-                            None if backlog is None else str(backlog), backlog_files)
+                            None if backlog is None else str(backlog), backlog_files,
+                            None if timers is None else str(timers))
 
 
 @dataclass

@@ -1,13 +1,16 @@
 """What a task's state becomes in a checkpoint, and how it is put back, also at another parallelism.
 
 Each operator subtask contributes its keyed state (the backend's entries grouped by key
-group, so they can be redistributed), one file per state, and its operator state
-(``snapshot_state()``: source positions, timers, a sink's pending files) in one file.
-The task's turn at the barrier only takes them: the operator state is serialised
+group, so they can be redistributed), one file per state, its operator state
+(``snapshot_state()``: source positions, a sink's pending files) in one file and its timers
+in another. The task's turn at the barrier only takes them: the operator state is serialised
 then, the keyed state is frozen as it is (copy-on-write, see
 :mod:`slipstream.runtime.state.heap_backend`) and grouped, serialised and written
 afterwards by the checkpoint writer's thread while processing goes on; the
-checkpoint still holds the state exactly as it was at the barrier.
+checkpoint still holds the state exactly as it was at the barrier. Timers likewise: an operator
+state that is a dict whose ``"timers"`` is a :class:`~slipstream.operators.timers.FrozenTimers`
+(what a keyed operator's ``snapshot_state`` gives) has them read and pickled by the writer, into
+``<op>.timers.pkl``, and put back under ``"timers"`` on restore.
 
 Formats: keyed state whose keys and values are primitives (ints, floats, strings,
 bools, bytes, None), lists of primitives (list state), dicts of primitives (map state)
@@ -57,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 from slipstream.errors import CheckpointError, CorruptCheckpointError
 from slipstream.operators.segments import Segment, SegmentReader, Sharing, dumps_plain_or_shared
 from slipstream.operators.spill_file import CheckpointFile, StoredContents
+from slipstream.operators.timers import FrozenTimers
 from slipstream.runtime.checkpoint.manifest import (
     SHARED_DIR,
     Manifest,
@@ -116,6 +120,8 @@ class OperatorSnapshot:
     """The shared segments ``state`` refers to, each with the bytes to write (None: stored already)."""
     keyed_contents: dict[str, bytes] | None = None
     """The keyed files' contents, once encoded where the state lives (:func:`shipped`)."""
+    timers: FrozenTimers | dict[str, list[Any]] | None = None
+    """The timers, taken out of the operator state (read by the writer; lists once :func:`shipped`)."""
 
 
 def _dumps(value: Any, operator: Any, what: str, sharing: Sharing | None) -> bytes:
@@ -229,8 +235,10 @@ def shipped(snap: OperatorSnapshot) -> OperatorSnapshot:
         copy = Segment(None, segment.records)
         copy.digest, copy.size = segment.digest, segment.size
         segments[digest] = (copy, None if data is None else memoryview(data.tobytes()))
+    timers = None if snap.timers is None else dict(snap.timers.lists()) if isinstance(snap.timers, FrozenTimers) \
+        else snap.timers
     return dataclasses.replace(snap, keyed=None, backlog_files=files, segments=segments, keyed_contents=contents,
-                               taken_ms=snap.taken_ms + (time.perf_counter() - started) * 1000)
+                               timers=timers, taken_ms=snap.taken_ms + (time.perf_counter() - started) * 1000)
 
 
 def snapshot_task(task: Any, sharing: Sharing | None = None) -> list[OperatorSnapshot]:
@@ -249,10 +257,14 @@ def snapshot_task(task: Any, sharing: Sharing | None = None) -> list[OperatorSna
             groups = key_group_range(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
             key_groups = (groups.start, groups.stop)
         state = operator.snapshot_state()
+        timers = None
+        if isinstance(state, dict) and isinstance(state.get("timers"), FrozenTimers):
+            state = dict(state)
+            timers = state.pop("timers")
         data = None if state is None else _dumps(state, operator, "operator state", sharing)
         snapshot = OperatorSnapshot(ctx.uid, type(operator.transformation).__name__, ctx.subtask_index,
                                     ctx.parallelism, ctx.max_parallelism, keyed, key_groups, data, ctx.name,
-                                    segments=sharing.take_used() if sharing is not None else {})
+                                    segments=sharing.take_used() if sharing is not None else {}, timers=timers)
         backlog = operator.snapshot_backlog()
         if backlog is not None:
             snapshot.backlog, snapshot.backlog_files = encode_backlog(backlog, operator)
@@ -307,6 +319,9 @@ def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapsho
         if snap.state is not None:
             files_of.operator = f"{base}.state.pkl"
             files[files_of.operator] = snap.state
+        if snap.timers is not None:
+            files_of.timers = f"{base}.timers.pkl"
+            files[files_of.timers] = _timers_file(snap)
         if snap.backlog is not None:
             files_of.backlog = f"{base}.backlog.pkl"
             files[files_of.backlog] = snap.backlog
@@ -316,6 +331,15 @@ def build_manifest_and_files(manifest: Manifest, snapshots: list[OperatorSnapsho
             if data is not None:
                 shared[segment_name(digest)] = data
     return files, shared
+
+
+def _timers_file(snap: OperatorSnapshot) -> bytes:
+    """``snap``'s timers pickled (read now, from what the barrier froze), as operator state is."""
+    try:
+        return pickle.dumps(snap.timers, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure names the operator
+        raise CheckpointError(f"operator '{snap.name}' (uid '{snap.uid}'), subtask {snap.subtask_index + 1}: "
+                              f"its timers cannot be written to a checkpoint: {type(exc).__name__}: {exc}") from exc
 
 
 def _add_shared(file: CheckpointFile, manifest: Manifest, shared: dict[str, memoryview]) -> str:
@@ -377,6 +401,13 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
     def load(name: str) -> Any:
         return loads_checkpointed(files[name], files, checkpoint)
 
+    def operator_state(subtask: SubtaskFiles) -> Any:
+        """A subtask's operator state, its timers (a file of their own) back under ``"timers"``."""
+        state = None if subtask.operator is None else load(subtask.operator)
+        if subtask.timers is not None:
+            state = {**(state or {}), "timers": load(subtask.timers)}
+        return state
+
     def has_keyed(subtask: SubtaskFiles) -> bool:
         return subtask.keyed is not None or bool(subtask.keyed_states)
 
@@ -399,8 +430,8 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
                 if has_keyed(own) and backend is not None:
                     for layer in keyed_layers(own, files, checkpoint):
                         backend.restore(layer)
-                if own.operator is not None:
-                    operator.initialize_state(load(own.operator))
+                if own.operator is not None or own.timers is not None:
+                    operator.initialize_state(operator_state(own))
                 if own.backlog is not None:
                     operator.restore_backlog(decode_backlog(
                         files[own.backlog], [stored.get(name) or files[name] for name in own.backlog_files]))
@@ -419,7 +450,7 @@ def restore_tasks(tasks: list[Any], manifest: Manifest, files: dict[str, bytes],
                 return assign_to_key_group(key, _max) in _groups
 
             operator.initialize_rescaled_state(
-                [None if old.operator is None else load(old.operator) for old in entry.subtasks], owns_key)
+                [operator_state(old) for old in entry.subtasks], owns_key)
 
 
 def _refuse_rescaled_backlog(operator: Any, entry: OperatorEntry) -> None:

@@ -180,7 +180,7 @@ class KeyedBackendBase(ABC):
         self._states[(name, namespaced)] = handle
         if cls is _HeapState and ttl is not None:  # the one implies the other
             policy = self._ttl.setdefault(name, TtlPolicy(ttl, self._now))
-            wrapper, cleanup = ttl_state(descriptor, handle, policy, lambda: self.keys(name))
+            wrapper, cleanup = ttl_state(descriptor, handle, policy, lambda: self._cleanup_pass(name))
             self._ttl_handles[(name, namespaced)] = wrapper
             incremental = policy.incremental
             if cleanup is not None and incremental is not None and incremental.run_cleanup_for_every_record():
@@ -263,6 +263,11 @@ class KeyedBackendBase(ABC):
     @abstractmethod
     def keys(self, state_name: str) -> Iterable[Any]:
         """The keys that have an entry in ``state_name``."""
+
+    def _cleanup_pass(self, name: str) -> Iterable[Any]:
+        """The entry keys a pass of TTL's incremental cleanup of state ``name`` goes over (see
+        :class:`~slipstream.runtime.state.ttl.IncrementalCleanup`): those of the moment."""
+        return self.keys(name)
 
     def _expiring(self) -> dict[str, int]:
         """The states whose expired entries checkpoints leave out (TTL's full-snapshot cleanup), with their TTL."""

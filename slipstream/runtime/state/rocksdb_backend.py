@@ -73,6 +73,9 @@ STATES, TIMERS = "state/", "timers/"
 FLUSH_ENTRIES = 4096
 """Cached entries (values read or written) past which the next record writes them into RocksDB."""
 
+CLEANUP_PAGE = 256
+"""Entry keys TTL's incremental cleanup reads from the database at a time."""
+
 _REMOVED = object()
 """In the cache: the entry was removed."""
 
@@ -406,6 +409,24 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         self.flush()
         return [entry_of(raw) for raw in column.raw_keys()]
 
+    def _cleanup_pass(self, name: str) -> Iterator[Any]:
+        """The entry keys in the database, read :data:`CLEANUP_PAGE` at a time from where the last
+        page ended (no iterator is held between pages, and a pass never holds every key); the
+        cached entries are written first, so the pass sees them."""
+        self.flush()
+        family, after = self._columns[name].family, b""
+        while True:
+            page = []
+            for raw in cast(Iterator[bytes], iter(family.keys(from_key=after))):
+                if raw != after:
+                    page.append(raw)
+                    if len(page) == CLEANUP_PAGE:
+                        break
+            if not page:
+                return
+            after = page[-1]
+            yield from map(entry_of, page)
+
     def timer_queue(self, domain: str) -> RocksDBTimerQueue:
         """The timers of time domain ``domain`` (``event`` or ``processing``), on disk."""
         return RocksDBTimerQueue(self, domain)
@@ -472,14 +493,21 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         return True
 
     def snapshot(self) -> dict[str, dict[int, list[tuple[Any, Any]]]]:
-        """Entries grouped by state name and key group, decoded now."""
+        """Entries grouped by state name and key group, decoded now; as in a checkpoint, states with
+        TTL's full-snapshot cleanup leave out what has expired."""
         self.flush()
         self.merge_some(1 << 62)
+        expiring = self._expiring()
+        now = self._now() if expiring else 0
         result: dict[str, dict[int, list[tuple[Any, Any]]]] = {}
         for name, column in self._columns.items():
             groups = result.setdefault(name, {})
-            for raw, data in _items(column.family):
-                groups.setdefault(key_group_of(raw), []).append((entry_of(raw), decode(data)))
+            entries: Iterable[tuple[bytes, bytes | None]] = _items(column.family)
+            if name in expiring:
+                entries = _unexpired(entries, now, expiring[name])
+            for raw, data in entries:
+                if data is not None:
+                    groups.setdefault(key_group_of(raw), []).append((entry_of(raw), decode(data)))
         return result
 
     def restore(self, snapshot: dict[str, Any], key_groups: range | None = None) -> None:
@@ -616,7 +644,23 @@ class RocksDBTimerQueue:
     def snapshot(self) -> list[tuple[int, Any, Any]]:
         """The timers in firing order (registration order among equal timestamps, which
         :meth:`restore` keeps by registering them in this order)."""
-        return [(decode_prefix(order, 0)[0], *decode(value)) for order, value in _items(self._order)]
+        return self.frozen()()
+
+    def frozen(self) -> Callable[[], list[tuple[int, Any, Any]]]:
+        """What reads the timers of now into :meth:`snapshot`'s list later, from any thread: a
+        RocksDB iterator, made now, which sees the column family as it is now (unlike rocksdict's
+        snapshots, whose iterators read the live database); it starts at ``_floor``, so making it
+        does not walk over the deletions of the timers popped."""
+        iterator = self._order.iter()
+        iterator.seek(self._floor)
+
+        def read() -> list[tuple[int, Any, Any]]:
+            timers = []
+            while iterator.valid():
+                timers.append((decode_prefix(iterator.key(), 0)[0], *decode(iterator.value())))
+                iterator.next()
+            return timers
+        return read
 
     def restore(self, timers: list[tuple[int, Any, Any]]) -> None:
         for timestamp, key, namespace in timers:

@@ -1,10 +1,11 @@
-"""State time-to-live on the heap backend, with the semantics of Flink's TTL state decorators.
+"""State time-to-live on both state backends, with the semantics of Flink's TTL state decorators.
 
 A state with an enabled :class:`~slipstream.datastream.state.StateTtlConfig` stores every
 user value with the processing time of its last access (:class:`TtlValue`): the value of a
 value, reducing or aggregating state, each element of a list state, each entry of a map
-state. The handles here wrap a plain heap handle (its ``_read``/``_write``/``_remove``, so
-copy-on-write during a checkpoint holds unchanged) and expire entries as Flink does:
+state. The handles here wrap a plain handle (the heap backend's handle classes, over a dict or,
+on RocksDB, a column family; through its ``_read``/``_write``/``_remove``, so copy-on-write
+during a checkpoint holds unchanged) and expire entries as Flink does:
 
 * an entry has expired once ``last access + ttl <= now``;
 * reading an expired entry removes it; it is returned that once only with
@@ -12,7 +13,8 @@ copy-on-write during a checkpoint holds unchanged) and expire entries as Flink d
 * writes stamp the entry with now; reads too with ``OnReadAndWrite``;
 * adding to a reducing or aggregating state whose value expired starts afresh;
 * incremental cleanup checks a few entries of the state at every access to it (and at every
-  new current key, with ``run_cleanup_for_every_record``), going round all of them;
+  new current key, with ``run_cleanup_for_every_record``), going round all of them (Flink
+  does this on the heap only; slipstream on RocksDB too, where no compaction filter runs);
 * full-snapshot cleanup leaves expired entries out of checkpoints (:func:`unexpired`).
 
 Timestamps are part of the stored values, so they survive a checkpoint and a restore at
@@ -21,7 +23,7 @@ another parallelism as the values do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from slipstream.datastream.state import (
@@ -72,27 +74,33 @@ class TtlPolicy:
         return item.last_access + self.ttl > now
 
 
+_PASS_END = object()
+"""The end of a cleanup pass's entries."""
+
+
 class IncrementalCleanup:
-    """Flink's heap incremental cleanup: a lazy pass over the state's entries, ``size`` entries
-    per call, removing what has expired; a pass takes the entry keys of the moment, so entries
-    added since wait for the next pass."""
+    """Flink's incremental cleanup: a lazy pass over the state's entries, ``size`` entries per
+    call, removing what has expired. ``entries`` starts a pass: on the heap the entry keys of the
+    moment (entries added since wait for the next pass); on RocksDB a walk of the column family a
+    page at a time, so a pass never holds every key in memory."""
 
     def __init__(self, state: _TtlState, size: int, entries: Callable[[], Iterable[Any]]) -> None:
         self._raw, self._policy, self._check = state._raw, state._policy, state._check
         self._size, self._entries = size, entries
-        self._pending: list[Any] = []
+        self._pending: Iterator[Any] = iter(())
 
     def run(self) -> None:
         """Check the next ``size`` entries; a pass ends early when the state has no more."""
         now, ttl, refilled = self._policy.now(), self._policy.ttl, False
         for _ in range(self._size):
-            if not self._pending:
+            entry = next(self._pending, _PASS_END)
+            if entry is _PASS_END:
                 if refilled:
                     return
-                self._pending, refilled = list(self._entries()), True
-                if not self._pending:
+                self._pending, refilled = iter(self._entries()), True
+                entry = next(self._pending, _PASS_END)
+                if entry is _PASS_END:
                     return
-            entry = self._pending.pop()
             stored = self._raw._peek(entry)
             if stored is None:
                 continue
@@ -339,8 +347,8 @@ _TTL_CLASSES: dict[str, type[_TtlState]] = {
 
 def ttl_state(descriptor: StateDescriptor[Any], raw: Any, policy: TtlPolicy,
               entries: Callable[[], Iterable[Any]]) -> tuple[_TtlState, IncrementalCleanup | None]:
-    """The TTL handle of ``descriptor`` over the heap handle ``raw``, and its incremental cleanup
-    (None when there is none); ``entries`` lists the state's entry keys of the moment."""
+    """The TTL handle of ``descriptor`` over the plain handle ``raw``, and its incremental cleanup
+    (None when there is none); ``entries`` starts a pass over the state's entry keys."""
     state, strategy = _TTL_CLASSES[descriptor.kind](raw, policy), policy.incremental
     if strategy is not None and strategy.get_cleanup_size() > 0:
         state._cleanup = IncrementalCleanup(state, strategy.get_cleanup_size(), entries)
