@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 run: $(BIN)/.installed
-	$(BIN)/python examples/bootstrap_then_stream.py
+	$(BIN)/python examples/bootstrap_then_stream.py --live 20000  # 5 s of live records, then the latency figures
 
 test: $(BIN)/.installed browser
 	$(BIN)/python -m pytest

@@ -18,6 +18,7 @@ after it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import random
@@ -79,15 +80,16 @@ def users_table() -> pl.DataFrame:
     )
 
 
-def live_transactions(count: int, rate: float, seed: int = 11) -> Iterator[dict[str, Any]]:
-    """Live transactions at ``rate`` per second, each stamped with its creation time.
+def live_transactions(count: int | None, rate: float, seed: int = 11) -> Iterator[dict[str, Any]]:
+    """``count`` live transactions (None: until the job is stopped) at ``rate`` per second, each
+    stamped with its creation time.
 
     While the job is still busy with the backlog, backpressure holds this producer back;
     it then resumes at the same steady rate rather than bursting to catch up.
     """
     rng = random.Random(seed)
     start = time.perf_counter()
-    for i in range(count):
+    for i in range(count) if count is not None else itertools.count():
         delay = start + i / rate - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
@@ -139,7 +141,8 @@ class Enrich(KeyedCoProcessFunction):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--history", type=int, default=2_000_000, help="historical transactions")
-    parser.add_argument("--live", type=int, default=20_000, help="live transactions")
+    parser.add_argument("--live", type=int, default=None,
+                        help="live transactions (default: until the job is stopped; `make run` streams 20,000)")
     parser.add_argument("--rate", type=float, default=4_000.0, help="live transactions per second")
     parser.add_argument("--runner", choices=["embedded", "spark"], default="embedded",
                         help="run on the embedded runtime, or as one Spark Structured Streaming query (local[2])")
