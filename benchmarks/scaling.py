@@ -9,7 +9,8 @@ Three jobs over ``--records`` numbers (from a number sequence source at the job'
 * window   numbers as event time -> tumbling event-time windows of 1,000 ms per key, summed (reduce).
 
 Each runs at parallelism = workers (one slot per worker), for each of ``--workers`` (default
-1,2,4). Per run it prints records/s by wall time, the CPU seconds of the driver and its workers
+1,2,4), and, for more than one worker, at the same parallelism in one process first, so what the
+parallelism costs (records hashed to their subtask) shows apart from what the processes add. Per run it prints records/s by wall time, the CPU seconds of the driver and its workers
 together (the machine may be shared: CPU time says what the work cost), and the speed-up over
 workers = 1. The plain loop does the keyed job's work in one Python loop over a dict, in the
 same run. On a machine with fewer cores than workers the speed-up is bounded by the cores:
@@ -98,9 +99,9 @@ def cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def measure(job: str, records: int, keys: int, workers: int) -> tuple[float, float]:
-    """Wall and CPU seconds of one run of ``job`` at ``workers`` workers (parallelism = workers)."""
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(workers)
+def measure(job: str, records: int, keys: int, workers: int, parallelism: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of ``job`` on ``workers`` workers at ``parallelism``."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
     env.configure(workers=workers, backlog_sorting=False, show_progress=False)
     JOBS[job](env, records, keys)
     wall, cpu = time.perf_counter(), cpu_seconds()
@@ -134,10 +135,12 @@ def main() -> None:
     for job in args.jobs.split(","):
         base = None
         for workers in counts:
-            wall, cpu = measure(job, args.records, args.keys, workers)
-            base = base or wall
-            print(f"{job:9s} workers={workers}: {args.records / wall:12,.0f} rec/s  wall {wall:6.2f} s  "
-                  f"cpu {cpu:6.2f} s  speed-up {base / wall:4.2f}x")
+            # one process at the same parallelism first: what the parallelism costs, apart from the processes
+            for in_process in ([1] if workers > 1 else []) + [workers]:
+                wall, cpu = measure(job, args.records, args.keys, in_process, workers)
+                base = base or wall
+                print(f"{job:9s} p={workers} workers={in_process}: {args.records / wall:12,.0f} rec/s  "
+                      f"wall {wall:6.2f} s  cpu {cpu:6.2f} s  speed-up {base / wall:4.2f}x")
 
 
 if __name__ == "__main__":

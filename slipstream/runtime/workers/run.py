@@ -40,7 +40,7 @@ from slipstream.runtime.job_graph import JobGraph
 from slipstream.runtime.latency import LatencyHistogram
 from slipstream.runtime.task import StreamTask
 from slipstream.runtime.workers.placement import Placement
-from slipstream.runtime.workers.wire import dumps
+from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
 from slipstream.runtime.workers.worker import WorkerJob, collect_sinks
 
 TURN_WAIT_S = 0.05
@@ -136,7 +136,7 @@ class WorkerRun:
         while not all(worker.ready for worker in self.workers):
             self.pump(TURN_WAIT_S)
         for worker in self.workers:
-            self.send(worker, ("start",))
+            self.send(worker, (ToWorker.START,))
 
     def run_turn(self) -> bool:
         """Take in what the workers reported (waiting a little for it); False once all finished."""
@@ -243,22 +243,22 @@ class WorkerRun:
     def _handle(self, worker: WorkerProcess, message: tuple[Any, ...]) -> None:
         worker.heard_at = time.monotonic()
         kind = message[0]
-        if kind == "status":
+        if kind is FromWorker.STATUS:
             worker.status = message[1]
             self._merge_metrics()
-        elif kind == "ack":
+        elif kind is FromWorker.ACK:
             coordinator = self._coordinator()
             coordinator.acknowledge(message[1], message[2], message[3])
-        elif kind == "decline":
+        elif kind is FromWorker.DECLINE:
             self._coordinator().decline(message[1], message[2])
-        elif kind == "collected":
+        elif kind is FromWorker.COLLECTED:
             self._sinks[message[1]].add_collected(message[2], message[3])
-        elif kind == "ready":
+        elif kind is FromWorker.READY:
             worker.ready = True
-        elif kind == "bye":
+        elif kind is FromWorker.BYE:
             worker.final_metrics = message[1]
             self._merge_metrics()
-        elif kind == "failed":
+        elif kind is FromWorker.FAILED:
             raise self._root_cause(worker) or self._killing_all(_failure(worker, message[1], message[2], message[3]))
         else:
             raise JobExecutionError(f"{worker} sent an unknown message {kind!r}")
@@ -292,7 +292,7 @@ class WorkerRun:
         try:
             for worker in self.workers:
                 if not worker.gone:
-                    self.send(worker, ("shutdown",))
+                    self.send(worker, (ToWorker.SHUTDOWN,))
             while any(worker.final_metrics is None for worker in self.workers) and time.monotonic() < deadline:
                 self.pump(TURN_WAIT_S)
         finally:
@@ -393,7 +393,7 @@ class WorkerTasks:
                 self.run.send(worker, message)
 
     def trigger(self, checkpoint_id: int, now: int) -> None:
-        self._send_all(("trigger", checkpoint_id, now))
+        self._send_all((ToWorker.TRIGGER, checkpoint_id, now))
 
     def deploy_ready(self) -> None:
         """Workers deploy their ready tasks themselves when a trigger arrives."""
@@ -412,10 +412,10 @@ class WorkerTasks:
         return any(worker.status.get("sources_in_backlog", False) for worker in self.run.workers)
 
     def notify_complete(self, checkpoint_id: int) -> None:
-        self._send_all(("complete", checkpoint_id))
+        self._send_all((ToWorker.COMPLETE, checkpoint_id))
 
     def abort(self, checkpoint_id: int) -> None:
-        self._send_all(("abort", checkpoint_id))
+        self._send_all((ToWorker.ABORT, checkpoint_id))
 
     def release(self) -> list[Any]:
         """The workers release their state when told the checkpoint completed or was aborted."""

@@ -10,6 +10,7 @@ fast); what it cannot write by reference — a class or function defined in the 
 from __future__ import annotations
 
 import copyreg
+import enum
 import io
 import pickle
 import struct
@@ -19,6 +20,29 @@ import cloudpickle
 import pyarrow as pa
 
 from slipstream.operators.elements import RecordBatch
+
+
+class ToWorker(enum.Enum):
+    """What the driver tells a worker on its control socket (the message's first item)."""
+
+    START = "start"  # every worker restored: run
+    SHUTDOWN = "shutdown"  # stop now (the run ended, failed or is interrupted)
+    TRIGGER = "trigger"  # (checkpoint id, time): snapshot your subtasks when their barriers come
+    COMPLETE = "complete"  # (checkpoint id): durable everywhere, commit
+    ABORT = "abort"  # (checkpoint id): given up
+
+
+class FromWorker(enum.Enum):
+    """What a worker tells the driver on its control socket (the message's first item)."""
+
+    READY = "ready"  # restored, waiting for START
+    STATUS = "status"  # (figures): the heartbeat
+    ACK = "ack"  # (task, checkpoint id, snapshots): a subtask's snapshot
+    DECLINE = "decline"  # (checkpoint id, reason): a checkpoint this worker cannot take
+    COLLECTED = "collected"  # (sink, records, committed): what a collect sink's copy here took
+    BYE = "bye"  # (metrics): every subtask here finished
+    FAILED = "failed"  # (pickled exception or None, its type, its text): the worker is going
+
 
 ELEMENT = b"E"
 ARROW = b"A"
@@ -82,5 +106,5 @@ def decode_credits(message: bytes) -> dict[int, int]:
     return credits
 
 
-__all__ = ["ARROW", "CREDIT", "ELEMENT", "decode_credits", "decode_element", "dumps", "encode_credits",
-           "encode_element"]
+__all__ = ["ARROW", "CREDIT", "ELEMENT", "FromWorker", "ToWorker", "decode_credits", "decode_element", "dumps",
+           "encode_credits", "encode_element"]

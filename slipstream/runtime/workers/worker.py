@@ -47,7 +47,7 @@ from slipstream.runtime.executor import JobRun
 from slipstream.runtime.job_graph import JobGraph
 from slipstream.runtime.workers.links import WorkerLinks
 from slipstream.runtime.workers.placement import Placement
-from slipstream.runtime.workers.wire import dumps
+from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
 
 
 @dataclass
@@ -94,14 +94,14 @@ class WorkerCheckpoints:
 
     def acknowledge(self, task: Any, checkpoint_id: int, snapshots: list[OperatorSnapshot]) -> None:
         self._kept.setdefault(checkpoint_id, []).extend(snapshots)
-        self._send(("ack", self._keys[task], checkpoint_id, [shipped(snap) for snap in snapshots]))
+        self._send((FromWorker.ACK, self._keys[task], checkpoint_id, [shipped(snap) for snap in snapshots]))
 
     def trigger(self, checkpoint_id: int, now: int) -> None:
         """Start checkpoint ``checkpoint_id`` here, unless FLIP-327 forbids one now: then decline it."""
         self.participants.deploy_ready()
         reason = self.participants.blocked_reason()
         if reason is not None:
-            self._send(("decline", checkpoint_id, reason))
+            self._send((FromWorker.DECLINE, checkpoint_id, reason))
         else:
             self.participants.trigger(checkpoint_id, now)
 
@@ -177,7 +177,7 @@ class Worker:
         if self.job.restore_path is not None:
             storage = CheckpointStorage(os.path.dirname(self.job.restore_path))
             self.run.restore(storage.read_verified(self.job.restore_path, job_fingerprint(self.job.graph)))
-        self.send(("ready",))
+        self.send((FromWorker.READY,))
         while not self._stopping and not self._started():
             self._report(False)  # the heartbeat, while other workers restore
             self.run.scheduler.idle_wait(self.run.clock.now_ms(), self._interval_s)
@@ -186,14 +186,14 @@ class Worker:
             self._loop()
         self.run.close()
         self._ship_collected()
-        self.send(("bye", self.run.result().metrics))
+        self.send((FromWorker.BYE, self.run.result().metrics))
 
     def _started(self) -> bool:
         while self._control_inbox:
             message = self._control_inbox.popleft()
-            if message[0] == "start":
+            if message[0] is ToWorker.START:
                 return True
-            self._stopping = message[0] == "shutdown"
+            self._stopping = message[0] is ToWorker.SHUTDOWN
         return False
 
     def _loop(self) -> None:
@@ -213,17 +213,17 @@ class Worker:
         while self._control_inbox:
             message = self._control_inbox.popleft()
             kind = message[0]
-            if kind == "shutdown":
+            if kind is ToWorker.SHUTDOWN:
                 self._stopping = True
                 return
             checkpoints = self.checkpoints
             assert checkpoints is not None  # only a checkpointing job is sent checkpoint messages
-            if kind == "trigger":
+            if kind is ToWorker.TRIGGER:
                 self.links.triggered = message[1]
                 checkpoints.trigger(message[1], message[2])
-            elif kind == "complete":
+            elif kind is ToWorker.COMPLETE:
                 checkpoints.complete(message[1])
-            elif kind == "abort":
+            elif kind is ToWorker.ABORT:
                 checkpoints.abort(message[1])
             else:
                 raise ValueError(f"worker {self.index}: unknown message from the driver: {kind!r}")
@@ -235,7 +235,7 @@ class Worker:
             records, committed = sink.take_collected()
             if records or committed != self._shipped_commits[index]:
                 self._shipped_commits[index] = committed
-                self.send(("collected", index, records, committed))
+                self.send((FromWorker.COLLECTED, index, records, committed))
 
     def _report(self, finished: bool) -> None:
         """The status (the heartbeat) when due; ``finished`` once, when every task here finished."""
@@ -247,7 +247,7 @@ class Worker:
             return
         self._status_at = now
         participants = self.participants
-        self.send(("status", {"finished": finished, "in_backlog": self.run.in_backlog(),
+        self.send((FromWorker.STATUS, {"finished": finished, "in_backlog": self.run.in_backlog(),
                               "blocked": participants.blocked_reason(),
                               "source_records": participants.source_records(),
                               "sources_in_backlog": participants.sources_in_backlog(),
@@ -273,7 +273,7 @@ def main() -> None:
             payload = None
         kind = (type(failure).__module__, type(failure).__qualname__)
         try:
-            control.send_bytes(dumps(("failed", payload, kind, str(failure))))
+            control.send_bytes(dumps((FromWorker.FAILED, payload, kind, str(failure))))
         except OSError:
             pass
         if worker is not None:
