@@ -13,7 +13,8 @@ Each runs at parallelism = workers (one slot per worker), for each of ``--worker
 parallelism costs (records hashed to their subtask) shows apart from what the processes add. Per run it prints records/s by wall time, the CPU seconds of the driver and its workers
 together (the machine may be shared: CPU time says what the work cost), and the speed-up over
 workers = 1. The plain loop does the keyed job's work in one Python loop over a dict, in the
-same run. On a machine with fewer cores than workers the speed-up is bounded by the cores:
+same run, alone and then in as many processes at once as workers: the work those do together,
+against one alone, is the speed-up this machine allows at all. On a machine with fewer cores than workers the speed-up is bounded by the cores:
 the figures for more workers are a projection of how the job partitions, not of a faster machine.
 
 Run: ``python benchmarks/scaling.py [--records N] [--keys K] [--workers 1,2,4] [--jobs keyed,co_group,window]``
@@ -23,6 +24,7 @@ Run: ``python benchmarks/scaling.py [--records N] [--keys K] [--workers 1,2,4] [
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import resource
 import time
 from collections.abc import Callable
@@ -122,6 +124,27 @@ def plain_loop(records: int, keys: int) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def _timed_loop(records: int, keys: int, start: Any, walls: Any) -> None:
+    """The plain loop in a process of its own, started with the others at ``start``."""
+    start.wait()
+    walls.put(plain_loop(records, keys)[0])
+
+
+def machine_ceiling(records: int, keys: int, processes: int) -> float:
+    """How much more plain-loop work ``processes`` processes do at once than one alone: the most any
+    runtime can gain from that many workers here (virtual cores may share a physical one)."""
+    one, _ = plain_loop(records, keys)
+    context = multiprocessing.get_context("spawn")
+    start, walls = context.Barrier(processes), context.Queue()
+    loops = [context.Process(target=_timed_loop, args=(records, keys, start, walls)) for _ in range(processes)]
+    for loop in loops:
+        loop.start()
+    slowest = max(walls.get() for _ in loops)  # each one's wall from the common start, not its start-up
+    for loop in loops:
+        loop.join()
+    return processes * one / slowest
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
@@ -132,6 +155,9 @@ def main() -> None:
     counts = [int(n) for n in args.workers.split(",")]
     wall, cpu = plain_loop(args.records, args.keys)
     print(f"plain loop (keyed work): {args.records / wall:12,.0f} rec/s  wall {wall:6.2f} s  cpu {cpu:6.2f} s")
+    for workers in counts[1:]:
+        ceiling = machine_ceiling(args.records, args.keys, workers)
+        print(f"plain loop in {workers} processes at once: {ceiling:4.2f}x the work of one (this machine's ceiling)")
     for job in args.jobs.split(","):
         base = None
         for workers in counts:
