@@ -84,7 +84,11 @@ class OperatorProgress:
 class BacklogProgress:
     """The backlog the sources still have to read: ``records_remaining`` is None when some backlog
     source cannot tell (then so are ``fraction`` and ``eta_seconds``). ``switched_after_seconds`` is
-    when (after the start) the last operator switched from its backlog to streaming."""
+    when (after the start) the last operator switched from its backlog to streaming.
+
+    The job runs on while a report is taken, so the counts read come first and what remains
+    after: their sum falls short of the whole backlog by what was read in between, never over it,
+    and ``fraction`` never goes back from one report to the next."""
 
     active: bool
     records_read: int

@@ -146,7 +146,7 @@ class ProgressSampler:
         read = sum(op.records_out for op in operators if op.is_source)
         rate = sum(op.records_out_per_second for op in operators if op.is_source)
         remote = run is not None and not run.task_metrics  # on worker processes: the readers are elsewhere
-        remaining = None if remote else _remaining(reading)
+        remaining = None if remote else _remaining(reading)  # after the counts: read + remaining <= total
         fraction = read / (read + remaining) if remaining is not None and read + remaining else None
         eta = remaining / rate if remaining is not None and rate > 0 else None
         active = run.in_backlog() if remote and run is not None else bool(reading) or sorting
