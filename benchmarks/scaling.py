@@ -17,6 +17,10 @@ same run, alone and then in as many processes at once as workers: the work those
 against one alone, is the speed-up this machine allows at all. On a machine with fewer cores than workers the speed-up is bounded by the cores:
 the figures for more workers are a projection of how the job partitions, not of a faster machine.
 
+A run on workers takes the spare processes the run before it left (:mod:`slipstream.runtime.workers.spares`);
+a pause before each lets them finish starting, as between a driver's jobs, and the time a driver's
+first run waits for fresh processes is printed apart.
+
 Run: ``python benchmarks/scaling.py [--records N] [--keys K] [--workers 1,2,4] [--jobs keyed,co_group,window]``
 (defaults are small, for a quick run; the figures in the README come from ``--records 2000000``).
 """
@@ -101,14 +105,28 @@ def cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def measure(job: str, records: int, keys: int, workers: int, parallelism: int) -> tuple[float, float]:
-    """Wall and CPU seconds of one run of ``job`` on ``workers`` workers at ``parallelism``."""
+def measure(job: str, records: int, keys: int, workers: int, parallelism: int) -> tuple[float, float, float]:
+    """Wall and CPU seconds of one run of ``job`` on ``workers`` workers at ``parallelism``, and the
+    seconds its workers took to be ready (0 in one process)."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
     env.configure(workers=workers, backlog_sorting=False, show_progress=False)
     JOBS[job](env, records, keys)
     wall, cpu = time.perf_counter(), cpu_seconds()
-    env.execute(f"scaling-{job}-{workers}")
-    return time.perf_counter() - wall, cpu_seconds() - cpu
+    result = env.execute(f"scaling-{job}-{workers}")
+    ready_ms = result.get_all_accumulator_results().get("job", {}).get("workers_ready_ms", 0.0)
+    return time.perf_counter() - wall, cpu_seconds() - cpu, ready_ms / 1000
+
+
+def start_up(workers: int) -> tuple[float, float]:
+    """Seconds until ``workers`` workers are ready: on fresh processes (a driver's first run), then on
+    the spares that run left (every later run, once they are up: the pause lets them start)."""
+    fresh = measure("keyed", 1, 1, workers, workers)[2]
+    time.sleep(SPARES_START_S)
+    return fresh, measure("keyed", 1, 1, workers, workers)[2]
+
+
+SPARES_START_S = 3.0
+"""A pause after a run, in which the spares it left start up (as between a driver's jobs)."""
 
 
 def plain_loop(records: int, keys: int) -> tuple[float, float]:
@@ -158,15 +176,22 @@ def main() -> None:
     for workers in counts[1:]:
         ceiling = machine_ceiling(args.records, args.keys, workers)
         print(f"plain loop in {workers} processes at once: {ceiling:4.2f}x the work of one (this machine's ceiling)")
+    for workers in counts[1:]:
+        fresh, spare = start_up(workers)
+        print(f"{workers} workers ready in {fresh:5.2f} s on fresh processes (a driver's first run), "
+              f"{spare:5.2f} s on the spares a run leaves")
     for job in args.jobs.split(","):
         base = None
         for workers in counts:
             # one process at the same parallelism first: what the parallelism costs, apart from the processes
             for in_process in ([1] if workers > 1 else []) + [workers]:
-                wall, cpu = measure(job, args.records, args.keys, in_process, workers)
+                if in_process > 1:
+                    time.sleep(SPARES_START_S)  # the spares of the last run are up, as between a driver's jobs
+                wall, cpu, ready = measure(job, args.records, args.keys, in_process, workers)
                 base = base or wall
                 print(f"{job:9s} p={workers} workers={in_process}: {args.records / wall:12,.0f} rec/s  "
-                      f"wall {wall:6.2f} s  cpu {cpu:6.2f} s  speed-up {base / wall:4.2f}x")
+                      f"wall {wall:6.2f} s  cpu {cpu:6.2f} s  speed-up {base / wall:4.2f}x"
+                      + (f"  (workers ready after {ready:4.2f} s)" if in_process > 1 else ""))
 
 
 if __name__ == "__main__":

@@ -79,8 +79,6 @@ def assign_to_key_group(key: Any, max_parallelism: int) -> int:
 
 
 _NUMBERS = frozenset({int, bool, float})
-_GOLDEN = pa.scalar(0x9E3779B97F4A7C15, pa.uint64())
-_HALF = pa.scalar(32, pa.uint64())
 
 
 def assign_to_key_groups(keys: list[Any], max_parallelism: int) -> list[int]:
@@ -90,7 +88,9 @@ def assign_to_key_groups(keys: list[Any], max_parallelism: int) -> list[int]:
     if not keys or not _NUMBERS.issuperset(map(type, keys)):
         return [stable_hash(key) % max_parallelism for key in keys]
     hashes = pa.array(list(map(hash, keys)), pa.int64()).view(pa.uint64())  # & _MASK64, as stable_hash
-    mixed = pc.shift_right(pc.multiply(pc.bit_wise_xor(hashes, pc.shift_right(hashes, _HALF)), _GOLDEN), _HALF)
+    # scalars made here, not at import: pyarrow imports pandas for its first scalar (0.13 s a process)
+    golden, half = pa.scalar(0x9E3779B97F4A7C15, pa.uint64()), pa.scalar(32, pa.uint64())
+    mixed = pc.shift_right(pc.multiply(pc.bit_wise_xor(hashes, pc.shift_right(hashes, half)), golden), half)
     count = pa.scalar(max_parallelism, pa.uint64())
     groups = pc.subtract(mixed, pc.multiply(pc.divide(mixed, count), count))  # mixed % count
     key_groups: list[int] = groups.to_pylist()

@@ -20,6 +20,10 @@ from slipstream.runtime.channels import Channel
 from slipstream.runtime.job_graph import StreamEdge
 from slipstream.runtime.key_groups import stable_hash
 
+_ROUTED_KEYS_KEPT = 1 << 16
+"""Keys whose subtask a hash edge's writer remembers; past them it starts again (hashing a key
+in Python costs ten times looking it up)."""
+
 
 def target_subtasks(partitioning: Partitioning, subtask_index: int, upstream_parallelism: int,
                     downstream_parallelism: int) -> list[int]:
@@ -49,6 +53,7 @@ class RecordWriter:
         self._rng = random.Random(seed * 1_000_003 + subtask_index)
         self._downstream_parallelism = edge.target.parallelism
         self._max_parallelism = edge.target.max_parallelism
+        self._targets: dict[Any, int] = {}  # key -> subtask, for the keys routed lately (hash edges)
         partitioning = edge.partitioning
         if partitioning in (Partitioning.FORWARD, Partitioning.GLOBAL) or (len(channels) == 1 and \
                 partitioning is not Partitioning.BROADCAST):
@@ -90,15 +95,18 @@ class RecordWriter:
         """Append each record to the buffer of its target channel; flush full buffers."""
         pending, pending_ts = self._pending, self._pending_ts
         timestamps = batch.timestamps
-        if timestamps is not None:
-            for target in targets:
-                if pending_ts[target] is None:
+        if timestamps is None and not any(pending_ts):
+            appends = [buffer.append for buffer in pending]
+            for value, target in zip(batch.values, targets):
+                appends[target](value)
+        else:
+            for target, buffer_ts in enumerate(pending_ts):  # timestamps from here on, None for those before
+                if buffer_ts is None:
                     pending_ts[target] = [None] * len(pending[target])
-        for index, (value, target) in enumerate(zip(batch.values, targets)):
-            pending[target].append(value)
-            buffer_ts = pending_ts[target]
-            if buffer_ts is not None:
-                buffer_ts.append(None if timestamps is None else timestamps[index])
+            stamps = timestamps if timestamps is not None else [None] * len(targets)
+            for value, stamp, target in zip(batch.values, stamps, targets):
+                pending[target].append(value)
+                pending_ts[target].append(stamp)  # type: ignore[union-attr]  # made a list above
         size = self.batch_size
         for target, buffer in enumerate(pending):
             if len(buffer) >= size:
@@ -107,15 +115,32 @@ class RecordWriter:
     def _emit_hash(self, batch: RecordBatch) -> None:
         selector = self.edge.key_selector
         assert selector is not None  # a hash edge has one
-        parallelism, max_parallelism = self._downstream_parallelism, self._max_parallelism
         try:
-            targets = [stable_hash(selector(value)) % max_parallelism * parallelism // max_parallelism
-                       for value in batch.values]
+            keys = list(map(selector, batch.values))
+            try:
+                targets = list(map(self._targets.__getitem__, keys))  # in C: the usual case, keys seen before
+            except KeyError:
+                targets = self._targets_of(keys)
         except SlipstreamError:
             raise
         except Exception as exc:
             raise self._key_error(batch, selector, exc) from exc
         self._route(batch, targets)
+
+    def _targets_of(self, keys: list[Any]) -> list[int]:
+        """The subtask of each key, hashing the keys not seen lately. Equal keys have equal stable
+        hashes (1, 1.0 and True too), so a dict of what keys were routed to answers for them."""
+        cache = self._targets
+        if len(cache) + len(keys) > _ROUTED_KEYS_KEPT:
+            cache.clear()
+        parallelism, max_parallelism = self._downstream_parallelism, self._max_parallelism
+        targets = []
+        for key in keys:
+            target = cache.get(key)
+            if target is None:
+                target = cache[key] = stable_hash(key) % max_parallelism * parallelism // max_parallelism
+            targets.append(target)
+        return targets
 
     def _key_error(self, batch: RecordBatch, selector: Any, cause: BaseException) -> UserFunctionError:
         """Find the record whose key failed, to name it (only on the error path)."""

@@ -1,14 +1,16 @@
 """The driver's side of a run on worker processes: the workers, their heartbeats, the coordinators.
 
-A :class:`WorkerRun` starts one process per worker (:mod:`slipstream.runtime.workers.worker`),
-each with a control socket to the driver and a socket to every other worker, and is driven by
+A :class:`WorkerRun` runs on one process per worker (:mod:`slipstream.runtime.workers.worker`;
+spares started ahead, :mod:`.spares`), each with a control socket to the driver and a socket to
+every other worker, and is driven by
 the driver like a :class:`~slipstream.runtime.executor.JobRun`: each turn takes in what the
 workers reported. The checkpoint coordinator stays in the driver; its participants are the
 workers' tasks (:class:`WorkerTasks`): a trigger goes to every worker, which snapshots where
 the state lives and ships it; the coordinator writes the checkpoint and says when it is
 complete. A worker that dies (its control socket closes), stays silent past the heartbeat
 timeout, or reports a failure (a ``MemoryError`` too) fails the run, and the driver's restart
-strategy takes over. However the run ends, every worker process is ended and reaped.
+strategy takes over. However the run ends, every worker process it ran on is ended and reaped
+(and as many spares started for the next run).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from typing import Any
 
 import cloudpickle
 
-import slipstream
 from slipstream.datastream.checkpoint_config import CheckpointingMode
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
 from slipstream.errors import InvalidProgramError, JobExecutionError, WorkerLostError
@@ -39,6 +40,7 @@ from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import JobGraph
 from slipstream.runtime.latency import LatencyHistogram
 from slipstream.runtime.task import StreamTask
+from slipstream.runtime.workers import spares
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
 from slipstream.runtime.workers.worker import WorkerJob, collect_sinks
@@ -72,16 +74,6 @@ class WorkerProcess:
         return f"worker {self.index} (pid {self.process.pid})"
 
 
-def _spawn(control_fd: int, peer_fds: dict[int, int]) -> subprocess.Popen[bytes]:
-    """A fresh interpreter running the worker's entry, with its sockets (never a fork of the driver:
-    see the worker; subprocess execs the interpreter in C right after its fork, no Python runs between)."""
-    env = dict(os.environ)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(slipstream.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    return subprocess.Popen([sys.executable, "-m", "slipstream.runtime.workers", str(control_fd)],
-                            pass_fds=[control_fd, *peer_fds.values()], env=env)
-
-
 class WorkerRun:
     """One run of a job on worker processes (see the module docstring)."""
 
@@ -103,6 +95,7 @@ class WorkerRun:
         self._timeout_s = options.heartbeat_timeout_ms / 1000
         self._wake_read, self._wake_write = os.pipe()
         self._started = 0.0
+        self._ready_ms: float | None = None  # from the start until every worker restored its subtasks
         self._closed = False
 
     # -- what the driver and recovery use --------------------------------------------------------
@@ -135,6 +128,7 @@ class WorkerRun:
         self._start_workers()
         while not all(worker.ready for worker in self.workers):
             self.pump(TURN_WAIT_S)
+        self._ready_ms = (time.perf_counter() - self._started) * 1000
         for worker in self.workers:
             self.send(worker, (ToWorker.START,))
 
@@ -152,8 +146,9 @@ class WorkerRun:
 
     # -- starting --------------------------------------------------------------------------------
     def _start_workers(self) -> None:
+        """Give each worker process (a spare, ready: :mod:`.spares`) its sockets to the others, the
+        driver's directory, environment and path as they are now, and the job."""
         count = self.placement.workers
-        controls = [socket.socketpair() for _ in range(count)]
         links = {(a, b): socket.socketpair() for a in range(count) for b in range(a + 1, count)}
         config = self.spec.checkpoint_config
         # listeners watch the job in the driver: the workers' copies would report to no one
@@ -163,21 +158,31 @@ class WorkerRun:
                                      config.is_checkpointing_enabled(),
                                      config.get_checkpointing_mode() is CheckpointingMode.EXACTLY_ONCE,
                                      self._restore_path))
+        taken = spares.take(count)
         try:
-            for index in range(count):
-                peer_fds = {b if a == index else a: pair[0 if a == index else 1].fileno()
-                            for (a, b), pair in links.items() if index in (a, b)}
-                process = _spawn(controls[index][1].fileno(), peer_fds)
-                control = Connection(os.dup(controls[index][0].fileno()))
-                worker = WorkerProcess(index, process, control)
+            for index, spare in enumerate(taken):
+                ends = {b if a == index else a: pair[0 if a == index else 1]
+                        for (a, b), pair in links.items() if index in (a, b)}
+                boot = pickle.dumps({"sys_path": list(sys.path), "cwd": os.getcwd(), "environ": dict(os.environ),
+                                     "peers": list(ends), "worker": index})
+                try:
+                    socket.send_fds(spare.control, [b"B"], [end.fileno() for end in ends.values()])
+                    sent = True
+                except OSError:
+                    sent = False
+                worker = WorkerProcess(index, spare.process, Connection(spare.control.detach()))
                 self.workers.append(worker)
-                control.send_bytes(pickle.dumps({"sys_path": list(sys.path), "peers": peer_fds,
-                                                 "worker": index}))
-                control.send_bytes(job)
+                if sent:
+                    self.send_bytes(worker, boot)
+                    self.send_bytes(worker, job)
+                else:
+                    raise self._lost(worker)
         finally:
-            for pair in [*controls, *links.values()]:
+            for pair in links.values():
                 for end in pair:
                     end.close()
+            for spare in taken[len(self.workers):]:  # the run failed before it gave them its job: they exit
+                spare.control.close()
 
     # -- messages --------------------------------------------------------------------------------
     def pump(self, timeout: float) -> None:
@@ -200,8 +205,11 @@ class WorkerRun:
 
     def send(self, worker: WorkerProcess, message: tuple[Any, ...]) -> None:
         """Send ``message`` to ``worker``; a worker whose socket broke has died (raised as lost)."""
+        self.send_bytes(worker, dumps(message))
+
+    def send_bytes(self, worker: WorkerProcess, data: bytes) -> None:
         try:
-            worker.control.send_bytes(dumps(message))
+            worker.control.send_bytes(data)
         except OSError:
             worker.gone = True
             raise self._lost(worker) from None
@@ -281,6 +289,8 @@ class WorkerRun:
         self.metrics.update(merged)
         if checkpoints is not None:
             self.metrics["checkpoints"] = checkpoints
+        if self._ready_ms is not None:
+            self.metrics.setdefault("job", {})["workers_ready_ms"] = self._ready_ms
 
     # -- ending ----------------------------------------------------------------------------------
     def close(self) -> None:
@@ -319,6 +329,7 @@ class WorkerRun:
             worker.control.close()
         os.close(self._wake_read)
         os.close(self._wake_write)
+        spares.replenish(len(self.workers))  # ready for the next run, or this one's restart
 
 
 def _pickled_job(job: WorkerJob) -> bytes:

@@ -1,11 +1,12 @@
 """A worker process: runs the subtasks of its slots, as the driver's coordinators direct.
 
-Started by :class:`~slipstream.runtime.workers.run.WorkerRun` as ``python -m
-slipstream.runtime.workers CONTROL_FD`` — a fresh interpreter, never a fork: the driver
-may already run polars' thread pool, a source's reader thread or a web server, and a fork
-copies their locks in whatever state they are (polars warns that it can deadlock). The driver
-sends, on the control socket, its ``sys.path`` and the sockets to the other workers, then the
-job (cloudpickled, so lambdas and closures of the driver's ``__main__`` come along).
+Started as ``python -m slipstream.runtime.workers CONTROL_FD`` (a spare, :mod:`.spares`) — a
+fresh interpreter, never a fork: the driver may already run polars' thread pool, a source's
+reader thread or a web server, and a fork copies their locks in whatever state they are (polars
+warns that it can deadlock). A run's :class:`~slipstream.runtime.workers.run.WorkerRun` sends,
+on the control socket, the sockets to the other workers, the driver's ``sys.path``, directory
+and environment, then the job (cloudpickled, so lambdas and closures of the driver's
+``__main__`` come along).
 
 The worker builds a :class:`~slipstream.runtime.executor.JobRun` of its subtasks, restores them
 from the checkpoint the driver names, and reports ready; once every worker is ready the driver
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
 import time
@@ -47,6 +49,7 @@ from slipstream.runtime.executor import JobRun
 from slipstream.runtime.job_graph import JobGraph
 from slipstream.runtime.workers.links import WorkerLinks
 from slipstream.runtime.workers.placement import Placement
+from slipstream.runtime.workers.spares import MAX_PEERS
 from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
 
 
@@ -255,12 +258,19 @@ class Worker:
 
 
 def main() -> None:
-    """The worker process's entry (see the module docstring)."""
+    """The worker process's entry (see the module docstring): a spare until a run gives it work."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the driver's to handle: it stops the workers
-    control = Connection(int(sys.argv[1]))
+    waiting = socket.socket(fileno=int(sys.argv[1]))
+    given, fds, _, _ = socket.recv_fds(waiting, 1, MAX_PEERS)  # a spare waits here, its imports done
+    if not given:  # the driver ended without a run for this spare
+        _exit(0)
+    control = Connection(waiting.detach())
     boot = pickle.loads(control.recv_bytes())
     sys.path[:] = boot["sys_path"]
-    peers = {peer: Connection(fd) for peer, fd in boot["peers"].items()}
+    os.chdir(boot["cwd"])
+    os.environ.clear()
+    os.environ.update(boot["environ"])
+    peers = {peer: Connection(fd) for peer, fd in zip(boot["peers"], fds, strict=True)}
     worker: Worker | None = None
     try:
         job: WorkerJob = cloudpickle.loads(control.recv_bytes())
