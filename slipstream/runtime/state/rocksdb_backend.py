@@ -305,7 +305,8 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         # rocksdict's stub calls a method)
         writes.disable_wal = True  # type: ignore[method-assign, assignment]
         self._db.set_write_options(writes)
-        self._finalizer = weakref.finalize(self, _dispose, self._db, self.directory)
+        self._families: list[Rdict] = []  # every column family's handle, closed before the database
+        self._finalizer = weakref.finalize(self, _dispose, self._db, self._families, self.directory)
         self._columns: dict[str, _Column] = {}
         self._cached = 0  # entries in the columns' caches
         # cached entries past which the next record writes them: within a memory budget, as many as
@@ -334,7 +335,9 @@ class RocksDBKeyedStateBackend(KeyedBackendBase):
         """A new column family, its write buffer sized to the memory budget's share now."""
         if self._memory is not None:
             self._memory.fit()
-        return self._db.create_column_family(name, _options(self._memory))
+        family = self._db.create_column_family(name, _options(self._memory))
+        self._families.append(family)
+        return family
 
     def _table_for(self, name: str) -> _Column:
         return self._column(name)
@@ -556,8 +559,14 @@ def _items(family: Rdict, from_key: bytes | None = None) -> Iterator[tuple[bytes
     return cast(Iterator[tuple[bytes, bytes]], iter(items))
 
 
-def _dispose(db: Rdict, directory: str) -> None:
+def _dispose(db: Rdict, families: list[Rdict], directory: str) -> None:
+    """Close the database, then remove its directory. Each column family's handle holds the
+    database open: closed after them, the database closes here, flushing its memtables while its
+    directory is there (else the last handle, collected later, flushes into a removed directory,
+    and RocksDB's error recovery waits a second before giving up)."""
     try:
+        for family in families:
+            family.close()
         db.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
