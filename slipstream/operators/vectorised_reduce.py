@@ -75,17 +75,17 @@ def final_values(frame: pl.DataFrame, key: str, field: str, kind: str) -> pl.Dat
     ordered = frame.sort([TS_COLUMN, SEQ_COLUMN], nulls_last=False) if stamped else frame
     records = [name for name in frame.columns if name not in (TS_COLUMN, RANK_COLUMN, *EXTRA_COLUMNS)]
     dtype = frame.schema[field]
+    extras = [pl.col(SEQ_COLUMN).min().alias(RANK_COLUMN)] + ([pl.col(TS_COLUMN).max()] if stamped else [])
     if kind == "sum" and dtype.is_float():
         folded = _rolling(ordered, key, field, kind).group_by(key).last().select(records)
+        final = folded.join(frame.group_by(key).agg(*extras), on=key)
     elif kind in ("sum", "min", "max"):
         value = pl.col(field).cast(pl.Int64).sum() if kind == "sum" else getattr(pl.col(field), kind)()
-        folded = narrowed(ordered.group_by(key).agg(
-            value, *[pl.col(name).first() for name in records if name not in (key, field)]), field, dtype)
+        final = narrowed(ordered.group_by(key).agg(
+            value, *[pl.col(name).first() for name in records if name not in (key, field)], *extras), field, dtype)
     else:
         pick = pl.col(field).arg_min() if kind == "min_by" else pl.col(field).arg_max()
-        folded = ordered.group_by(key).agg(pl.col(name).get(pick) for name in records if name != key)
-    extras = [pl.col(SEQ_COLUMN).min().alias(RANK_COLUMN)] + ([pl.col(TS_COLUMN).max()] if stamped else [])
-    final = folded.join(frame.group_by(key).agg(*extras), on=key)
+        final = ordered.group_by(key).agg(*[pl.col(name).get(pick) for name in records if name != key], *extras)
     return final.sort(RANK_COLUMN).select(records + [RANK_COLUMN] + ([TS_COLUMN] if stamped else []))
 
 
