@@ -17,9 +17,9 @@ same run, alone and then in as many processes at once as workers: the work those
 against one alone, is the speed-up this machine allows at all. On a machine with fewer cores than workers the speed-up is bounded by the cores:
 the figures for more workers are a projection of how the job partitions, not of a faster machine.
 
-A run on workers takes the spare processes the run before it left (:mod:`slipstream.runtime.workers.spares`);
-a pause before each lets them finish starting, as between a driver's jobs, and the time a driver's
-first run waits for fresh processes is printed apart.
+A run on workers takes the spare processes the run before it left (``configure(worker_spares=N)``,
+:mod:`slipstream.runtime.workers.spares`); a pause before each lets them finish starting, as
+between a driver's jobs, and the time a driver's first run waits for fresh processes is printed apart.
 
 Run: ``python benchmarks/scaling.py [--records N] [--keys K] [--workers 1,2,4] [--jobs keyed,co_group,window]``
 (defaults are small, for a quick run; the figures in the README come from ``--records 2000000``).
@@ -109,7 +109,8 @@ def measure(job: str, records: int, keys: int, workers: int, parallelism: int) -
     """Wall and CPU seconds of one run of ``job`` on ``workers`` workers at ``parallelism``, and the
     seconds its workers took to be ready (0 in one process)."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    env.configure(workers=workers, backlog_sorting=False, show_progress=False)
+    env.configure(workers=workers, worker_spares=workers if workers > 1 else 0, backlog_sorting=False,
+                  show_progress=False)
     JOBS[job](env, records, keys)
     wall, cpu = time.perf_counter(), cpu_seconds()
     result = env.execute(f"scaling-{job}-{workers}")

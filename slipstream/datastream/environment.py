@@ -123,8 +123,8 @@ class StreamExecutionEnvironment:
                   ui_port: int | None = None, metrics_port: int | None = None,
                   managed_memory: int | str | None = None, task_heap_memory: int | str | None = None,
                   network_memory: int | str | None = None, workers: int | None = None,
-                  heartbeat_interval_ms: int | None = None, heartbeat_timeout_ms: int | None = None
-                  ) -> StreamExecutionEnvironment:
+                  heartbeat_interval_ms: int | None = None, heartbeat_timeout_ms: int | None = None,
+                  worker_spares: int | None = None) -> StreamExecutionEnvironment:
         """Apply a PyFlink ``Configuration`` (Flink's keys, see
         :mod:`slipstream.datastream.pipeline_options`; other keys are kept and readable with
         :meth:`get_configuration`), and set the embedded runtime's knobs given by keyword (see
@@ -137,7 +137,9 @@ class StreamExecutionEnvironment:
         ``workers`` is how many worker processes run the job's subtasks (Flink's
         ``local.number-taskmanager``; 1, the default, runs everything in this process);
         ``heartbeat_interval_ms`` and ``heartbeat_timeout_ms`` are how often a worker reports and
-        how long its silence fails the job (Flink's ``heartbeat.interval`` and ``heartbeat.timeout``)."""
+        how long its silence fails the job (Flink's ``heartbeat.interval`` and ``heartbeat.timeout``);
+        ``worker_spares`` worker processes are started ahead when a run ends, for the next run or a
+        restart to take ready (0, the default: no worker process outlives its run)."""
         if configuration is not None:
             apply_configuration(self, configuration)
         options = self.runtime_options
@@ -165,6 +167,10 @@ class StreamExecutionEnvironment:
             if not isinstance(value, int) or isinstance(value, bool) or (name != "scheduler_seed" and value < 1):
                 raise InvalidProgramError(f"{name} must be a positive integer, got {value!r}")
             setattr(options, name, value)
+        if worker_spares is not None:
+            if not isinstance(worker_spares, int) or isinstance(worker_spares, bool) or worker_spares < 0:
+                raise InvalidProgramError(f"worker_spares must be a non-negative integer, got {worker_spares!r}")
+            options.worker_spares = worker_spares
         for name, value in (("ui_port", ui_port), ("metrics_port", metrics_port)):
             if value is not None:
                 if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:

@@ -90,6 +90,9 @@ class RuntimeOptions:
     workers: int = 1
     heartbeat_interval_ms: int = 100
     heartbeat_timeout_ms: int = 50_000
+    # worker processes started ahead when a run ends, their imports done, for the next run or a
+    # restart to take (slipstream.runtime.workers.spares); 0: every worker process ends with its run
+    worker_spares: int = 0
     # who runs the job: "embedded" (this process), "spark" (slipstream.spark_runner on the active
     # SparkSession), or a runner object with execute(spec, restore_from) and explain(spec)
     runner: Any = "embedded"

@@ -10,7 +10,7 @@ the state lives and ships it; the coordinator writes the checkpoint and says whe
 complete. A worker that dies (its control socket closes), stays silent past the heartbeat
 timeout, or reports a failure (a ``MemoryError`` too) fails the run, and the driver's restart
 strategy takes over. However the run ends, every worker process it ran on is ended and reaped
-(and as many spares started for the next run).
+(and ``worker_spares`` processes started ahead for the next run, when configured).
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ class WorkerRun:
             worker.control.close()
         os.close(self._wake_read)
         os.close(self._wake_write)
-        spares.replenish(len(self.workers))  # ready for the next run, or this one's restart
+        spares.replenish(self.spec.runtime_options.worker_spares)  # for the next run, or this one's restart
 
 
 def _pickled_job(job: WorkerJob) -> bytes:

@@ -1,9 +1,10 @@
 """Spare worker processes: fresh interpreters started ahead, their imports done, waiting for a run.
 
 A worker process spends most of its start importing slipstream and its libraries (0.3–0.5 s
-here, longer than a short job runs). So a run takes its processes from the spares the runs
-before it left, and when it ends leaves as many new spares: the next run — and the restart
-after a failure — starts on processes that are ready, as Flink's task managers outlive a job.
+here, longer than a short job runs). A run takes its processes from the spares the runs before
+it left, and with ``configure(worker_spares=N)`` leaves N new ones when it ends: the next run —
+and the restart after a failure — starts on processes that are ready, as a Flink session
+cluster's task managers outlive a job. By default (0) no worker process outlives its run.
 
 A spare holds no job and never ran one: it waits on its control socket for a run to send it
 its sockets to the other workers (passed with ``SCM_RIGHTS``), then the driver's working
@@ -70,7 +71,7 @@ def take(count: int) -> list[Spare]:
 
 
 def replenish(count: int) -> None:
-    """Start spares until there are ``count`` (a run ended that had as many workers)."""
+    """Start spares until there are ``count`` (a run ended that asked for as many)."""
     with _lock:
         missing = count - len(_spares)
         _spares.extend(start() for _ in range(missing))

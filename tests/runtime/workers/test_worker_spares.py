@@ -1,6 +1,6 @@
-"""Spare worker processes: a run leaves as many ready processes as it had workers, the next run
-takes them, each runs in the driver's directory and environment as they are when its run starts,
-and no spare outlives its driver."""
+"""Spare worker processes: by default no worker process outlives its run; with worker_spares a run
+leaves ready processes that the next run takes, each running in the driver's directory and
+environment as they are when its run starts, and no spare outlives its driver."""
 
 from __future__ import annotations
 
@@ -9,10 +9,18 @@ import subprocess
 import sys
 import time
 
+import pytest
 from worker_jobs import environment, worker_processes
 
-from slipstream.runtime.workers.spares import spare_pids
+from slipstream.runtime.workers.spares import spare_pids, stop_all
 from slipstream.testing import CollectingSink
+
+
+@pytest.fixture(autouse=True)
+def no_spares_left():
+    """The other tests count this process's worker processes: the spares started here end here."""
+    yield
+    stop_all()
 
 
 def where_it_ran(env, values: int = 64) -> CollectingSink:
@@ -24,12 +32,19 @@ def where_it_ran(env, values: int = 64) -> CollectingSink:
     return sink
 
 
+def test_by_default_no_worker_process_outlives_its_run():
+    env = environment(2, 2)
+    where_it_ran(env)
+    env.execute("default")
+    assert worker_processes() == [] and spare_pids() == []
+
+
 def test_a_run_leaves_spares_that_the_next_run_takes(tmp_path, monkeypatch):
-    first = environment(2, 2)
+    first = environment(2, 2).configure(worker_spares=2)
     where_it_ran(first)
     first.execute("first")
     waiting = spare_pids()
-    assert len(waiting) >= 2
+    assert len(waiting) == 2 and sorted(worker_processes()) == sorted(waiting)
     # the driver moves and changes its environment after the spares started: they follow it
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SLIPSTREAM_SPARE_TEST", "set after the spares started")
@@ -40,8 +55,8 @@ def test_a_run_leaves_spares_that_the_next_run_takes(tmp_path, monkeypatch):
     assert pids == set(waiting[:2])
     assert {(cwd, variable) for _, cwd, variable in sink.values} == \
         {(str(tmp_path), "set after the spares started")}
-    assert worker_processes() == []  # the processes that ran a job are gone; new spares wait
-    assert not pids & set(spare_pids())
+    # the processes that ran a job are gone; this run asked for no spares, so none were started
+    assert spare_pids() == [] and worker_processes() == []
 
 
 DRIVER = """
@@ -50,7 +65,7 @@ sys.path.insert(0, {tests!r})
 from worker_jobs import environment
 from slipstream.testing import CollectingSink
 
-env = environment(2, 2)
+env = environment(2, 2).configure(worker_spares=2)
 env.from_collection(list(range(100))).map(lambda x: x + 1).sink_to(CollectingSink())
 env.execute("one job")
 from slipstream.runtime.workers.spares import spare_pids

@@ -23,7 +23,6 @@ from slipstream.datastream.connectors.number_seq import NumberSequenceSource
 from slipstream.datastream.time import Time
 from slipstream.datastream.watermark_strategy import TimestampAssigner, WatermarkStrategy
 from slipstream.datastream.window import EndOfStreamWindows, TumblingEventTimeWindows
-from slipstream.runtime.workers.spares import spare_pids
 from slipstream.testing import CollectingSink, TestStream
 
 KEYS = 7
@@ -162,11 +161,9 @@ class Fault:
 
 
 def worker_processes(parent: int | None = None, marker: str | None = None) -> list[int]:
-    """The pids of worker processes that still exist (zombies too), from /proc, but for the spares
-    waiting for the next run: those this process started, or (``marker``) those whose environment
-    holds ``marker``, whoever their parent is now."""
+    """The pids of worker processes that still exist (zombies too), from /proc: those this process
+    started, or (``marker``) those whose environment holds ``marker``, whoever their parent is now."""
     parent = os.getpid() if parent is None and marker is None else parent
-    waiting = set(spare_pids())
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -181,6 +178,6 @@ def worker_processes(parent: int | None = None, marker: str | None = None) -> li
         except OSError:
             continue
         if b"slipstream.runtime.workers" in command and (parent is None or ppid == parent) \
-                and (marker is None or marker.encode() in variables) and int(entry) not in waiting:
+                and (marker is None or marker.encode() in variables):
             found.append(int(entry))
     return found
