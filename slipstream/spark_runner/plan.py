@@ -63,6 +63,7 @@ from slipstream.datastream.transformations import (
 )
 from slipstream.datastream.watermark_strategy import AscendingTimestampsWatermarks, BoundedOutOfOrdernessWatermarks
 from slipstream.errors import InvalidProgramError
+from slipstream.spark_runner.windows import EventTimeWindows, unsupported
 
 EVENT_TIME, PROCESSING_TIME, NO_TIME = "EventTime", "ProcessingTime", "None"  # transformWithState's time modes
 STATELESS = (MapTransformation, FlatMapTransformation, FilterTransformation, ProcessTransformation,
@@ -74,9 +75,6 @@ REFUSED: dict[type[Transformation], str] = {
     FeedbackTailTransformation: "a loop's feedback edge closes a cycle, and a Spark Structured Streaming query is "
                                 "acyclic",
     LoopExitTransformation: "it leaves a FLIP-15 loop, and a Spark Structured Streaming query is acyclic",
-    WindowTransformation: "windows run on the embedded runtime: Spark's own windows fire by its micro-batch "
-                          "watermark, not per record as Flink's triggers do, and a window as transformWithState "
-                          "is not built yet",
     CoGroupTransformation: "a windowed co_group or join in the stream runs on the embedded runtime (in a backlog "
                            "it runs on the Spark batch engine)",
     BroadcastProcessTransformation: "Spark has no broadcast input to a streaming stateful operator",
@@ -85,7 +83,7 @@ REFUSED: dict[type[Transformation], str] = {
 
 TRANSLATED = (SourceTransformation, SinkTransformation, PartitionTransformation, SideOutputTransformation,
               UnionTransformation, *STATELESS, KeyedProcessTransformation, ReduceTransformation,
-              CoProcessTransformation)
+              CoProcessTransformation, WindowTransformation)
 """The kinds the planner translates (some only in some forms, refused otherwise, naming why);
 every other kind is in :data:`REFUSED`."""
 
@@ -426,7 +424,11 @@ class Planner:
             return self.union(transformation, batch)  # Spark places records itself; see keyed()
         if isinstance(transformation, STATELESS):
             return self.stateless(transformation, batch)
-        if isinstance(transformation, (KeyedProcessTransformation, ReduceTransformation)) or \
+        if isinstance(transformation, WindowTransformation):
+            why = unsupported(transformation)
+            if why is not None:
+                raise refuse(transformation, why)
+        if isinstance(transformation, (KeyedProcessTransformation, ReduceTransformation, WindowTransformation)) or \
                 (isinstance(transformation, CoProcessTransformation) and transformation.kind == "keyed_process"):
             if batch:
                 raise refuse(transformation, "a keyed operator in a backlog that becomes another operator's "
@@ -555,11 +557,13 @@ class Planner:
         return chain
 
     def keyed(self, transformation: Transformation) -> KeyedNode:
-        if isinstance(transformation, ReduceTransformation):
+        window = isinstance(transformation, WindowTransformation)
+        if isinstance(transformation, (ReduceTransformation, WindowTransformation)):
             transformation = KeyedProcessTransformation(
                 id=transformation.id, name=transformation.name, inputs=transformation.inputs,
                 uid=transformation.uid, key_selectors=transformation.key_selectors,
-                function=RollingReduce(transformation.function))
+                function=EventTimeWindows(transformation) if isinstance(transformation, WindowTransformation)
+                else RollingReduce(transformation.function))
         bounded = [self.all_bounded(upstream) for upstream in transformation.inputs]
         initial = None
         if len(bounded) == 2 and bounded[0] != bounded[1]:
@@ -567,6 +571,9 @@ class Planner:
             initial = (index, self.keyed_input(transformation, index, batch=True))
         streams = [(index, self.keyed_input(transformation, index, batch=False))
                    for index in range(len(transformation.inputs)) if initial is None or index != initial[0]]
+        if window and not self.watermarked:
+            raise refuse(transformation, "its event-time windows need timestamps and watermarks assigned on the "
+                                         "way to it (assign_timestamps_and_watermarks or the source's strategy)")
         mode = EVENT_TIME if self.watermarked else PROCESSING_TIME if needs_processing_time(transformation) \
             else NO_TIME
         self.watermarked = False  # Spark's watermark reaches the first stateful operator after it

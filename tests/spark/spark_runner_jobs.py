@@ -25,8 +25,14 @@ from slipstream.datastream import (
 )
 from slipstream.datastream.connectors.file_system import FileSink, FileSource
 from slipstream.datastream.formats.base import Encoder, StreamFormat
-from slipstream.datastream.time import Duration
+from slipstream.datastream.functions import AggregateFunction
+from slipstream.datastream.time import Duration, Time
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
+from slipstream.datastream.window import (
+    ProcessWindowFunction,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+)
 
 KEYS = ["a", "b", "c", "d", "e"]
 BOUND_MS = 5
@@ -107,6 +113,47 @@ class SplitBig(ProcessFunction):
             yield event
 
 
+TUMBLE_MS, SLIDE_SIZE_MS, SLIDE_MS = 30, 60, 20
+
+
+class WindowFigures(ProcessWindowFunction):
+    """Each window's key, bounds, element count and amount total."""
+
+    def process(self, key: str, context: Any, elements: Any) -> Iterator[Any]:
+        window = context.window()
+        elements = list(elements)
+        yield key, window.start, window.end, len(elements), sum(e[2] for e in elements)
+
+
+class MeanAmount(AggregateFunction):
+    def create_accumulator(self) -> tuple[int, int]:
+        return 0, 0
+
+    def add(self, value: tuple[str, int, int], accumulator: tuple[int, int]) -> tuple[int, int]:
+        return accumulator[0] + value[2], accumulator[1] + 1
+
+    def get_result(self, accumulator: tuple[int, int]) -> float:
+        return accumulator[0] / accumulator[1]
+
+    def merge(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+        return a[0] + b[0], a[1] + b[1]
+
+
+class MeanPerWindow(ProcessWindowFunction):
+    """The aggregate's result with the key and the window's end."""
+
+    def process(self, key: str, context: Any, elements: Any) -> Iterator[Any]:
+        for mean in elements:
+            yield key, context.window().end, round(mean, 6)
+
+
+def windowed(events: Any) -> Any:
+    """The events with event time and watermarks (at most BOUND_MS out of order, so none is late), by key."""
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(BOUND_MS)) \
+        .with_timestamp_assigner(event_time)
+    return events.assign_timestamps_and_watermarks(strategy).key_by(key_of)
+
+
 def add_amounts(a: tuple[str, int, int], b: tuple[str, int, int]) -> tuple[str, int, int]:
     return a[0], max(a[1], b[1]), a[2] + b[2]
 
@@ -154,6 +201,16 @@ def build(env: StreamExecutionEnvironment, kind: str, input_dir: Path, output: A
         stream = events.key_by(key_of).reduce(add_amounts).name("totals").map(shown)
     elif kind == "sum":  # a built-in rolling aggregation
         stream = events.key_by(key_of).sum(2).name("sums").map(shown)
+    elif kind == "tumbling_reduce":
+        stream = windowed(events).window(TumblingEventTimeWindows.of(Time.milliseconds(TUMBLE_MS))) \
+            .reduce(add_amounts).name("window totals").map(shown)
+    elif kind == "sliding_process":
+        stream = windowed(events).window(SlidingEventTimeWindows.of(Time.milliseconds(SLIDE_SIZE_MS),
+                                                                    Time.milliseconds(SLIDE_MS))) \
+            .process(WindowFigures()).name("window figures").map(shown)
+    elif kind == "tumbling_aggregate":
+        stream = windowed(events).window(TumblingEventTimeWindows.of(Time.milliseconds(TUMBLE_MS))) \
+            .aggregate(MeanAmount(), MeanPerWindow()).name("window means").map(shown)
     elif kind == "side_output":
         stream = events.process(SplitBig()).name("split").get_side_output(BIG).map(shown)
     elif kind == "parquet":  # events as dicts into a Parquet FileSink
@@ -197,6 +254,24 @@ def oracle(kind: str, files: range, per_file: int = 40) -> list[str]:
             firsts.setdefault(e[0], e)
             sums[e[0]] += e[2]
             out.append(repr((e[0], firsts[e[0]][1], sums[e[0]])))
+    elif kind == "tumbling_reduce":
+        windows: dict[tuple[str, int], tuple[str, int, int]] = {}
+        for e in events:
+            slot = (e[0], e[1] - e[1] % TUMBLE_MS)
+            windows[slot] = e if slot not in windows else add_amounts(windows[slot], e)
+        out = [repr(total) for total in windows.values()]
+    elif kind == "sliding_process":
+        members: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for key, ts, amount in events:
+            for start in range(ts - ts % SLIDE_MS, ts - SLIDE_SIZE_MS, -SLIDE_MS):
+                members[(key, start)].append(amount)
+        out = [repr((key, start, start + SLIDE_SIZE_MS, len(amounts), sum(amounts)))
+               for (key, start), amounts in members.items()]
+    elif kind == "tumbling_aggregate":
+        amounts: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for key, ts, amount in events:
+            amounts[(key, ts - ts % TUMBLE_MS + TUMBLE_MS)].append(amount)
+        out = [repr((key, end, round(sum(values) / len(values), 6))) for (key, end), values in amounts.items()]
     else:
         out = [repr(e) for e in events if e[2] >= 40]
     return sorted(out)

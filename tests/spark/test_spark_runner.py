@@ -12,7 +12,7 @@ import spark_runner_jobs as jobs
 
 from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.time import Time
-from slipstream.datastream.window import TumblingEventTimeWindows
+from slipstream.datastream.window import EventTimeSessionWindows, TumblingEventTimeWindows
 from slipstream.errors import JobExecutionError
 from slipstream.spark_runner import SparkPlanningError, SparkRunner
 
@@ -35,7 +35,8 @@ def run_spark(spark: Any, kind: str, input_dir: Path, output: Path, location: Pa
     return jobs.spark_committed_lines(output)
 
 
-@pytest.mark.parametrize("kind", ["stateless", "keyed", "keyed_to_sink", "reduce", "sum", "side_output"])
+@pytest.mark.parametrize("kind", ["stateless", "keyed", "keyed_to_sink", "reduce", "sum", "side_output",
+                                  "tumbling_reduce", "sliding_process", "tumbling_aggregate"])
 def test_a_job_commits_what_the_embedded_runtime_commits(spark: Any, tmp_path: Path, kind: str) -> None:
     jobs.write_input(tmp_path / "in", FILES)
     expected = jobs.oracle(kind, FILES)
@@ -214,14 +215,24 @@ def refused(spark: Any, env: StreamExecutionEnvironment) -> str:
     return str(caught.value)
 
 
-def test_a_window_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> None:
+def test_a_session_window_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    jobs.windowed(jobs.source(env, tmp_path / "in").map(jobs.parse)) \
+        .window(EventTimeSessionWindows.with_gap(Time.milliseconds(10))).reduce(jobs.add_amounts).name("sessions") \
+        .sink_to(jobs.text_sink(tmp_path / "out"))
+    message = refused(spark, env)
+    assert "operator 'sessions'" in message and "session windows merge" in message
+
+
+def test_a_window_without_watermarks_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> None:
     jobs.write_input(tmp_path / "in", FILES)
     env = StreamExecutionEnvironment.get_execution_environment()
     jobs.source(env, tmp_path / "in").map(jobs.parse).key_by(jobs.key_of) \
         .window(TumblingEventTimeWindows.of(Time.milliseconds(10))).reduce(jobs.add_amounts).name("sums") \
         .sink_to(jobs.text_sink(tmp_path / "out"))
     message = refused(spark, env)
-    assert "operator 'sums'" in message and "windows run on the embedded runtime" in message
+    assert "operator 'sums'" in message and "need timestamps and watermarks" in message
 
 
 def test_a_loop_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> None:
