@@ -6,7 +6,8 @@ watermark passes its end plus that lateness. :class:`EventTimeWindows` does the 
 keyed process function's state and timers, which the Spark runner maps onto Spark's handle
 (:mod:`slipstream.spark_runner.keyed`): each open window's contents (the elements, the reduced
 value or the accumulator) in a map state by window start, an event-time timer at its end and one
-at its cleanup time. Results carry the window's ``max_timestamp()``, as on the embedded runtime.
+at its cleanup time. Results carry the window's ``max_timestamp()``, as on the embedded runtime
+(but for a firing caused by a late element, whose results carry that element's timestamp).
 
 Spark's watermark advances once per micro-batch, so windows fire at the end of the micro-batch
 that passed them; an element behind Spark's watermark is late by the same rule, so what is late
@@ -89,11 +90,12 @@ class EventTimeWindows(KeyedProcessFunction[Any, Any, Any]):
             late = False
             start = window.start
             self.windows.put(start, self._added(value, self.windows.get(start)))
-            timers.register_event_time_timer(window.max_timestamp())
             if self.lateness:
                 timers.register_event_time_timer(window.max_timestamp() + self.lateness)
             if window.max_timestamp() <= watermark:  # late within the lateness: fires again now
                 yield from self._fire(window, ctx)
+            else:
+                timers.register_event_time_timer(window.max_timestamp())
         if late and self.late_tag is not None:
             yield self.late_tag, value
 
