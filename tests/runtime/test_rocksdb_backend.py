@@ -239,3 +239,20 @@ def test_ttl_incremental_cleanup_walks_the_database_a_page_at_a_time(monkeypatch
     for key in range(10):  # 3 entries checked per new key: 30 entries in 10 records
         backend.set_current_key(("unseen", key))
     assert backend.snapshot() == {"v": {}}
+
+
+def test_a_disposed_backend_closes_every_column_family_before_its_directory_goes() -> None:
+    """Each column family's handle holds the database open: left open, the last one collected would
+    flush into the removed directory, and RocksDB's error recovery held the thread a second."""
+    backend = RocksDBKeyedStateBackend(8)
+    backend.set_current_key(1)
+    handles = states(backend, namespaced=False)
+    handles["value"].update(3)
+    handles["map"].put(1, 2)
+    families, directory = list(backend._families), backend.directory
+    assert len(families) >= 2
+    backend._finalizer()
+    assert not os.path.exists(directory)
+    for family in families:
+        with pytest.raises(Exception, match="closed"):
+            family.get(b"any key")
