@@ -12,8 +12,7 @@ import enum
 import zlib
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import numpy as np
 
 from slipstream.datastream.typeinfo import Row
 
@@ -79,6 +78,7 @@ def assign_to_key_group(key: Any, max_parallelism: int) -> int:
 
 
 _NUMBERS = frozenset({int, bool, float})
+_GOLDEN, _HALF = np.uint64(0x9E3779B97F4A7C15), np.uint64(32)
 
 
 def assign_to_key_groups(keys: list[Any], max_parallelism: int) -> list[int]:
@@ -87,13 +87,10 @@ def assign_to_key_groups(keys: list[Any], max_parallelism: int) -> list[int]:
     every key of its state, a million of them at 10^6 keys."""
     if not keys or not _NUMBERS.issuperset(map(type, keys)):
         return [stable_hash(key) % max_parallelism for key in keys]
-    hashes = pa.array(list(map(hash, keys)), pa.int64()).view(pa.uint64())  # & _MASK64, as stable_hash
-    # scalars made here, not at import: pyarrow imports pandas for its first scalar (0.13 s a process)
-    golden, half = pa.scalar(0x9E3779B97F4A7C15, pa.uint64()), pa.scalar(32, pa.uint64())
-    mixed = pc.shift_right(pc.multiply(pc.bit_wise_xor(hashes, pc.shift_right(hashes, half)), golden), half)
-    count = pa.scalar(max_parallelism, pa.uint64())
-    groups = pc.subtract(mixed, pc.multiply(pc.divide(mixed, count), count))  # mixed % count
-    key_groups: list[int] = groups.to_pylist()
+    # numpy's uint64 arithmetic wraps as stable_hash's & _MASK64 does (pyarrow's scalars would import pandas)
+    hashes = np.fromiter(map(hash, keys), np.int64, len(keys)).view(np.uint64)
+    mixed = ((hashes ^ (hashes >> _HALF)) * _GOLDEN) >> _HALF
+    key_groups: list[int] = (mixed % np.uint64(max_parallelism)).tolist()
     return key_groups
 
 

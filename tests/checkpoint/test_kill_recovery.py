@@ -95,7 +95,7 @@ def test_sigkill_while_checkpoints_are_written_in_the_background_gives_exactly_o
         rounds += 1
 
 
-@pytest.mark.parametrize("kind,n", [("windows", 80_000)])  # keyed state and timers, through several 40 ms checkpoints
+@pytest.mark.parametrize("kind,n", [("windows", 80_000)])  # keyed state and timers, through several checkpoints
 def test_sigkill_in_the_middle_of_writing_a_checkpoint_in_the_background_restores_the_one_before(tmp_path, kind, n):
     """The background writer is held inside an fsync of a checkpoint's files (with a checkpoint
     complete before it) and the job is killed there: the half-written checkpoint never counts, the
