@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from slipstream.spark_runner.plan import (
+    SHARED_VALUES,
     ChainNode,
     CoGroupBatchNode,
     FeedNode,
@@ -21,12 +22,24 @@ from slipstream.spark_runner.plan import (
 from slipstream.spark_runner.records import KEYED_DDL, RECORD_DDL
 
 STATE_SCHEMAS = {
-    "value": "value state, value binary (pickled)",
+    "value": "value state",
     "list": "list state, elements value binary (pickled)",
     "map": "map state, key binary -> value binary (pickled)",
-    "reducing": "value state holding the reduced value, value binary (pickled)",
-    "aggregating": "value state holding the accumulator, value binary (pickled)",
+    "reducing": "value state holding the reduced value",
+    "aggregating": "value state holding the accumulator",
 }
+SHARED = ("value", "reducing", "aggregating")  # kinds kept in one Spark value state unless they have a TTL
+
+
+def describe_state(descriptor: Any) -> str:
+    """One state descriptor as the Spark state it becomes."""
+    kind = getattr(descriptor, "kind", "")
+    ttl = getattr(descriptor, "ttl_config", None)
+    line = f"'{descriptor.name}': {STATE_SCHEMAS.get(kind, type(descriptor).__name__)}"
+    if kind in SHARED:
+        line += (", its own Spark value state, value binary (pickled)" if ttl else
+                 f", an entry of Spark value state '{SHARED_VALUES}' (value binary: a pickled dict by name)")
+    return line + (f", TTL {ttl.ttl_millis} ms" if ttl else "")
 
 
 def state_schema(node: KeyedNode) -> list[str]:
@@ -36,10 +49,7 @@ def state_schema(node: KeyedNode) -> list[str]:
         descriptors = state_descriptors(node.transformation)
     except Exception as exc:  # the plan is still shown: only its state names are unknown
         return [f"(named when the function opens: opening a copy failed with {type(exc).__name__}: {exc})"]
-    lines = [f"'{d.name}': {STATE_SCHEMAS.get(getattr(d, 'kind', ''), type(d).__name__)}"
-             + (f", TTL {d.ttl_config.ttl_millis} ms" if getattr(d, "ttl_config", None) else "")
-             for d in descriptors]
-    return lines or ["(no keyed state)"]
+    return [describe_state(d) for d in descriptors] or ["(no keyed state)"]
 
 
 def describe(node: Any) -> list[str]:

@@ -1,10 +1,11 @@
 """A ``KeyedProcessFunction`` as Spark's row-based ``StatefulProcessor`` (``transformWithState``).
 
-The function's state descriptors become state variables of Spark's handle, each holding
-pickled values: a ``ValueState`` one ``value binary``, a ``ListState`` a list of them, a
-``MapState`` a map from ``key binary`` to ``value binary``; ``ReducingState`` and
-``AggregatingState`` are a value state holding the reduced value or the accumulator; value
-states are read once per key and handler call and written back at its end. Timers
+The function's state descriptors become state variables of Spark's handle, holding pickled
+values: its ``ValueState``s, ``ReducingState``s (the reduced value) and ``AggregatingState``s
+(the accumulator) share one ``value binary`` state, a dict of their values by name, read once
+per key and handler call and written back at its end (each state-server call is a round trip
+to the JVM); one with a TTL has its own; a ``ListState`` is a list of ``value binary``, a
+``MapState`` a map from ``key binary`` to ``value binary``. Timers
 are the handle's timers, in the one time domain Spark gives the operator: event time when a
 watermark reaches it, else processing time (a timer of the other domain fails, naming the
 operator). Within a micro-batch a key's records are processed in the order they were read
@@ -40,7 +41,7 @@ from slipstream.datastream.state import (
 from slipstream.datastream.time import MIN_TIMESTAMP
 from slipstream.datastream.transformations import CoProcessTransformation, Transformation
 from slipstream.errors import SlipstreamError, UserFunctionError
-from slipstream.spark_runner.plan import EVENT_TIME, PROCESSING_TIME
+from slipstream.spark_runner.plan import EVENT_TIME, PROCESSING_TIME, SHARED_VALUES
 from slipstream.spark_runner.records import (
     ORDER,
     TIMESTAMP,
@@ -58,37 +59,58 @@ VALUE_SCHEMA, KEY_SCHEMA = "value binary", "key binary"
 TIMER_ORDER = b"\xff"  # a timer's outputs sort after every record's of the same batch
 
 
-class SparkValueState(ValueState[Any]):
-    """A Spark value state read once per key and call, and written back once at its end
-    (:meth:`flush`): one state-server call per key a micro-batch, not two per record."""
+class ValueRow:
+    """Value states of one operator held together in one Spark value state (a pickled dict of
+    their values by name), read once per key and call and written back once at its end
+    (:meth:`flush`): one state-server round trip each way per key a micro-batch, however many
+    value states the function has."""
 
     def __init__(self, state: Any) -> None:
         self._state = state
         self._loaded = self._dirty = False
-        self._value: Any = None
+        self._values: dict[str, Any] = {}
 
-    def value(self) -> Any:
+    def get(self, name: str) -> Any:
         if not self._loaded:
             found = self._state.get()  # None when unset
-            self._value = None if found is None else loads(found[0])
+            self._values = {} if found is None else loads(found[0])
             self._loaded = True
-        return self._value
+        return self._values.get(name)
 
-    def update(self, value: Any) -> None:
-        self._value, self._loaded, self._dirty = value, True, True
-
-    def clear(self) -> None:
-        self.update(None)
+    def set(self, name: str, value: Any) -> None:
+        self.get(name)
+        if value is None:
+            self._values.pop(name, None)
+        else:
+            self._values[name] = value
+        self._dirty = True
 
     def flush(self) -> None:
-        """Write what changed to Spark's state and forget the key's value (the next call may be another key's)."""
+        """Write what changed to Spark's state and forget the key's values (the next call may be another key's)."""
         if self._dirty:
-            if self._value is None:
-                self._state.clear()
+            if self._values:
+                self._state.update((dumps(self._values),))
             else:
-                self._state.update((dumps(self._value),))
+                self._state.clear()
         self._loaded = self._dirty = False
-        self._value = None
+        self._values = {}
+
+
+class SparkValueState(ValueState[Any]):
+    """One value state of a function: its entry in the operator's :class:`ValueRow`."""
+
+    def __init__(self, row: ValueRow, name: str) -> None:
+        self._row = row
+        self._name = name
+
+    def value(self) -> Any:
+        return self._row.get(self._name)
+
+    def update(self, value: Any) -> None:
+        self._row.set(self._name, value)
+
+    def clear(self) -> None:
+        self._row.set(self._name, None)
 
 
 class SparkListState(ListState[Any]):
@@ -202,7 +224,7 @@ class KeyedRuntimeContext(SparkRuntimeContext):
         super().__init__(name, parallelism, job_parameters)
         self._handle = handle
         self._time_mode = time_mode
-        self.value_states: list[SparkValueState] = []
+        self.value_rows: dict[str, ValueRow] = {}
 
     def _ttl(self, descriptor: StateDescriptor[Any]) -> int | None:
         config = descriptor.ttl_config
@@ -237,14 +259,19 @@ class KeyedRuntimeContext(SparkRuntimeContext):
         return SparkAggregatingState(self._value_variable(state_descriptor), state_descriptor.agg_function)
 
     def _value_variable(self, descriptor: StateDescriptor[Any]) -> SparkValueState:
-        state = SparkValueState(self._handle.getValueState(descriptor.name, VALUE_SCHEMA, self._ttl(descriptor)))
-        self.value_states.append(state)
-        return state
+        """A value state's entry in the operator's shared row, or in a row of its own when it has
+        a TTL (Spark expires a state variable as a whole)."""
+        ttl = self._ttl(descriptor)
+        name = SHARED_VALUES if ttl is None else descriptor.name
+        row = self.value_rows.get(name)
+        if row is None:
+            row = self.value_rows[name] = ValueRow(self._handle.getValueState(name, VALUE_SCHEMA, ttl))
+        return SparkValueState(row, descriptor.name)
 
     def flush(self) -> None:
         """The value states' changes for the key at hand, to Spark's state."""
-        for state in self.value_states:
-            state.flush()
+        for row in self.value_rows.values():
+            row.flush()
 
 
 class SparkTimerService(TimerService):

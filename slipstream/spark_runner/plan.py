@@ -66,6 +66,7 @@ from slipstream.errors import InvalidProgramError
 from slipstream.spark_runner.windows import EventTimeWindows, unsupported
 
 EVENT_TIME, PROCESSING_TIME, NO_TIME = "EventTime", "ProcessingTime", "None"  # transformWithState's time modes
+SHARED_VALUES = "slipstream.values"  # the Spark value state holding a keyed function's value states without a TTL
 STATELESS = (MapTransformation, FlatMapTransformation, FilterTransformation, ProcessTransformation,
              TimestampsAndWatermarksTransformation)
 
