@@ -78,24 +78,34 @@ class BootstrapBacklog:
         if not frames:
             return
         frame = pl.concat(frames, how="vertical_relaxed")
-        key = self.field if isinstance(self.field, str) else frame.columns[self.field]
         operator = self.operator
+        key = key_column(frame, self.field)
         state = operator.call_user(process_backlog, frame, what="process_backlog()")
-        if not isinstance(state, pl.DataFrame) or key not in state.columns:
-            raise SlipstreamError(f"operator '{operator.ctx.name}': process_backlog must return a polars DataFrame "
-                                  f"with the key column {key!r} and a column per ValueState, got {state!r}"[:400])
-        self._install(state, key, set(frame[key].to_list()))
-
-    def _install(self, state: pl.DataFrame, key: str, keys: set[Any]) -> None:
-        operator = self.operator
-        state_keys = state[key].to_list()
-        if len(set(state_keys)) != len(state_keys) or not keys.issuperset(state_keys):
-            stray = next((k for k in state_keys if k not in keys), None)
-            problem = f"state for key {stray!r}, which is not in its backlog" if stray is not None \
-                else "more than one row for a key"
-            raise SlipstreamError(f"operator '{operator.ctx.name}': process_backlog returned {problem}; it returns "
-                                  "one row per key of the frame it was given")
+        state_keys, columns = checked_state(state, key, frame[key].to_list(), operator.ctx.name)
         backend = operator.keyed_backend()
-        for name in state.columns:
-            if name != key:
-                backend.bulk_load(ValueStateDescriptor(name), state_keys, state[name].to_list())
+        for name, values in columns.items():
+            backend.bulk_load(ValueStateDescriptor(name), state_keys, values)
+
+
+def key_column(frame: pl.DataFrame, field: str | int) -> str:
+    """The name of the key's column in a backlog frame (a position names its ``f<n>`` column)."""
+    return field if isinstance(field, str) else frame.columns[field]
+
+
+def checked_state(state: Any, key: str, backlog_keys: list[Any], operator_name: str) -> tuple[
+        list[Any], dict[str, list[Any]]]:
+    """What ``process_backlog`` returned, checked (a polars DataFrame, one row per key of its backlog,
+    ``key`` among its columns): the keys, and each ``ValueState``'s values in their order."""
+    import polars as pl
+    if not isinstance(state, pl.DataFrame) or key not in state.columns:
+        raise SlipstreamError(f"operator '{operator_name}': process_backlog must return a polars DataFrame "
+                              f"with the key column {key!r} and a column per ValueState, got {state!r}"[:400])
+    keys = set(backlog_keys)
+    state_keys = state[key].to_list()
+    if len(set(state_keys)) != len(state_keys) or not keys.issuperset(state_keys):
+        stray = next((k for k in state_keys if k not in keys), None)
+        problem = f"state for key {stray!r}, which is not in its backlog" if stray is not None \
+            else "more than one row for a key"
+        raise SlipstreamError(f"operator '{operator_name}': process_backlog returned {problem}; it returns "
+                              "one row per key of the frame it was given")
+    return state_keys, {name: state[name].to_list() for name in state.columns if name != key}

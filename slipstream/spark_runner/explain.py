@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from slipstream.spark_runner.frames import BOOTSTRAP_DDL
 from slipstream.spark_runner.plan import (
+    READ_PRESENT,
     SHARED_VALUES,
+    SKIP_PRESENT,
+    BootstrapNode,
     ChainNode,
     CoGroupBatchNode,
     FeedNode,
@@ -55,10 +59,19 @@ def state_schema(node: KeyedNode) -> list[str]:
 def describe(node: Any) -> list[str]:
     """The lines of one plan node."""
     if isinstance(node, FileStreamNode):
+        if node.present_files == READ_PRESENT:
+            return [f"batch source '{node.transformation.name}': the files {node.directory} holds when the query "
+                    f"first starts (listed once, beside the checkpoint), read by {type(node.reader_format).__name__} "
+                    f"in the Python workers -> {RECORD_DDL}"]
         bounded = "bounded: the files present at start" if node.bounded else "watched for new files"
+        skipped = "; the files there when the query first started are skipped (a bootstrap's backlog)" \
+            if node.present_files == SKIP_PRESENT else ""
         return [f"source '{node.transformation.name}': Spark file stream source (binaryFile, recursive) over "
-                f"{node.directory}, {bounded}; each file read by {type(node.reader_format).__name__} in the "
-                f"Python workers (mapInArrow) -> {RECORD_DDL}"]
+                f"{node.directory}, {bounded}{skipped}; each file read by {type(node.reader_format).__name__} in "
+                f"the Python workers (mapInArrow) -> {RECORD_DDL}"]
+    if isinstance(node, BootstrapNode):
+        return [f"batch: the backlog above, repartitioned by key, in arrival order, through process_backlog of the "
+                f"KeyedStateBootstrapFunction per partition of keys (mapInArrow) -> {BOOTSTRAP_DDL}"]
     if isinstance(node, HybridNode):
         return [f"source '{node.transformation.name}': HybridSource as the union of the {len(node.parts)} file stream "
                 "sources above: the first micro-batch reads every file of the bounded parts, a key's records go "
@@ -96,6 +109,9 @@ def describe(node: Any) -> list[str]:
         if node.initial is not None:
             lines.append(f"    initial state: input {node.initial[0] + 1} (bounded), run as Spark batch above, its "
                          "records per key through the function before the stream")
+        if node.bootstrap is not None:
+            lines.append("    initial state: each key's value states from process_backlog above (Spark batch), "
+                         "installed before the stream's first record")
         return [*lines, *(f"    state {line}" for line in state_schema(node))]
     if isinstance(node, UnionNode):
         return [f"union: '{node.transformation.name}' of the {len(node.streams)} streams above"]

@@ -8,6 +8,8 @@ its result reaches the stream's stateful operator as Spark's initial state, neve
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Any
 
@@ -18,6 +20,8 @@ from slipstream.datastream.time import MAX_TIMESTAMP
 from slipstream.errors import SlipstreamError, UserFunctionError
 from slipstream.operators.batch_engine import KEY_COLUMN, run_co_group_vectorized
 from slipstream.spark_runner.plan import (
+    READ_PRESENT,
+    SKIP_PRESENT,
     ChainNode,
     CoGroupBatchNode,
     FeedNode,
@@ -42,9 +46,12 @@ from slipstream.spark_runner.records import (
     Chain,
     FileReading,
     Rows,
+    SparkRuntimeContext,
     detached,
+    dumps,
     end_of_input,
     file_order,
+    loads,
 )
 
 BUCKET = "__slipstream_bucket"
@@ -72,6 +79,29 @@ def write_end_of_input(checkpoint_location: str) -> None:
 def feed_directory(checkpoint_location: str, node: FeedNode) -> str:
     """Where the driver writes an unbounded IteratorSource's records for Spark to read."""
     return os.path.join(checkpoint_location, "feeds", str(node.transformation.id))
+
+
+def present_files(checkpoint_location: str, node: FileStreamNode) -> list[str]:
+    """The files ``node``'s directory held when its query first started (a bootstrap's backlog),
+    listed once and kept beside the query's checkpoint, so that a restarted query reads and skips
+    the same ones. Hidden files (a name starting with ``.`` or ``_``) are left out, as Spark does."""
+    directory = os.path.abspath(node.directory)
+    record = os.path.join(checkpoint_location, "backlog-files",
+                          hashlib.sha256(directory.encode()).hexdigest()[:16] + ".json")
+    if os.path.exists(record):
+        with open(record) as file:
+            listed: list[str] = json.load(file)
+        return listed
+    listed = sorted(os.path.join(root, name) for root, folders, names in os.walk(directory)
+                    for name in names if not name.startswith((".", "_"))
+                    and not any(part.startswith((".", "_")) for part in os.path.relpath(root, directory).split(os.sep)
+                                if part != "."))
+    os.makedirs(os.path.dirname(record), exist_ok=True)
+    hidden = record + ".tmp"
+    with open(hidden, "w") as file:
+        json.dump(listed, file)
+    os.replace(hidden, record)
+    return listed
 
 
 def union_all(frames: list[Any]) -> Any:
@@ -138,6 +168,66 @@ class CoGroupBucket:
         return pa.Table.from_batches([rows.batch()])
 
 
+BOOTSTRAP_DDL = "key binary, state binary"
+
+
+class NoKeyState:
+    """A state a bootstrap function's ``open`` asked for, in a worker running ``process_backlog``:
+    there is no current key there, so using it fails, naming the operator and the state."""
+
+    def __init__(self, operator: str, descriptor: Any) -> None:
+        self._where = f"operator '{operator}': state '{getattr(descriptor, 'name', descriptor)}'"
+
+    def __getattr__(self, name: str) -> Any:
+        raise SlipstreamError(f"{self._where} has no current key in process_backlog: it returns each key's "
+                              "state as a column of its result instead")
+
+
+class BacklogContext(SparkRuntimeContext):
+    """The runtime context of a bootstrap function opened to run ``process_backlog``."""
+
+    def _no_key(self, state_descriptor: Any) -> NoKeyState:
+        return NoKeyState(self._name, state_descriptor)
+
+    get_state = get_list_state = get_map_state = get_reducing_state = get_aggregating_state = _no_key
+
+
+class BootstrapKeys:
+    """One partition of keys of a bootstrap function's backlog in a Spark worker: its records as
+    one polars frame through ``process_backlog``; a row per key it returns, the key and its value
+    states (a pickled dict by name, nulls left out: they leave a state unset)."""
+
+    def __init__(self, transformation: Any, field: str | int, parallelism: int, job_parameters: dict[str, str]) -> None:
+        self.transformation = transformation
+        self.field = field
+        self.parallelism = parallelism
+        self.job_parameters = job_parameters
+
+    def __call__(self, batches: Any) -> Any:
+        from slipstream.operators.backlog_bootstrap import checked_state, frame_of, key_column
+        from slipstream.operators.elements import RecordBatch
+        values = [loads(data) for batch in batches for data in batch.column(VALUE).to_pylist()]
+        if not values:
+            return
+        name = self.transformation.name
+        frame = frame_of(RecordBatch(values))
+        key = key_column(frame, self.field)
+        function = self.transformation.function
+        function.open(BacklogContext(name, self.parallelism, self.job_parameters))
+        try:
+            state = function.process_backlog(frame)
+        except Exception as exc:
+            raise UserFunctionError(name, 0, 1, f"a frame of {frame.height} backlog records", exc,
+                                    uid=self.transformation.uid, what="process_backlog()'s") from exc
+        finally:
+            function.close()
+        keys, columns = checked_state(state, key, frame[key].to_list(), name)
+        states = [{column: values[row] for column, values in columns.items() if values[row] is not None}
+                  for row in range(len(keys))]
+        yield pa.RecordBatch.from_arrays([pa.array([dumps(k) for k in keys], pa.binary()),
+                                          pa.array([dumps(s) for s in states], pa.binary())], names=[KEY, "state"])
+
+
 class FrameBuilder:
     """Builds the DataFrame of each plan node on ``session`` (see the module docstring)."""
 
@@ -179,13 +269,26 @@ class FrameBuilder:
         end-of-input row joins them. Only a live part reads at most ``max_files_per_trigger``
         files per micro-batch: the first one reads every file of the parts before it."""
         parts = node.parts if isinstance(node, HybridNode) else [node]
-        frames = [self.files(part.directory, batch, limited=part is parts[-1]).mapInArrow(
-            Then(FileReading(part.reader_format, part.transformation.name, part.order_prefix), chain), schema)
-            for part in parts]
+        frames = [self.part_files(part, batch, limited=part is parts[-1]).mapInArrow(
+            Then(self.file_reading(part), chain), schema) for part in parts]
         if self.plan.end_of_input and not batch:
             marker = self.files(end_of_input_directory(self.checkpoint_location), batch)
             frames.append(marker.mapInArrow(Then(end_of_input, chain), schema))
         return union_all(frames)
+
+    def part_files(self, part: FileStreamNode, batch: bool, limited: bool) -> Any:
+        """The paths a file source's part reads: for a bootstrap's backlog (batch), the files its
+        directory held at start, else what Spark's file (stream) source finds."""
+        if part.present_files == READ_PRESENT:
+            listed = present_files(self.checkpoint_location, part)
+            return self.session.createDataFrame([(path,) for path in listed], "path string")
+        return self.files(part.directory, batch, limited)
+
+    def file_reading(self, part: FileStreamNode) -> FileReading:
+        """How a part's files are read in the workers; the stream after a bootstrap skips its backlog's."""
+        skip = frozenset(present_files(self.checkpoint_location, part)) if part.present_files == SKIP_PRESENT \
+            else frozenset()
+        return FileReading(part.reader_format, part.transformation.name, part.order_prefix, skip=skip)
 
     def files(self, directory: str, batch: bool, limited: bool = False) -> Any:
         """The paths of the files in ``directory``: Spark's file (stream) source, recursive;
@@ -254,7 +357,21 @@ class FrameBuilder:
             records = F.struct(F.col(VALUE).alias(VALUE), F.col(TIMESTAMP).alias(TIMESTAMP), F.col(ORDER).alias(ORDER))
             initial = self.records(chain, batch=True).filter(F.col(TAG).isNull()).groupBy(KEY) \
                 .agg(F.collect_list(records).alias("records")).withColumn(INPUT, F.lit(index)).groupBy(KEY)
+        if node.bootstrap is not None:
+            initial = self.bootstrap(node).groupBy(KEY)
         processor = KeyedFunctionProcessor(detached(node.transformation), node.time_mode, self.plan.parallelism,
-                                           self.plan.job_parameters, encoder)
+                                           self.plan.job_parameters, encoder, bootstrap=node.bootstrap is not None)
         return frame.groupBy(KEY).transformWithState(processor, RECORD_DDL if encoder is None else "value string",
                                                      "Append", node.time_mode, initialState=initial)
+
+    def bootstrap(self, node: KeyedNode) -> Any:
+        """A bootstrap function's backlog as a batch DataFrame of each key's state (``key``, ``state``):
+        its records partitioned by key, in arrival order, through ``process_backlog`` per partition."""
+        from pyspark.sql import functions as F
+        assert node.bootstrap is not None
+        records = self.records(node.bootstrap.history, batch=True).filter(F.col(TAG).isNull()) \
+            .select(VALUE, ORDER, KEY)
+        backlog = BootstrapKeys(detached(node.transformation), node.bootstrap.field, self.plan.parallelism,
+                                self.plan.job_parameters)
+        return records.repartition(self.plan.parallelism, KEY).sortWithinPartitions(ORDER) \
+            .mapInArrow(backlog, BOOTSTRAP_DDL)

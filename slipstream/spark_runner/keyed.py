@@ -224,7 +224,8 @@ class KeyedRuntimeContext(SparkRuntimeContext):
         super().__init__(name, parallelism, job_parameters)
         self._handle = handle
         self._time_mode = time_mode
-        self.value_rows: dict[str, ValueRow] = {}
+        self.value_rows: dict[str, ValueRow] = {}  # by Spark state name
+        self.rows_by_state: dict[str, ValueRow] = {}  # by the function's state name
 
     def _ttl(self, descriptor: StateDescriptor[Any]) -> int | None:
         config = descriptor.ttl_config
@@ -262,11 +263,21 @@ class KeyedRuntimeContext(SparkRuntimeContext):
         """A value state's entry in the operator's shared row, or in a row of its own when it has
         a TTL (Spark expires a state variable as a whole)."""
         ttl = self._ttl(descriptor)
-        name = SHARED_VALUES if ttl is None else descriptor.name
+        row = self.value_row(SHARED_VALUES if ttl is None else descriptor.name, ttl)
+        self.rows_by_state[descriptor.name] = row
+        return SparkValueState(row, descriptor.name)
+
+    def value_row(self, name: str, ttl: int | None) -> ValueRow:
+        """The row kept in Spark's value state ``name`` (made on first use: in ``init`` only)."""
         row = self.value_rows.get(name)
         if row is None:
             row = self.value_rows[name] = ValueRow(self._handle.getValueState(name, VALUE_SCHEMA, ttl))
-        return SparkValueState(row, descriptor.name)
+        return row
+
+    def install(self, states: dict[str, Any]) -> None:
+        """The key at hand's value states, by name (a bootstrap's initial state)."""
+        for name, value in states.items():
+            self.rows_by_state.get(name, self.value_rows[SHARED_VALUES]).set(name, value)
 
     def flush(self) -> None:
         """The value states' changes for the key at hand, to Spark's state."""
@@ -341,8 +352,9 @@ class KeyedFunctionProcessor(StatefulProcessor):
     a bounded input run before the stream, goes through the function's method for that input."""
 
     def __init__(self, transformation: Transformation, time_mode: str, parallelism: int,
-                 job_parameters: dict[str, str], encoder: Any = None) -> None:
+                 job_parameters: dict[str, str], encoder: Any = None, bootstrap: bool = False) -> None:
         self.encoder = encoder  # a row-format sink's: emit its lines of the main output, not records
+        self.bootstrap = bootstrap  # the initial state is each key's value states, from process_backlog
         self.transformation = transformation
         self.time_mode = time_mode
         self.parallelism = parallelism
@@ -358,6 +370,8 @@ class KeyedFunctionProcessor(StatefulProcessor):
         self.context = KeyedContext(self.timers)
         self.runtime_context = KeyedRuntimeContext(name, self.parallelism, self.job_parameters, handle, self.time_mode)
         self.function.open(self.runtime_context)
+        if self.bootstrap:  # process_backlog may return states open() did not ask for: they go to the shared row
+            self.runtime_context.value_row(SHARED_VALUES, None)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Row]:
         self._at(key, timerValues)
@@ -368,6 +382,10 @@ class KeyedFunctionProcessor(StatefulProcessor):
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: TimerValues) -> None:
         self._at(key, timerValues)
+        if self.bootstrap:
+            self.runtime_context.install(loads(initialState.state))
+            self.runtime_context.flush()
+            return
         for entry in sorted(initialState.records, key=lambda r: r[ORDER]):  # structs come as dicts
             outputs = self._process(initialState.input, entry[VALUE], entry[TIMESTAMP])
             if outputs:

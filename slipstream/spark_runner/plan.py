@@ -14,7 +14,9 @@ node of the Spark plan:
   its assigner, with Spark's delay one more than Flink's bound (Flink's watermark is the
   newest timestamp - bound - 1, Spark's the newest - delay);
 * ``key_by`` + ``KeyedProcessFunction`` (or a rolling ``reduce``) →
-  ``groupBy(key).transformWithState`` (see :mod:`.keyed`);
+  ``groupBy(key).transformWithState`` (see :mod:`.keyed`); a ``KeyedStateBootstrapFunction``'s
+  backlog (what the embedded runtime reads as backlog) → a Spark batch query through its
+  ``process_backlog``, whose rows are the operator's initial state (:class:`BootstrapNode`);
 * ``union`` of streams without a watermark → the union of their DataFrames;
 * the sink → Spark's file sink for a row-format ``FileSink`` (text) or a Parquet one with a
   schema (exactly-once: Spark's sink log commits each micro-batch's files with its
@@ -27,6 +29,7 @@ Anything else is refused here, naming the operator and why (:class:`SparkPlannin
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import os
 import re
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slipstream.attributes import Boundedness
+from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
 from slipstream.datastream.connectors.base import Sink
 from slipstream.datastream.connectors.file_system import FileSink, FileSource
 from slipstream.datastream.functions import KeyedProcessFunction
@@ -66,6 +70,7 @@ from slipstream.errors import InvalidProgramError
 from slipstream.spark_runner.windows import EventTimeWindows, unsupported
 
 EVENT_TIME, PROCESSING_TIME, NO_TIME = "EventTime", "ProcessingTime", "None"  # transformWithState's time modes
+READ_PRESENT, SKIP_PRESENT = "read", "skip"  # a directory's files at start: a bootstrap's backlog, not the stream's
 SHARED_VALUES = "slipstream.values"  # the Spark value state holding a keyed function's value states without a TTL
 STATELESS = (MapTransformation, FlatMapTransformation, FilterTransformation, ProcessTransformation,
              TimestampsAndWatermarksTransformation)
@@ -108,6 +113,7 @@ class FileStreamNode:
     reader_format: Any
     bounded: bool
     order_prefix: bytes = b""  # a HybridSource's part: its records sort before the next part's
+    present_files: str | None = None  # READ_PRESENT: only the files there at start; SKIP_PRESENT: all but those
 
 
 @dataclass
@@ -183,9 +189,27 @@ class KeyedNode:
     transformation: Transformation
     time_mode: str
     initial: tuple[int, ChainNode] | None = None
+    bootstrap: BootstrapNode | None = None
 
     def inputs(self) -> list[Any]:
-        return [node for _, node in self.streams] + ([self.initial[1]] if self.initial else [])
+        return [node for _, node in self.streams] + ([self.initial[1]] if self.initial else []) \
+            + ([self.bootstrap] if self.bootstrap else [])
+
+
+@dataclass
+class BootstrapNode:
+    """The backlog of a ``KeyedStateBootstrapFunction`` as one Spark batch query, whose rows (a key,
+    its value states) are the stream's initial state. Its backlog is what the embedded runtime
+    reads as backlog: every file of a HybridSource's earlier parts, and the files the last
+    directory holds when the query first starts (the stream skips those). ``history`` reads them
+    through the steps before the operator; per partition of keys, ``process_backlog`` gets them
+    as one polars frame, in arrival order."""
+
+    history: ChainNode
+    field: str | int
+
+    def inputs(self) -> list[Any]:
+        return [self.history]
 
 
 @dataclass
@@ -258,6 +282,24 @@ def walk(node: Any) -> list[Any]:
         found.extend(n for n in walk(upstream) if not any(n is seen for seen in found))
     found.append(node)
     return found
+
+
+def split_backlog(node: Any, transformation: Transformation) -> tuple[Any, Any]:
+    """Copies of the path from a keyed operator down to its file source: one reading the files that
+    are backlog (batch), one the rest (the stream); see :class:`BootstrapNode`."""
+    if isinstance(node, ChainNode):
+        history, live = split_backlog(node.input, transformation)
+        return dataclasses.replace(node, input=history), dataclasses.replace(node, input=live)
+    if isinstance(node, HybridNode):
+        *earlier, last = node.parts
+        return HybridNode(node.transformation, [*earlier, dataclasses.replace(last, present_files=READ_PRESENT)]), \
+            dataclasses.replace(last, present_files=SKIP_PRESENT)
+    if isinstance(node, FileStreamNode):
+        return dataclasses.replace(node, present_files=READ_PRESENT), \
+            dataclasses.replace(node, present_files=SKIP_PRESENT)
+    raise refuse(transformation, "a KeyedStateBootstrapFunction on Spark reads its backlog from FileSource "
+                                 "directories (or a HybridSource of them) through stateless steps; its input "
+                                 f"comes from {type(node).__name__}")
 
 
 class RollingReduce(KeyedProcessFunction[Any, Any, Any]):
@@ -575,10 +617,28 @@ class Planner:
         if window and not self.watermarked:
             raise refuse(transformation, "its event-time windows need timestamps and watermarks assigned on the "
                                          "way to it (assign_timestamps_and_watermarks or the source's strategy)")
+        bootstrap = None
+        if isinstance(getattr(transformation, "function", None), KeyedStateBootstrapFunction) \
+                and self.spec.runtime_options.backlog_sorting:
+            bootstrap, streams = self.bootstrap(transformation, streams)
         mode = EVENT_TIME if self.watermarked else PROCESSING_TIME if needs_processing_time(transformation) \
             else NO_TIME
         self.watermarked = False  # Spark's watermark reaches the first stateful operator after it
-        return KeyedNode(streams, transformation, mode, initial)
+        return KeyedNode(streams, transformation, mode, initial, bootstrap)
+
+    def bootstrap(self, transformation: Transformation, streams: list[tuple[int, ChainNode]]) -> tuple[
+            BootstrapNode, list[tuple[int, ChainNode]]]:
+        """A bootstrap function's backlog as a batch query, and its stream without that backlog."""
+        if self.watermarked:
+            raise refuse(transformation, "a KeyedStateBootstrapFunction after a watermark strategy is not mapped: "
+                                         "its backlog's event time would not reach the stream's watermark on Spark; "
+                                         "run it on the embedded runtime, or with backlog_sorting=False")
+        from slipstream.datastream.fields import FieldKey
+        (index, chain), = streams
+        selector = transformation.key_selectors[0]
+        assert isinstance(selector, FieldKey)  # KeyedStream.process checks it for a bootstrap function
+        history, live = split_backlog(chain, transformation)
+        return BootstrapNode(history, selector.field), [(index, live)]
 
     def all_bounded(self, transformation: Transformation) -> bool:
         """Whether every source ``transformation`` reads from is bounded."""

@@ -12,6 +12,7 @@ is added. These functions run in Spark's Python workers inside ``mapInArrow``.
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import struct
 from collections.abc import Callable, Iterator
@@ -307,11 +308,14 @@ class FileReading:
     source_name: str
     order_prefix: bytes = b""  # a HybridSource's part number: its records sort before the next part's
     batch_size: int = 4096
+    skip: frozenset[str] = frozenset()  # absolute paths of files another query reads (a bootstrap's backlog)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for uri in sorted(batch.column("path").to_pylist()):
-                yield from self.read_file(local_path(uri))
+                path = local_path(uri)
+                if os.path.abspath(path) not in self.skip:
+                    yield from self.read_file(path)
 
     def read_file(self, path: str) -> Iterator[pa.RecordBatch]:
         for part_index, part in enumerate(self.reader_format.split_file(path)):

@@ -23,6 +23,7 @@ from slipstream.datastream import (
     StreamExecutionEnvironment,
     ValueStateDescriptor,
 )
+from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
 from slipstream.datastream.connectors.file_system import FileSink, FileSource
 from slipstream.datastream.formats.base import Encoder, StreamFormat
 from slipstream.datastream.functions import AggregateFunction
@@ -421,3 +422,56 @@ def bootstrap_oracle() -> list[str]:
         out.append(repr((txn["txn"], txn["user_id"], len(mine), round(average, 6),
                          txn["amount"] > (100.0 + 10 * txn["user_id"]) / 4)))
     return sorted(out)
+
+
+# -- a KeyedStateBootstrapFunction: its backlog as Spark batch, each key's state Spark's initial state --
+class Totals(KeyedProcessFunction, KeyedStateBootstrapFunction):
+    """Per key a count and a total of the amounts: from the backlog in one polars query, then
+    record by record, each live record emitting ``key,count,total``."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+        self.total = runtime_context.get_state(ValueStateDescriptor("total"))
+
+    def process_backlog(self, frame: Any) -> Any:
+        import polars as pl
+        return frame.group_by("f0").agg(pl.len().alias("count"), pl.col("f2").sum().alias("total"))
+
+    def process_element(self, event: tuple[str, int, int], ctx: Any) -> Iterator[str]:
+        count, total = (self.count.value() or 0) + 1, (self.total.value() or 0) + event[2]
+        self.count.update(count)
+        self.total.update(total)
+        yield f"{event[0]},{count},{total}"
+
+
+def totals_job(env: StreamExecutionEnvironment, source: Any, output: Any) -> None:
+    """``source``'s lines (history, then live) into :class:`Totals`, keyed by the key's field."""
+    stream = env.from_source(source, None, "events").map(parse).name("parse").key_by(0) \
+        .process(Totals()).name("totals").uid("totals")
+    if callable(output):
+        stream.add_sink(output).name("collect")
+    else:
+        stream.sink_to(text_sink(output)).name("files")
+
+
+def totals_oracle(backlog_files: range, live_files: range) -> list[str]:
+    """What :func:`totals_job` emits: nothing for the backlog, a line per live record (sorted)."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for index in backlog_files:
+        for key, _, amount in map(parse, event_lines(index)):
+            counts[key][0] += 1
+            counts[key][1] += amount
+    out = []
+    for index in live_files:
+        for key, _, amount in map(parse, event_lines(index)):
+            counts[key][0] += 1
+            counts[key][1] += amount
+            out.append(f"{key},{counts[key][0]},{counts[key][1]}")
+    return sorted(out)
+
+
+class KeylessTotals(Totals):
+    """A bootstrap function whose ``process_backlog`` forgets the key column."""
+
+    def process_backlog(self, frame: Any) -> Any:
+        return super().process_backlog(frame).drop("f0")
