@@ -73,9 +73,11 @@ def describe(node: Any) -> list[str]:
         return [f"batch: the backlog above, repartitioned by key, in arrival order, through process_backlog of the "
                 f"KeyedStateBootstrapFunction per partition of keys (mapInArrow) -> {BOOTSTRAP_DDL}"]
     if isinstance(node, HybridNode):
-        return [f"source '{node.transformation.name}': HybridSource as the union of the {len(node.parts)} file stream "
-                "sources above: the first micro-batch reads every file of the bounded parts, a key's records go "
-                "through its operator part by part (history before the live directory)"]
+        parts = "sources above (the last an IteratorSource fed through files)" if isinstance(node.parts[-1], FeedNode) \
+            else "file stream sources above"
+        return [f"source '{node.transformation.name}': HybridSource as the union of the {len(node.parts)} {parts}"
+                ": the first micro-batch reads every file of the bounded parts, a key's records go through its "
+                "operator part by part (history before the live part)"]
     if isinstance(node, FeedNode):
         return [f"source '{node.transformation.name}': read by a thread of the driver into Arrow files beside the "
                 "checkpoint, which a Spark file stream source watches; a restart resumes the iteration after the "

@@ -22,18 +22,29 @@ from typing import Any
 
 import pyarrow as pa
 
-from slipstream.spark_runner.records import Rows, local_path
+from slipstream.spark_runner.records import ORDER, Rows, local_path
 
 PREFIX, SUFFIX = "feed-", ".arrow"
 _END = object()
 
 
-def read_feed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The records of the feed files Spark found (one path per row)."""
-    for batch in batches:
-        for uri in sorted(batch.column("path").to_pylist()):
-            with pa.memory_map(local_path(uri)) as file:
-                yield from pa.ipc.open_file(file).read_all().to_batches()
+class FeedReading:
+    """Reads the feed files Spark found (one path per row); a HybridSource's part number goes
+    first in each record's order, after the earlier parts' records."""
+
+    def __init__(self, order_prefix: bytes = b"") -> None:
+        self.order_prefix = order_prefix
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for uri in sorted(batch.column("path").to_pylist()):
+                with pa.memory_map(local_path(uri)) as file:
+                    for records in pa.ipc.open_file(file).read_all().to_batches():
+                        yield records if not self.order_prefix else self.prefixed(records)
+
+    def prefixed(self, records: pa.RecordBatch) -> pa.RecordBatch:
+        orders = [self.order_prefix + order for order in records.column(ORDER).to_pylist()]
+        return records.set_column(records.schema.get_field_index(ORDER), ORDER, pa.array(orders, pa.binary()))
 
 
 class FeedWriter:

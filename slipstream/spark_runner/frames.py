@@ -19,6 +19,7 @@ from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.time import MAX_TIMESTAMP
 from slipstream.errors import SlipstreamError, UserFunctionError
 from slipstream.operators.batch_engine import KEY_COLUMN, run_co_group_vectorized
+from slipstream.spark_runner.feed import FeedReading
 from slipstream.spark_runner.plan import (
     READ_PRESENT,
     SKIP_PRESENT,
@@ -243,9 +244,7 @@ class FrameBuilder:
         if isinstance(node, (FileStreamNode, HybridNode)):
             return self.file_records(node, batch)
         if isinstance(node, FeedNode):
-            from slipstream.spark_runner.feed import read_feed
-            return self.files(feed_directory(self.checkpoint_location, node), batch, limited=True) \
-                .mapInArrow(read_feed, RECORD_DDL)
+            return self.feed(node, batch).mapInArrow(FeedReading(node.order_prefix), RECORD_DDL)
         if isinstance(node, FrameSourceNode):
             return self.columns(node).mapInArrow(FrameRecords(node.transformation.name), RECORD_DDL)
         if isinstance(node, CoGroupBatchNode):
@@ -269,12 +268,18 @@ class FrameBuilder:
         end-of-input row joins them. Only a live part reads at most ``max_files_per_trigger``
         files per micro-batch: the first one reads every file of the parts before it."""
         parts = node.parts if isinstance(node, HybridNode) else [node]
-        frames = [self.part_files(part, batch, limited=part is parts[-1]).mapInArrow(
-            Then(self.file_reading(part), chain), schema) for part in parts]
+        frames = [self.feed(part, batch).mapInArrow(Then(FeedReading(part.order_prefix), chain), schema)
+                  if isinstance(part, FeedNode) else
+                  self.part_files(part, batch, limited=part is parts[-1]).mapInArrow(
+                      Then(self.file_reading(part), chain), schema) for part in parts]
         if self.plan.end_of_input and not batch:
             marker = self.files(end_of_input_directory(self.checkpoint_location), batch)
             frames.append(marker.mapInArrow(Then(end_of_input, chain), schema))
         return union_all(frames)
+
+    def feed(self, node: FeedNode, batch: bool) -> Any:
+        """The paths of the files the driver writes an unbounded IteratorSource's records into."""
+        return self.files(feed_directory(self.checkpoint_location, node), batch, limited=True)
 
     def part_files(self, part: FileStreamNode, batch: bool, limited: bool) -> Any:
         """The paths a file source's part reads: for a bootstrap's backlog (batch), the files its

@@ -118,13 +118,14 @@ class FileStreamNode:
 
 @dataclass
 class HybridNode:
-    """A ``HybridSource`` of ``FileSource`` directories (history, then the watched one) as the
-    union of their file stream sources: the query's first micro-batch reads every file of the
-    bounded parts, and each part's records carry its number first in their order, so a key's
-    history goes through its operator before its live records, as the embedded runtime reads them."""
+    """A ``HybridSource`` of ``FileSource`` directories (history, then the watched one, or an
+    unbounded ``IteratorSource`` last) as the union of their file stream sources: the query's
+    first micro-batch reads every file of the bounded parts, and each part's records carry its
+    number first in their order, so a key's history goes through its operator before its live
+    records, as the embedded runtime reads them."""
 
     transformation: SourceTransformation
-    parts: list[FileStreamNode]
+    parts: list[Any]  # FileStreamNode, the last one maybe a FeedNode
 
     def inputs(self) -> list[Any]:
         return list(self.parts)
@@ -137,6 +138,7 @@ class FeedNode:
 
     transformation: SourceTransformation
     source: Any
+    order_prefix: bytes = b""  # a HybridSource's last part: its records sort after the earlier parts'
 
 
 @dataclass
@@ -292,6 +294,8 @@ def split_backlog(node: Any, transformation: Transformation) -> tuple[Any, Any]:
         return dataclasses.replace(node, input=history), dataclasses.replace(node, input=live)
     if isinstance(node, HybridNode):
         *earlier, last = node.parts
+        if isinstance(last, FeedNode):  # an unbounded IteratorSource: none of its records are backlog
+            return HybridNode(node.transformation, earlier), last
         return HybridNode(node.transformation, [*earlier, dataclasses.replace(last, present_files=READ_PRESENT)]), \
             dataclasses.replace(last, present_files=SKIP_PRESENT)
     if isinstance(node, FileStreamNode):
@@ -517,12 +521,18 @@ class Planner:
                               source.get_boundedness() is Boundedness.BOUNDED, order_prefix)
 
     def hybrid(self, transformation: SourceTransformation, source: Any) -> HybridNode:
-        parts = []
+        from slipstream.datastream.connectors.iterator import IteratorSource
+        parts: list[Any] = []
         for number, part in enumerate(source.sources):
-            if not isinstance(part, FileSource):
+            last = number == len(source.sources) - 1
+            if last and isinstance(part, IteratorSource) and part.get_boundedness() is not Boundedness.BOUNDED:
+                parts.append(FeedNode(transformation, part, bytes([number])))
+            elif isinstance(part, FileSource):
+                parts.append(self.file_source(transformation, part, bytes([number])))
+            else:
                 raise refuse(transformation, f"part {number} of its HybridSource is {part.default_name()}: on Spark a "
-                                             "HybridSource maps to batch-then-stream over FileSource directories only")
-            parts.append(self.file_source(transformation, part, bytes([number])))
+                                             "HybridSource maps to batch-then-stream over FileSource directories, "
+                                             "the last part maybe an unbounded IteratorSource")
         return HybridNode(transformation, parts)
 
     def co_group(self, transformation: CoGroupTransformation) -> CoGroupBatchNode:

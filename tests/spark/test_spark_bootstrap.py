@@ -124,3 +124,36 @@ def test_a_process_backlog_result_without_the_key_fails_naming_the_operator(spar
                                                   available_now=True))
     assert "operator 'totals': process_backlog must return a polars DataFrame with the key column 'f0'" in str(
         caught.value)
+
+
+def live_lines() -> Any:
+    """The lines of input files 2-3, as an unbounded IteratorSource gives them."""
+    return iter([line for index in range(2, 4) for line in jobs.event_lines(index)])
+
+
+def history_then_iterator(history: Path) -> Any:
+    return HybridSource.builder(jobs.file_source(history)).add_source(IteratorSource(live_lines, bounded=False)).build()
+
+
+@pytest.mark.parametrize("sorting", [True, False])
+def test_history_files_then_an_unbounded_iterator_give_what_the_embedded_runtime_gives(
+        spark: Any, tmp_path: Path, sorting: bool) -> None:
+    history = tmp_path / "history"
+    jobs.write_input(history, range(2))
+    # sorted, the history is process_backlog's; streamed, each record goes through process_element
+    expected = jobs.totals_oracle(range(2), range(2, 4)) if sorting else jobs.totals_oracle(range(0), range(4))
+    embedded: list[str] = []
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False, backlog_sorting=sorting)
+    jobs.totals_job(env, history_then_iterator(history), embedded.append)
+    env.execute("history then iterator, embedded")
+    assert sorted(embedded) == expected
+
+    on_spark: list[str] = []
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(backlog_sorting=sorting)
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    jobs.totals_job(env, history_then_iterator(history), on_spark.append)
+    assert "the last an IteratorSource fed through files" in env.explain() or sorting
+    env.execute("history then iterator, on spark")
+    assert sorted(on_spark) == expected
