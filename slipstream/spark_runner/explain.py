@@ -70,7 +70,8 @@ def describe(node: Any) -> list[str]:
                 f"{node.directory}, {bounded}{skipped}; each file read by {type(node.reader_format).__name__} in "
                 f"the Python workers (mapInArrow) -> {RECORD_DDL}"]
     if isinstance(node, BootstrapNode):
-        return [f"batch: the backlog above, repartitioned by key, in arrival order, through process_backlog of the "
+        read = "its Parquet files read by Spark as columns (never records)" if node.columnar else "the backlog above"
+        return [f"batch: {read}, repartitioned by key, in arrival order, through process_backlog of the "
                 f"KeyedStateBootstrapFunction per partition of keys (mapInArrow) -> {BOOTSTRAP_DDL}"]
     if isinstance(node, HybridNode):
         parts = "sources above (the last an IteratorSource fed through files)" if isinstance(node.parts[-1], FeedNode) \

@@ -170,6 +170,7 @@ class CoGroupBucket:
 
 
 BOOTSTRAP_DDL = "key binary, state binary"
+ARRIVAL = ("__slipstream_part", "__slipstream_file", "__slipstream_row")  # a columnar backlog's arrival order
 
 
 class NoKeyState:
@@ -196,22 +197,33 @@ class BacklogContext(SparkRuntimeContext):
 class BootstrapKeys:
     """One partition of keys of a bootstrap function's backlog in a Spark worker: its records as
     one polars frame through ``process_backlog``; a row per key it returns, the key and its value
-    states (a pickled dict by name, nulls left out: they leave a state unset)."""
+    states (a pickled dict by name, nulls left out: they leave a state unset). ``columnar``: the
+    batches are the backlog's own columns (Parquet read by Spark), not pickled records."""
 
-    def __init__(self, transformation: Any, field: str | int, parallelism: int, job_parameters: dict[str, str]) -> None:
+    def __init__(self, transformation: Any, field: str | int, parallelism: int, job_parameters: dict[str, str],
+                 columnar: bool = False) -> None:
         self.transformation = transformation
         self.field = field
         self.parallelism = parallelism
         self.job_parameters = job_parameters
+        self.columnar = columnar
 
     def __call__(self, batches: Any) -> Any:
+        import polars as pl
+
         from slipstream.operators.backlog_bootstrap import checked_state, frame_of, key_column
         from slipstream.operators.elements import RecordBatch
-        values = [loads(data) for batch in batches for data in batch.column(VALUE).to_pylist()]
-        if not values:
-            return
+        if self.columnar:
+            tables = [batch for batch in batches if batch.num_rows]
+            if not tables:
+                return
+            frame = pl.concat([frame_of(RecordBatch(arrow=table)) for table in tables], how="vertical_relaxed")
+        else:
+            values = [loads(data) for batch in batches for data in batch.column(VALUE).to_pylist()]
+            if not values:
+                return
+            frame = frame_of(RecordBatch(values))
         name = self.transformation.name
-        frame = frame_of(RecordBatch(values))
         key = key_column(frame, self.field)
         function = self.transformation.function
         function.open(BacklogContext(name, self.parallelism, self.job_parameters))
@@ -371,12 +383,34 @@ class FrameBuilder:
 
     def bootstrap(self, node: KeyedNode) -> Any:
         """A bootstrap function's backlog as a batch DataFrame of each key's state (``key``, ``state``):
-        its records partitioned by key, in arrival order, through ``process_backlog`` per partition."""
+        its records partitioned by key, in arrival order, through ``process_backlog`` per partition.
+        Parquet files straight into the function (no step before it) stay columns all the way."""
         from pyspark.sql import functions as F
         assert node.bootstrap is not None
+        columns = self.parquet_backlog(node.bootstrap.history) if node.bootstrap.columnar else None
+        backlog = BootstrapKeys(detached(node.transformation), node.bootstrap.field, self.plan.parallelism,
+                                self.plan.job_parameters, columnar=columns is not None)
+        if columns is not None:
+            field = node.bootstrap.field
+            key = F.col(field) if isinstance(field, str) else F.col(columns.columns[field])
+            return columns.repartition(self.plan.parallelism, key).sortWithinPartitions(*ARRIVAL) \
+                .drop(*ARRIVAL).mapInArrow(backlog, BOOTSTRAP_DDL)
         records = self.records(node.bootstrap.history, batch=True).filter(F.col(TAG).isNull()) \
             .select(VALUE, ORDER, KEY)
-        backlog = BootstrapKeys(detached(node.transformation), node.bootstrap.field, self.plan.parallelism,
-                                self.plan.job_parameters)
         return records.repartition(self.plan.parallelism, KEY).sortWithinPartitions(ORDER) \
             .mapInArrow(backlog, BOOTSTRAP_DDL)
+
+    def parquet_backlog(self, history: ChainNode) -> Any:
+        """A columnar backlog's Parquet files read by Spark, with the arrival order's columns (part,
+        file, row); None when there is no file."""
+        from pyspark.sql import functions as F
+        parts = history.input.parts if isinstance(history.input, HybridNode) else [history.input]
+        frames = []
+        for number, part in enumerate(parts):
+            paths = present_files(self.checkpoint_location, part) if part.present_files == READ_PRESENT \
+                else [part.directory]
+            if paths:
+                frames.append(self.session.read.option("recursiveFileLookup", "true").parquet(*paths).select(
+                    "*", F.lit(number).alias(ARRIVAL[0]), F.col("_metadata.file_path").alias(ARRIVAL[1]),
+                    F.col("_metadata.row_index").alias(ARRIVAL[2])))
+        return union_all(frames) if frames else None

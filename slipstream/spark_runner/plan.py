@@ -213,6 +213,16 @@ class BootstrapNode:
     def inputs(self) -> list[Any]:
         return [self.history]
 
+    @property
+    def columnar(self) -> bool:
+        """Parquet files straight into the function (no step before it): Spark reads them as
+        columns, which reach ``process_backlog`` without becoming records."""
+        from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
+        history = self.history
+        parts = history.input.parts if isinstance(history.input, HybridNode) else [history.input]
+        return not history.steps and all(isinstance(part, FileStreamNode) and isinstance(
+            part.reader_format, ParquetColumnarRowInputFormat) for part in parts)
+
 
 @dataclass
 class UnionNode:

@@ -475,3 +475,52 @@ class KeylessTotals(Totals):
 
     def process_backlog(self, frame: Any) -> Any:
         return super().process_backlog(frame).drop("f0")
+
+
+# -- a KeyedStateBootstrapFunction over Parquet history: columns into process_backlog ---------------
+class LastAmounts(KeyedProcessFunction, KeyedStateBootstrapFunction):
+    """Per user the count and the last amount (which shows the backlog's arrival order), then per
+    live transaction ``user,count,last,amount``."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+        self.last = runtime_context.get_state(ValueStateDescriptor("last"))
+
+    def process_backlog(self, frame: Any) -> Any:
+        import polars as pl
+        return frame.group_by("user").agg(pl.len().alias("count"), pl.col("amount").last().alias("last"))
+
+    def process_element(self, txn: Any, ctx: Any) -> Iterator[str]:
+        count, last = (self.count.value() or 0) + 1, self.last.value()
+        self.count.update(count)
+        self.last.update(txn["amount"])
+        yield f"{txn['user']},{count},{last},{txn['amount']}"
+
+
+def parquet_history(directory: Path) -> list[dict[str, Any]]:
+    """Two Parquet files of several row groups each (users u0-u6); the rows in arrival order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = [{"user": f"u{(n * 5) % 7}", "amount": (n * 31) % 101} for n in range(400)]
+    for index, part in enumerate((rows[:250], rows[250:])):
+        pq.write_table(pa.Table.from_pylist(part), directory / f"part-{index}.parquet", row_group_size=64)
+    return rows
+
+
+def live_transactions() -> Iterator[dict[str, Any]]:
+    return iter([{"user": f"u{(n * 3) % 9}", "amount": n} for n in range(60)])
+
+
+def last_amounts_oracle(history: list[dict[str, Any]]) -> list[str]:
+    count: dict[str, int] = defaultdict(int)
+    last: dict[str, Any] = {}
+    for row in history:
+        count[row["user"]] += 1
+        last[row["user"]] = row["amount"]
+    out = []
+    for txn in live_transactions():
+        count[txn["user"]] += 1
+        out.append(f"{txn['user']},{count[txn['user']]},{last.get(txn['user'])},{txn['amount']}")
+        last[txn["user"]] = txn["amount"]
+    return sorted(out)

@@ -157,3 +157,25 @@ def test_history_files_then_an_unbounded_iterator_give_what_the_embedded_runtime
     assert "the last an IteratorSource fed through files" in env.explain() or sorting
     env.execute("history then iterator, on spark")
     assert sorted(on_spark) == expected
+
+
+def test_parquet_history_reaches_process_backlog_as_columns_in_arrival_order(spark: Any, tmp_path: Path) -> None:
+    from slipstream.datastream.connectors.file_system import FileSource
+    from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
+    history = jobs.parquet_history(tmp_path / "history")
+    expected = jobs.last_amounts_oracle(history)
+    got: dict[str, list[str]] = {"embedded": [], "spark": []}
+    for runner in got:
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.configure(show_progress=False)
+        if runner == "spark":
+            env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+        parquet = FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(), str(tmp_path / "history")).build()
+        source = HybridSource.builder(parquet).add_source(IteratorSource(jobs.live_transactions, bounded=False)).build()
+        env.from_source(source, None, "transactions").key_by("user").process(jobs.LastAmounts()).name("last") \
+            .add_sink(got[runner].append)
+        if runner == "spark":
+            assert "its Parquet files read by Spark as columns (never records)" in env.explain()
+        env.execute(f"parquet history, {runner}")
+    assert sorted(got["embedded"]) == expected
+    assert sorted(got["spark"]) == expected
