@@ -64,9 +64,12 @@ class RowKind(Enum):
 
 
 def _create_row(fields: list[str] | None, values: Sequence[Any], row_kind: RowKind) -> Row:
-    """Rebuild a row from its parts; the target of ``Row.__reduce__`` so rows pickle."""
-    row = Row(*values)
-    row._fields = None if fields is None else list(fields)
+    """Rebuild a row from its parts; the target of ``Row.__reduce__`` so rows pickle. Rows pickled
+    together keep sharing their list of names (pickle unpickles one list for them), as rows made
+    from one source do: a row's names are replaced, never changed in place."""
+    row = Row.__new__(Row)
+    row._fields = fields
+    row._values = list(values)
     row._row_kind = row_kind
     return row
 
