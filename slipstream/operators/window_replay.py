@@ -6,11 +6,17 @@ sliding), the default :class:`~slipstream.datastream.window.EventTimeTrigger`, n
 allowed lateness, and no windows pending from before the backlog — the backlog can instead
 be run a key at a time (:class:`~slipstream.operators.key_replay.KeyReplay`) with the key's
 open windows in a local dict: each record is added to its windows (appended, or folded with
-the reduce/aggregate function), and a window is evaluated once, with all its rows, when the
-watermark its record stream reached passes its end; what streaming would drop as late is
-dropped (or side-output) here too, since each record is judged at the watermark it arrived at.
-Windows still open when the backlog ends are installed in the operator's state with their
-timers, so streaming goes on from them.
+the reduce/aggregate function); what streaming would drop as late is dropped (or side-output)
+here too, since each record is judged at the watermark it arrived at. Once the key's records
+are in, its windows that end by the backlog's last watermark are evaluated in order of their
+ends, each once, with all its rows, at the watermark that fires it when streaming (the first
+held one at or after its end), its output filed before that watermark. No record can join a
+window after that watermark (it would be late), so evaluating them after the key's last
+record gives what firing them between its records gives: the window function sees the same
+windows, rows, watermarks and keyed state in the same order (only its calls and the
+reduce/aggregate function's calls for other windows interleave otherwise). Windows still open
+when the backlog ends are installed in the operator's state with their timers, so streaming
+goes on from them.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
-from slipstream.datastream.time import MAX_TIMESTAMP
+from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.window import (
     EventTimeTrigger,
     ProcessAllWindowFunction,
@@ -28,6 +34,7 @@ from slipstream.datastream.window import (
     TumblingEventTimeWindows,
 )
 from slipstream.errors import user_code
+from slipstream.operators.base import split_outputs
 from slipstream.operators.key_replay import KeyReplay
 
 if TYPE_CHECKING:
@@ -54,6 +61,7 @@ class _KeyWindows:
         self.kind = operator.kind
         self.function = operator.function
         evaluator = operator._evaluator()
+        self.evaluator = evaluator
         self._clears = isinstance(evaluator, (ProcessWindowFunction, ProcessAllWindowFunction))
         function = self.function
         if self.kind == "reduce":
@@ -65,36 +73,21 @@ class _KeyWindows:
         self.add = self._add_folded if self.kind in ("reduce", "aggregate") else self._add_row
         """``add(start, value)``: the record joins the window at ``start`` (appended, or folded into it)."""
         self.open: dict[int, Any] = {}
-        self.firing: Any = None
-        """The window being evaluated, which :attr:`guard` names when its function fails."""
-        self.guard = user_code(operator, lambda: self.firing,
+        self.firing = 0
+        """The start of the window being evaluated, which :attr:`guard` names when its function fails."""
+        self.guard = user_code(operator, lambda: self.window(self.firing),
                                what=lambda: f"key {operator.backend.get_current_key()!r}, window")
-        self.next_end = MAX_TIMESTAMP
-        """The least ``max_timestamp()`` of the open windows: nothing fires before it."""
-
-    def reset(self) -> None:
-        """The next key: no window open."""
-        self.open = {}
-        self.next_end = MAX_TIMESTAMP
 
     def _add_row(self, start: int, value: Any) -> None:
         rows = self.open.get(start)
         if rows is not None:
             rows.append(value)
-            return
-        self.open[start] = [value]
-        self._opened(start)
+        else:
+            self.open[start] = [value]
 
     def _add_folded(self, start: int, value: Any) -> None:
         current = self.open.get(start)
-        if current is not None:
-            self.open[start] = self._fold(value, current)
-            return
-        self.open[start] = self._first(value)
-        self._opened(start)
-
-    def _opened(self, start: int) -> None:
-        self.next_end = min(self.next_end, start + self.size - 1)
+        self.open[start] = self._first(value) if current is None else self._fold(value, current)
 
     def window(self, start: int) -> TimeWindow:
         """The window at ``start``."""
@@ -125,18 +118,18 @@ def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
     size, offset = assigner.size, assigner.offset
     slide = getattr(assigner, "slide", size)
     held = replay.held
+    outputs = replay.outputs
     windows = _KeyWindows(operator)
     add = windows.add
     value: Any = None
     with user_code(operator, lambda: value):
-        for _key, intervals, stamps, values in replay.runs():
-            windows.reset()
+        for key, intervals, stamps, values in replay.runs():
+            windows.open = {}
             level = -1
+            watermark = held[0]
             for index, value in enumerate(values):
                 if intervals[index] != level:
-                    if windows.next_end <= held[intervals[index]]:
-                        _fire_due(operator, replay, windows, level, intervals[index])
-                    level = replay.outputs.interval = intervals[index]
+                    level = outputs.interval = intervals[index]
                     watermark = held[level]
                 timestamp = stamps[index]
                 if timestamp is None:
@@ -152,41 +145,54 @@ def replay_windows(operator: WindowOperator, replay: KeyReplay) -> None:
                 elif timestamp <= watermark:  # type: ignore[operator]  # late in every window
                     operator._late(value, timestamp)
                     operator._flush()
-            _fire_due(operator, replay, windows, max(level, 0), replay.last)
+            _fire_due(operator, replay, windows, key)
             _install(operator, windows)
     replay.emit()
 
 
-def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows, level: int, interval: int) -> None:
-    """Evaluate the key's windows that end by watermark ``interval``, each at the watermark that
-    fires it, in order of their ends, and forget them."""
+def _fire_due(operator: WindowOperator, replay: KeyReplay, windows: _KeyWindows, key: Any) -> None:
+    """Evaluate the key's windows that end by the last held watermark in order of their ends, each
+    at the watermark that fires it and filed before that watermark, and forget them."""
     held = replay.held
-    if level < 0 or windows.next_end > held[interval]:
-        return
+    last = replay.last
     open_windows = windows.open
-    last_start = held[interval] - windows.size + 1  # the windows starting by it end by the watermark
-    if len(open_windows) == 1:
-        due = list(open_windows)  # the one window ends at next_end: it is due
-    else:
-        due = sorted(start for start in open_windows if start <= last_start)
+    last_start = held[last] - windows.size + 1  # the windows starting by it end by the last watermark
+    due = sorted(start for start in open_windows if start <= last_start)
+    if not due:
+        return
     outputs = replay.outputs
-    at = level + 1
-    fired_at = -1
-    guard = windows.guard
-    for start in due:
-        window = windows.firing = windows.window(start)
-        at = bisect_left(held, start + windows.size - 1, at, interval + 1)
-        if at != fired_at:
-            operator._flush()
-            fired_at = at
-            replay.set_watermark(held[at])
-            outputs.interval = at - 1  # fired by watermark `at`: before it goes downstream
-        with guard:
-            operator._evaluate(window, windows.inputs(open_windows.pop(start)))
-            windows.clear(window)
-    operator._flush()
-    windows.next_end = min(open_windows, default=MAX_TIMESTAMP - windows.size + 1) + windows.size - 1
-    outputs.interval = level
+    size = windows.size
+    call = operator._call_evaluator
+    inputs = windows.inputs
+    make_window = windows.evaluator is not None  # without a window function, nothing sees the window
+    clear = windows.clear if windows._clears else None
+    tag_type = OutputTag
+    at, fired_at = 1, 0
+    out_values: list[Any] = []
+    out_stamps: list[int | None] = []
+    with windows.guard:
+        for start in due:
+            end = start + size - 1  # the window's max_timestamp()
+            at = bisect_left(held, end, at, last + 1)
+            if at != fired_at:
+                if operator._side:
+                    operator._flush()  # the side outputs of the windows fired by the watermark before
+                fired_at = at
+                replay.set_watermark(held[at])
+                outputs.interval = at - 1  # fired by watermark `at`: before it goes downstream
+                out_values, out_stamps = outputs.timestamped_lists()
+            windows.firing = start
+            window = windows.window(start) if make_window else None
+            for out in call(key, window, inputs(open_windows.pop(start))) or ():  # type: ignore[arg-type]
+                if type(out) is tuple and len(out) == 2 and isinstance(out[0], tag_type):
+                    split_outputs([out], end, out_values, out_stamps, operator._side)
+                else:
+                    out_values.append(out)
+                    out_stamps.append(end)
+            if clear is not None:
+                clear(window)
+    if operator._side:
+        operator._flush()
 
 
 def _install(operator: WindowOperator, windows: _KeyWindows) -> None:

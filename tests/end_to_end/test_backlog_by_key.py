@@ -30,6 +30,7 @@ from slipstream.datastream import (
 )
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.functions import AggregateFunction
+from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
 from slipstream.datastream.window import (
     EventTimeSessionWindows,
@@ -246,6 +247,62 @@ def test_a_window_function_is_called_once_per_window_with_the_window_s_rows() ->
     WindowRows.calls = 0
     outputs, _ = run("sliding window", events, 1, 0, "always")
     assert WindowRows.calls == sum(outputs.values()) == sum(oracle("sliding window", events).values())
+
+
+
+class Arrived(ProcessFunction):
+    """Each record with its timestamp and the watermark it arrived after."""
+
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        yield value, ctx.timestamp(), ctx.timer_service().current_watermark()
+
+
+class WindowsSoFar(ProcessWindowFunction):
+    """Reads what a window function can see besides its rows: the watermark that fired it, the key's
+    global state (windows fired so far) and its per-window state; emits a side output too."""
+
+    tag = OutputTag("odd sums")
+
+    def open(self, runtime_context: Any) -> None:
+        self.fired = ValueStateDescriptor("fired")
+
+    def process(self, key: str, context: ProcessWindowFunction.Context, elements: list[Event]) -> Iterator[Any]:
+        fired = context.global_state().get_state(self.fired)
+        count = (fired.value() or 0) + 1
+        fired.update(count)
+        window = context.window()
+        total = sum(element[2] for element in elements)
+        if total % 2:
+            yield self.tag, (key, window.start, total)
+        yield key, window.start, window.end, total, count, context.current_watermark()
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "sliding"])
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_window_functions_see_the_watermark_state_and_side_outputs_of_streaming(kind: str, parallelism: int) -> None:
+    """Key by key, a key's windows are evaluated after its last record: each still at the watermark
+    that fires it when streaming, after the same windows of its key, its outputs (main and side) and
+    the late records reaching downstream between the same watermarks as when streaming."""
+    late = OutputTag("late")
+
+    def outputs(sorting: bool | str) -> tuple[Counter, Counter, Counter]:
+        env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+        env.configure(batch_size=5, backlog_sorting=sorting)
+        assigner = TumblingEventTimeWindows.of(PERIOD) if kind == "tumbling" else \
+            SlidingEventTimeWindows.of(PERIOD, SLIDE)
+        windowed = source(env, late_history(400, seed=11), 20).window(assigner).side_output_late_data(late) \
+            .process(WindowsSoFar())
+        main: list[Any] = []
+        odd: list[Any] = []
+        dropped: list[Any] = []
+        windowed.process(Arrived()).add_sink(main.append)
+        windowed.get_side_output(WindowsSoFar.tag).process(Arrived()).add_sink(odd.append)
+        windowed.get_side_output(late).process(Arrived()).add_sink(dropped.append)
+        env.execute()
+        return Counter(map(repr, main)), Counter(map(repr, odd)), Counter(map(repr, dropped))
+
+    sorted_outputs = outputs("always")
+    assert all(sorted_outputs) and sorted_outputs == outputs(False)
 
 
 # -- the planner's choice -------------------------------------------------------------------------------
