@@ -1,14 +1,16 @@
 """Bootstrap state from history, then enrich a live stream: the flagship job of `make run`.
 
-1. **Backlog.** About two million historical card transactions (a Parquet file this
-   script generates) are co-grouped with a reference table of users. The co_group runs
-   at end of input over ``EndOfStreamWindows`` with a vectorised function, so the whole
-   backlog is sorted batch work on polars (FLIP-327): one query builds every user's
-   profile (transaction count, average and largest amount, segment, credit limit).
-2. **The switch.** When the history is consumed, the profiles flow into keyed state.
-3. **Streaming.** Live transactions (a thread produces them at a steady rate) are
-   enriched record by record with their user's profile and scored; the script measures
-   each record's latency from creation to the sink.
+One stream of card transactions — about two million historical ones (Parquet files this
+script generates), then live ones (a thread produces them at a steady rate) — is keyed by
+user into one ``KeyedProcessFunction`` that is also a ``KeyedStateBootstrapFunction``:
+
+1. **Backlog.** The history is backlog (FLIP-327): instead of a call per historical record,
+   the function's ``process_backlog`` gets all of it as one polars DataFrame and returns
+   every user's profile (transaction count and average amount) in one query.
+2. **The switch.** The profiles are installed as the users' keyed state.
+3. **Streaming.** Each live transaction is enriched record by record with its user's profile
+   and the user's segment and credit limit (reference data the function loads when it
+   opens) and scored; the script measures each record's latency from creation to the sink.
 
 It prints the plan, how long the backlog took and on which engine, when the switch
 happened, and the latency percentiles (p50, p99, p99.9, max) of the records created
@@ -22,6 +24,7 @@ import itertools
 import math
 import os
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -30,18 +33,16 @@ from typing import Any, Iterator
 import polars as pl
 
 from slipstream.datastream import (
-    KeyedCoProcessFunction,
-    ListStateDescriptor,
+    KeyedProcessFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
     ValueStateDescriptor,
 )
-from slipstream.datastream.co_group import VectorizedCoGroupFunction
-from slipstream.datastream.connectors.arrow import ArrowSource
+from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
 from slipstream.datastream.connectors.file_system import FileSource
+from slipstream.datastream.connectors.hybrid import HybridSource
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
-from slipstream.datastream.window import EndOfStreamWindows
 
 USERS = 100_000
 SEGMENTS = ["student", "retail", "business", "premium"]
@@ -53,22 +54,27 @@ def uniform(rows: int, seed: int) -> pl.Expr:
 
 
 def write_history(directory: Path, rows: int) -> Path:
-    """Historical transactions as a Parquet file: user, merchant, amount, event time. The file is
-    the same for the same ``rows``, so it is written once and kept: a run resumed from a savepoint
-    (``slipstream run ... --restore latest``) finds the very file its source had read."""
-    path = directory / f"history-{rows}.parquet"
+    """Historical transactions as a directory of Parquet files: user, merchant, amount, event
+    time. They are the same for the same ``rows``, so they are written once and kept: a run
+    resumed from a savepoint (``slipstream run ... --restore latest``) finds the very files its
+    source had read."""
+    path = directory / f"history-{rows}"
     if path.exists():
         return path
-    directory.mkdir(parents=True, exist_ok=True)
     frame = pl.select(
         user_id=(uniform(rows, 1) * USERS).cast(pl.Int64),
         merchant_id=(uniform(rows, 2) * 5_000).cast(pl.Int64),
         amount=(-(1 - uniform(rows, 3)).log() * 60.0).round(2),
         ts=1_600_000_000_000 + pl.int_range(rows, dtype=pl.Int64) * 50,
     )
-    partial = directory / f".history-{rows}.{os.getpid()}.parquet"
-    frame.write_parquet(partial, row_group_size=262_144)
-    os.replace(partial, path)  # whole or absent, should another run look meanwhile
+    partial = directory / f".history-{rows}.{os.getpid()}"
+    partial.mkdir(parents=True)
+    for part, start in enumerate(range(0, rows, 1_048_576)):
+        frame.slice(start, 1_048_576).write_parquet(partial / f"part-{part:03d}.parquet", row_group_size=262_144)
+    try:
+        os.rename(partial, path)  # whole or absent, should another run look meanwhile
+    except OSError:  # another run wrote it first
+        shutil.rmtree(partial)
     return path
 
 
@@ -99,43 +105,28 @@ def live_transactions(count: int | None, rate: float, seed: int = 11) -> Iterato
                "created": time.perf_counter()}
 
 
-class UserProfiles(VectorizedCoGroupFunction):
-    """One polars query over the whole history: per-user statistics joined with the user table."""
-
-    def co_group(self, first: pl.DataFrame, second: pl.DataFrame) -> pl.DataFrame:
-        stats = first.group_by("user_id").agg(
-            pl.len().alias("txns"), pl.col("amount").mean().alias("avg_amount"),
-            pl.col("amount").max().alias("max_amount"))
-        return second.join(stats, on="user_id", how="left").with_columns(
-            pl.col("txns").fill_null(0), pl.col("avg_amount").fill_null(0.0), pl.col("max_amount").fill_null(0.0))
-
-
-class Enrich(KeyedCoProcessFunction):
-    """Live transactions (input 1) meet their user's profile (input 2) in keyed state."""
+class Enrich(KeyedProcessFunction, KeyedStateBootstrapFunction):
+    """Each user's profile from the history in one polars query, then each live transaction
+    enriched with it and scored."""
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.profile = runtime_context.get_state(ValueStateDescriptor("profile"))
-        self.waiting = runtime_context.get_list_state(ListStateDescriptor("waiting"))
+        self.txns = runtime_context.get_state(ValueStateDescriptor("txns"))
+        self.avg_amount = runtime_context.get_state(ValueStateDescriptor("avg_amount"))
+        users = users_table()  # reference data, the same for every key
+        self.segment = dict(zip(users["user_id"].to_list(), users["segment"].to_list()))
+        self.credit_limit = dict(zip(users["user_id"].to_list(), users["credit_limit"].to_list()))
 
-    def process_element1(self, txn: dict[str, Any], ctx: KeyedCoProcessFunction.Context):
-        profile = self.profile.value()
-        if profile is None:
-            self.waiting.add(txn)
-        else:
-            yield self.score(txn, profile)
+    def process_backlog(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """The history of many users at once: one row per user, a column per ValueState."""
+        return frame.group_by("user_id").agg(pl.len().alias("txns"), pl.col("amount").mean().alias("avg_amount"))
 
-    def process_element2(self, profile: Any, ctx: KeyedCoProcessFunction.Context):
-        self.profile.update(profile)
-        for txn in self.waiting.get():
-            yield self.score(txn, profile)
-        self.waiting.clear()
-
-    @staticmethod
-    def score(txn: dict[str, Any], profile: Any) -> dict[str, Any]:
-        unusual = txn["amount"] / max(profile.avg_amount, 1.0)
-        over_limit = txn["amount"] > profile.credit_limit / 10
-        return {**txn, "segment": profile.segment, "history_txns": profile.txns,
-                "unusual": round(unusual, 2), "alert": unusual > 8 or over_limit}
+    def process_element(self, txn: dict[str, Any], ctx: KeyedProcessFunction.Context):
+        user = txn["user_id"]
+        average = self.avg_amount.value() or 0.0
+        unusual = txn["amount"] / max(average, 1.0)
+        over_limit = txn["amount"] > self.credit_limit[user] / 10
+        yield {**txn, "segment": self.segment[user], "history_txns": self.txns.value() or 0,
+               "unusual": round(unusual, 2), "alert": unusual > 8 or over_limit}
 
 
 def main() -> None:
@@ -162,14 +153,10 @@ def main() -> None:
         # No checkpoint while the history is read and sorted: it would write the whole buffer.
         env.enable_checkpointing(30_000)
         env.get_checkpoint_config().set_checkpoint_interval_during_backlog(0)
-    history = env.from_source(
-        FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(batch_size=65_536),
-                                        str(history_path)).build(), None, "history")
-    users = env.from_source(ArrowSource(users_table()), None, "users")
-    profiles = history.co_group(users).where("user_id").equal_to("user_id") \
-        .window(EndOfStreamWindows.get()).apply(UserProfiles()).name("user profiles")
-    live = env.from_source(IteratorSource(lambda: live_transactions(args.live, args.rate), bounded=False),
-                           None, "live transactions")
+    history = FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(batch_size=65_536),
+                                              str(history_path)).build()
+    live = IteratorSource(lambda: live_transactions(args.live, args.rate), bounded=False)
+    transactions = env.from_source(HybridSource.builder(history).add_source(live).build(), None, "transactions")
     latencies: list[tuple[float, float]] = []
     alerts = []
 
@@ -179,8 +166,7 @@ def main() -> None:
         if record["alert"]:
             alerts.append(record)
 
-    live.connect(profiles).key_by(lambda txn: txn["user_id"], lambda profile: profile.user_id) \
-        .process(Enrich()).name("enrich").uid("enrich").add_sink(sink).name("scored")
+    transactions.key_by("user_id").process(Enrich()).name("enrich").uid("enrich").add_sink(sink).name("scored")
 
     print(env.explain())
     job_start = time.perf_counter()
@@ -190,15 +176,15 @@ def main() -> None:
     if args.runner == "spark":
         # On Spark the profiles are the first micro-batch's initial state: streaming starts after it.
         switched_ms = metrics["job"]["switched_ms"] or 0
-        print(f"\nbacklog: the co-group ran as a Spark batch query, its profiles Spark's initial state; "
-              f"{metrics['job']['batches']} micro-batches")
+        print(f"\nbacklog: the history ran as a Spark batch query through process_backlog, its profiles "
+              f"Spark's initial state; {metrics['job']['batches']} micro-batches")
     else:
-        backlog = metrics["user profiles"]
+        backlog = metrics["enrich"]
         # The job switched once the last profile was in keyed state (the runtime says when).
         switched_ms = metrics.get("job", {}).get("switched_ms", backlog["finished_ms"])
-        print(f"\nbacklog: {backlog['backlog_records']:,} records sorted and co-grouped on "
-              f"{backlog.get('batch_engine', 'no engine')} in {backlog['backlog_seconds']:.2f} s "
-              f"(batch work {backlog['switch_time']:.2f} s), {backlog['records_out']:,} user profiles")
+        print(f"\nbacklog: {backlog['backlog_records']:,} historical records into process_backlog as polars "
+              f"frames in {backlog['backlog_seconds']:.2f} s (its query and the profiles into keyed state "
+              f"{backlog['switch_time']:.2f} s)")
     switch = job_start + switched_ms / 1000
     streaming = sorted(latency for created, latency in latencies if created >= switch)
     print(f"switch to streaming at {switched_ms / 1000:.2f} s into the job (profiles in keyed state); "

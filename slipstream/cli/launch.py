@@ -13,6 +13,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -100,6 +101,7 @@ class RunContext:
 
     def execute(self, env: StreamExecutionEnvironment, job_name: str | None,
                 restore_from: str | None) -> JobExecutionResult:
+        listen_for_ctrl_c()
         client = env.execute_async(job_name, restore_from)
         if self.control is not None:
             self.control.started(env, client)
@@ -119,6 +121,14 @@ class RunContext:
 
     def submit(self, env: StreamExecutionEnvironment) -> None:
         """``execute_async`` and ``execute_and_collect`` run as the script drives them."""
+
+
+def listen_for_ctrl_c() -> None:
+    """Make Ctrl-C (SIGINT, what ``slipstream stop`` sends) raise KeyboardInterrupt here even when
+    this process was started with it ignored, as a shell starts a background job (``&``): else
+    nothing could stop the job with a savepoint."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def wait_for_result(client: JobClient) -> JobExecutionResult | None:

@@ -56,6 +56,8 @@ class BootstrapBacklog:
     def add(self, batch: RecordBatch) -> None:
         if len(batch):
             self.frames.append(frame_of(batch))
+            metrics = self.operator.ctx.metrics
+            metrics["backlog_records"] = metrics.get("backlog_records", 0) + len(batch)
 
     def snapshot(self) -> CheckpointFile | None:
         """The frames for a checkpoint taken while buffering: one Arrow IPC file (None: no frames)."""

@@ -363,6 +363,20 @@ def test_stop_takes_a_savepoint_prints_how_to_resume_and_the_resumed_run_continu
     assert set(lines) == {str(x) for x in range(1, len(lines) + 1)}  # and nothing skipped
 
 
+def test_stop_stops_a_run_started_with_ctrl_c_ignored_as_a_shell_starts_a_background_job(tmp_path):
+    started, out, chk = tmp_path / "started", tmp_path / "out", tmp_path / "chk"
+    job = write_job(tmp_path, SLOW_JOB)
+    background = subprocess.Popen(
+        [sys.executable, "-m", "slipstream", "run", job, "--checkpoint-dir", str(chk), "--", str(out), str(started)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # what `job &` in a script does
+    wait_for(started.exists, what="the job's first record")
+    stopped = slipstream("stop", str(chk), timeout=120)
+    assert stopped.returncode == 0 and "Savepoint written" in stopped.stdout, stopped.stderr
+    _, stderr = background.communicate(timeout=60)
+    assert background.returncode == 130 and "Traceback" not in stderr, stderr
+
+
 def test_stop_says_when_no_job_runs_there(tmp_path):
     stopped = slipstream("stop", str(tmp_path))
     assert stopped.returncode == 1

@@ -266,7 +266,7 @@ def test_a_job_with_two_sinks_is_refused(spark: Any, tmp_path: Path) -> None:
 
 
 def test_a_co_group_backlog_becomes_the_initial_state_of_the_stream(spark: Any, tmp_path: Path) -> None:
-    """The flagship's shape: a vectorised co_group of Parquet history and an Arrow table runs as
+    """Profiles from a reference table: a vectorised co_group of Parquet history and an Arrow table runs as
     Spark batch, its profiles the keyed co-process's initial state; live records come from an
     unbounded IteratorSource through the driver's feed files."""
     embedded: list[str] = []
