@@ -25,8 +25,9 @@ Spark rows it is the driver's share only). Outputs are compared: all three write
 streaming, per-record latency percentiles, alerts).
 
 Run: ``python benchmarks/spark_runner.py [--files 40 --per-file 5000] [--repeat 3] [--skip-flagship]``; the
-defaults are small. The flagship on Spark installs its 100,000 user profiles as initial state,
-one state call per key through Spark's Python state server, whatever ``--history`` is.
+defaults are small. The flagship on Spark runs its history as a Spark batch query through
+``process_backlog`` and installs a profile per user of the history as initial state (one
+state call per key through Spark's Python state server).
 """
 
 from __future__ import annotations
