@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import array
 import heapq
+import itertools
 import math
 import os
 import pickle
@@ -67,9 +68,11 @@ from enum import Enum
 from operator import itemgetter
 from typing import Any, Self, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slipstream.datastream.columnar import column_values
 from slipstream.errors import SlipstreamError
 from slipstream.operators.batch_engine import BatchEngine
 from slipstream.operators.elements import RecordBatch
@@ -96,6 +99,9 @@ class BufferOrder(Enum):
 
 _Record = tuple[int, int, int, "int | None", Any]
 """A buffered record as read back: key id, interval, arrival, timestamp, value."""
+
+KEY_RUN_BLOCK = 65_536
+"""Records :meth:`SortBuffer.key_runs` reads back at a time (whole keys: more when one key has more)."""
 
 RUN_CHUNK_ROWS = 8192
 """Rows per record batch in a spilled run, and records per pickled chunk of values."""
@@ -191,6 +197,13 @@ class _Run:
             for batch in batches:
                 columns = [batch.column(name).to_pylist() for name in ("key", "interval", "arrival", "ts")]
                 yield from zip(*columns, values)  # zip stops at the batch's end before taking a value
+
+    def values(self) -> Iterator[Any]:
+        """The run's values in its order, unpickled a chunk at a time."""
+        with pa.memory_map(self.path) as source:
+            reader = pa.ipc.open_file(source)
+            yield from _unpickled_chunks(reader.get_batch(index).column(VALUE_CHUNK)
+                                         for index in range(reader.num_record_batches))
 
     def values_at(self, seqs: list[int]) -> dict[int, Any]:
         table = self._read(["seq", VALUE_CHUNK]).combine_chunks()
@@ -462,29 +475,64 @@ class SortBuffer:
             yield key_id, stamps, values
 
     def _key_runs_by_id(self) -> Iterator[tuple[int, list[int], list[int | None], list[Any]]]:
-        """Per key id, in the buffer's order: its records' intervals, timestamps and values."""
+        """Per key id, in the buffer's order: its records' intervals, timestamps and values.
+
+        The engine sorts the columns of the runs and the in-memory records together; then, a block
+        of whole keys at a time (about :data:`KEY_RUN_BLOCK` records), each run's next values are
+        unpickled in their order, the in-memory ones picked by position, and the block's values put
+        in the merged order by one C-level gather, so no Python code runs per record."""
         if self.order is BufferOrder.INTERVAL:
             raise ValueError(f"operator '{self.name}': a buffer in interval order has no groups by key")
-        if self._runs:
-            yield from _runs_of(self._records_by_id())
-        elif self._values:
-            yield from self._memory_key_runs()
+        if not self._runs and not self._values:
+            return
+        names = list(dict.fromkeys([*self._sort_columns, "interval", "ts"]))
+        tables = [run.columns(names) for run in self._runs]
+        if self._values:
+            tables.append(self._memory_table().select(names))
+        for number, table in enumerate(tables):
+            tables[number] = table.append_column("run", pa.repeat(pa.scalar(number, pa.int32()), table.num_rows))
+        merged = self.engine.sort(pa.concat_tables(tables), self._sort_columns).combine_chunks()
+        keys = merged.column("key").to_numpy()
+        starts = np.concatenate(([0], np.flatnonzero(keys[1:] != keys[:-1]) + 1, [len(keys)]))
+        key_ids = keys[starts[:-1]].tolist()
+        starts_list = starts.tolist()
+        runs = merged.column("run").to_numpy()
+        seqs = merged.column("seq").to_numpy()
+        sources = [run.values() for run in self._runs]
+        try:
+            first = 0
+            while first < len(key_ids):
+                stop = max(first + 1, int(np.searchsorted(starts, starts_list[first] + KEY_RUN_BLOCK, "right")) - 1)
+                low, high = starts_list[first], starts_list[stop]
+                values = self._block_values(runs[low:high], seqs[low:high], sources)
+                intervals = column_values(merged.column("interval").slice(low, high - low))
+                stamps = column_values(merged.column("ts").slice(low, high - low))
+                for index in range(first, stop):
+                    begin, end = starts_list[index] - low, starts_list[index + 1] - low
+                    yield key_ids[index], intervals[begin:end], stamps[begin:end], values[begin:end]
+                first = stop
+        finally:
+            for source in sources:
+                source.close()  # type: ignore[attr-defined]
 
-    def _memory_key_runs(self) -> Iterator[tuple[int, list[int], list[int | None], list[Any]]]:
-        """:meth:`_key_runs_by_id` when nothing was spilled: the engine sorts the columns, the
-        values are reordered by one C-level gather and handed out as slices per key."""
-        table = self.engine.sort(self._memory_table().select(self._sort_columns), self._sort_columns)
-        positions = pc.subtract(table.column("seq"), self._base_seq).to_pylist()
-        key_column = table.column("key")
-        changes = pc.indices_nonzero(pc.not_equal(key_column[1:], key_column[:-1]))
-        starts = [0, *pc.add(changes, 1).to_pylist(), len(positions)]
-        key_ids = key_column.take(starts[:-1]).to_pylist()
-        values = list(map(self._values.__getitem__, positions))
-        stamps = list(map(self._stamps.__getitem__, positions))
-        intervals = list(map(self._intervals.__getitem__, positions))
-        for index, key_id in enumerate(key_ids):
-            start, end = starts[index], starts[index + 1]
-            yield key_id, intervals[start:end], stamps[start:end], values[start:end]
+    def _block_values(self, runs: np.ndarray, seqs: np.ndarray, sources: list[Iterator[Any]]) -> list[Any]:
+        """The values of a block of the merged order, given each record's run number (the in-memory
+        records' is ``len(sources)``) and seq: each run's next ones, the in-memory ones by seq."""
+        pool: list[Any] = []
+        gather = np.empty(len(runs), np.int64)
+        for number in range(len(sources) + (1 if self._values else 0)):
+            where = np.flatnonzero(runs == number)
+            if not len(where):
+                continue
+            if len(where) == len(runs):
+                return list(itertools.islice(sources[number], len(where))) if number < len(sources) else \
+                    list(map(self._values.__getitem__, (seqs - self._base_seq).tolist()))
+            gather[where] = np.arange(len(pool), len(pool) + len(where))
+            if number < len(sources):
+                pool.extend(itertools.islice(sources[number], len(where)))
+            else:
+                pool.extend(map(self._values.__getitem__, (seqs[where] - self._base_seq).tolist()))
+        return list(map(pool.__getitem__, gather.tolist()))
 
     def key_runs(self) -> Iterator[tuple[Any, list[int], list[int | None], list[Any]]]:
         """Per key, in the order of :meth:`records` (not for :attr:`BufferOrder.INTERVAL`):
@@ -590,24 +638,6 @@ class SortBuffer:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-
-
-def _runs_of(records: Iterator[_Record]) -> Iterator[tuple[int, list[int], list[int | None], list[Any]]]:
-    """Records grouped by key id as ``(key id, intervals, timestamps, values)``, keys consecutive."""
-    current = -1
-    intervals: list[int] = []
-    stamps: list[int | None] = []
-    values: list[Any] = []
-    for key_id, interval, _arrival, stamp, value in records:
-        if key_id != current:
-            if values:
-                yield current, intervals, stamps, values
-            current, intervals, stamps, values = key_id, [], [], []
-        intervals.append(interval)
-        stamps.append(stamp)
-        values.append(value)
-    if values:
-        yield current, intervals, stamps, values
 
 
 def _unpickled_chunks(columns: Iterable[pa.Array]) -> Iterator[Any]:

@@ -7,13 +7,15 @@ import os
 import stat
 import threading
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slipstream.errors import SlipstreamError
-from slipstream.operators.sort_buffer import KeyDictionary, SortBuffer, co_grouped
+from slipstream.operators import sort_buffer
+from slipstream.operators.sort_buffer import BufferOrder, KeyDictionary, SortBuffer, co_grouped
 from slipstream.runtime.batch.polars_engine import PolarsBatchEngine
 
 ENGINE = PolarsBatchEngine()
@@ -140,3 +142,34 @@ def test_property_order_matches_a_sorted_oracle(records: list, budget: int, batc
         fill(buffer, records, batch)
         assert list(buffer.records()) == oracle(records)
         assert [v for b in buffer.batches(size=batch) for v in b.values] == [v for _, _, v in oracle(records)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=records_strategy, budget=st.integers(1, 30), batch=st.integers(1, 9), block=st.integers(1, 12),
+       arrival=st.booleans())
+def test_property_key_runs_match_an_oracle_across_runs_and_blocks(records: list, budget: int, batch: int,
+                                                                  block: int, arrival: bool) -> None:
+    """Key runs read back a block of whole keys at a time (a key longer than a block whole), merging
+    the spilled runs and the in-memory records; each record keeps its interval (its batch's number)."""
+    order = BufferOrder.ARRIVAL if arrival else BufferOrder.TIME
+    tagged = [(key, stamp, (value, index // batch)) for index, (key, stamp, value) in enumerate(records)]
+    if arrival:
+        first_seen = {key: rank for rank, key in reversed(list(enumerate(key for key, _, _ in tagged)))}
+        expected = sorted(tagged, key=lambda record: first_seen[record[0]])  # stable: arrival within a key
+    else:
+        expected = oracle(tagged)
+    runs: list[tuple[Any, list[int], list[Any], list[Any]]] = []
+    for key, stamp, value in expected:
+        if not runs or runs[-1][0] != key:
+            runs.append((key, [], [], []))
+        runs[-1][1].append(value[1])
+        runs[-1][2].append(stamp)
+        runs[-1][3].append(value)
+    with SortBuffer(ENGINE, memory_budget=budget, order=order) as buffer, \
+            mock.patch.object(sort_buffer, "KEY_RUN_BLOCK", block):
+        for start in range(0, len(tagged), batch):
+            chunk = tagged[start:start + batch]
+            buffer.add([k for k, _, _ in chunk], [v for _, _, v in chunk], [t for _, t, _ in chunk],
+                       interval=start // batch)
+        assert list(buffer.key_runs()) == runs
+        assert [(key, values) for key, _, values in buffer.groups()] == [(key, values) for key, _, _, values in runs]
