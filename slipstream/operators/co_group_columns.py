@@ -13,10 +13,7 @@ built a chunk at a time.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from typing import Any
 
 from slipstream.datastream.columnar import rows_from_arrow
@@ -39,22 +36,9 @@ ARROW_OUTPUT_ROWS = 65_536
 """Rows per Arrow batch a vectorised function's result is emitted in."""
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: batch work creates millions of short-lived rows, and
-    the collections they would trigger (each walking every live object) cost more than the work.
-    Reference counting still frees them; a cycle made meanwhile is collected afterwards."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class _Partitions(ABC):
-    """The columnar buffers read partition by partition, with the garbage collector paused."""
+    """The columnar buffers read partition by partition (at the switch, so with the garbage collector
+    paused: :func:`~slipstream.operators.backlog.gc_paused`)."""
 
     counts_keys = True
     """Whether :meth:`run` reports the keys it evaluated (a vectorised function's are not counted)."""
@@ -68,10 +52,9 @@ class _Partitions(ABC):
         readers = [buffer.partition_tables(self.count) if buffer.schema is not None else None
                    for buffer in self.columnar]
         keys = 0
-        with gc_paused():
-            for number in range(self.count):
-                tables = [None if reader is None else next(reader) for reader in readers]
-                keys += self.partition(host, window, tables, number)
+        for number in range(self.count):
+            tables = [None if reader is None else next(reader) for reader in readers]
+            keys += self.partition(host, window, tables, number)
         return keys if self.counts_keys else None
 
     @abstractmethod
@@ -211,4 +194,4 @@ class ColumnsPerKey(_Partitions):
                             append_ts(timestamp)
 
 
-__all__ = ["ColumnsPerKey", "ColumnsVectorised", "gc_paused"]
+__all__ = ["ColumnsPerKey", "ColumnsVectorised"]

@@ -6,6 +6,7 @@ the same input gives, watermark by watermark."""
 
 from __future__ import annotations
 
+import gc
 import random
 from collections import defaultdict
 from collections.abc import Callable
@@ -238,6 +239,23 @@ def test_keyed_process_replays_key_by_key_in_time_order_then_fires_held_timers()
     later = [e.value for e in driver.output.events[len(events):] if isinstance(e, tuple)]
     assert later[0][:5] == ("element", "a", ("a", 6), 40, 4)
     assert ("timer", "b", 17, 2) in later and ("timer", "a", 40, 4) in later and ("timer", "a", 50, 4) in later
+
+
+class CollectorState(KeyedProcessFunction):
+    """Emits whether the cyclic garbage collector is on as each record is processed."""
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Any:
+        yield value, gc.isenabled()
+
+
+def test_the_switch_runs_with_the_garbage_collector_paused_and_turns_it_back_on() -> None:
+    transformation = transformation_of(
+        lambda env: env.from_collection([]).key_by(lambda r: r[0]).process(CollectorState()))
+    driver = sorting_harness(transformation, batch_mode=False).set_backlog(True)
+    driver.process_elements([(("a", 1), 1), (("b", 2), 2)]).set_backlog(False)
+    driver.process_elements([(("a", 3), 3)])
+    assert [value for value, _ in driver.output.records] == [(("a", 1), False), (("b", 2), False), (("a", 3), True)]
+    assert gc.isenabled()
 
 
 @pytest.mark.parametrize("budget", [1, 1_000_000])
