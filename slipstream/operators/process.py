@@ -155,12 +155,16 @@ def process_cause(exc: Exception, results: Any) -> Exception:
 
 
 def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], timer: InternalTimer,
-               ctx: ProcessContext, domain: TimeDomain, guard: UserCode) -> None:
+               ctx: ProcessContext, domain: TimeDomain, guard: UserCode,
+               into: tuple[list[Any], list[Any]] | None = None) -> None:
     """Call ``on_timer`` for a due timer (its key is current) and emit what it yields; ``guard``
-    names the timer if it fails."""
+    names the timer if it fails. Given ``into`` (an event-time timer's), its main outputs and their
+    timestamps are appended to those lists and its side outputs left in ``ctx.side``, for the caller
+    to emit with those of the other timers the same watermark fires."""
     ctx.current_time_domain = domain
     ctx.current_timestamp = timer.timestamp if domain is TimeDomain.EVENT_TIME else None
-    values: list[Any] = []
+    values: list[Any] = [] if into is None else into[0]
+    count = len(values)
     with guard:
         results = on_timer(timer.timestamp, ctx)
         for out in results or ():
@@ -169,6 +173,9 @@ def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], ti
             else:
                 values.append(out)
     ctx.current_time_domain = TimeDomain.EVENT_TIME
+    if into is not None:
+        into[1].extend([timer.timestamp] * (len(values) - count))
+        return
     timestamps = [ctx.current_timestamp] * len(values) if ctx.current_timestamp is not None else None
     emit(operator, values, timestamps, ctx)
 
@@ -179,21 +186,31 @@ class OnTimerOperator(StreamOperator):
     A subclass sets ``function``, ``context`` and ``timers`` (None when it has no keyed
     timers) in ``setup``; here the watermark advances the timers, due timers call
     ``function.on_timer`` through :func:`fire_timer`, and the timers are the operator's state.
+    What the timers one watermark fires emit goes downstream as one batch (per output), before
+    the watermark: a batch per timer cost more than most ``on_timer`` calls.
     """
 
     function: Any
     context: ProcessContext
     timers: InternalTimerService | None
     _firing: InternalTimer  # the timer being fired, which its guard names
+    _fired_outputs: tuple[list[Any], list[Any]] | None = None
+    """While a watermark fires event-time timers: their main outputs and timestamps, sent on as one batch."""
 
     def on_watermark(self, watermark: Any) -> None:
         if self.timers is not None:
-            self.timers.advance_watermark(watermark.timestamp)
+            fired = self._fired_outputs = ([], [])
+            try:
+                self.timers.advance_watermark(watermark.timestamp)
+            finally:
+                self._fired_outputs = None
+            emit(self, fired[0], fired[1], self.context)
         self.output.emit_watermark(watermark)
 
     def _on_event_time(self, timer: InternalTimer) -> None:
         self._firing = timer
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME, self._timer_guard)
+        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME, self._timer_guard,
+                   self._fired_outputs)
 
     def _on_processing_time(self, timer: InternalTimer) -> None:
         self._firing = timer
