@@ -158,7 +158,7 @@ class Row:
             raise KeyError(f"row has no field {name!r}; its fields are {self._fields}") from None
 
     def __getitem__(self, item: int | slice | str) -> Any:
-        if isinstance(item, (int, slice)):
+        if type(item) is int or isinstance(item, (int, slice)):  # an int index, the common case, tested first
             return self._values[item]
         return self._values[self._index_of(item)]
 
