@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import decimal
+import gc
 import json
 import os
 import pickle
@@ -544,3 +545,29 @@ def test_a_row_of_another_kind_is_pickled_with_its_kind():
     row.set_row_kind(RowKind.DELETE)
     [(_, kind, data)] = encode_keyed_state({"rows": {0: [(1, row)]}})
     assert kind == PICKLE and decode_state_file(PICKLE, data)[0][0][1].get_row_kind() is RowKind.DELETE
+
+
+def test_rows_are_encoded_without_an_object_per_row_so_the_writer_starts_no_garbage_collection():
+    # each young collection would run in the checkpoint writer's thread, holding the interpreter
+    # lock the job waits for; a tuple per row started one every 700 rows
+    names = ["user_id", "segment", "limit"]
+    rows = []
+    for i in range(20_000):
+        row = Row(i, "retail", i / 2)
+        row._fields = names  # one list, as rows made from a columnar source share
+        rows.append(row)
+    state = {"profile": {0: list(enumerate(rows)), 1: [(-1, None)]},
+             "pair": {2: [(i, (i, 1.5)) for i in range(20_000)]}}
+    encode_keyed_state({"warm-up": {0: [(0, rows[0]), (1, None)]}})  # pyarrow's first calls import modules
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(700, 10, 10)
+    try:
+        before = gc.get_stats()[0]["collections"]
+        parts = encode_keyed_state(state)
+        collections = gc.get_stats()[0]["collections"] - before
+    finally:
+        gc.set_threshold(*thresholds)
+    assert [kind for _, kind, _ in parts] == [ARROW, ARROW]
+    assert collections <= 2
+    assert decode_state_file(ARROW, parts[0][2])[0] == list(enumerate(rows))

@@ -35,7 +35,10 @@ them): a state is read ``CHUNK_ROWS`` entries at a time — an Arrow file is one
 batch per chunk, its column types unified over the chunks; a pickled state is one
 pickle of ``(key groups, keys, values)`` lists per chunk, each behind its length
 (format ``pickle-chunks``; the single pickle of ``{key group: entries}`` that older
-checkpoints hold, ``pickle``, is still read).
+checkpoints hold, ``pickle``, is still read). Nor may an Arrow file cost a Python object per
+entry: types are checked and columns read by C-level passes over a chunk (``map``,
+``list.count``), so writing a million rows starts no garbage collection, where a tuple per
+row started hundreds, each run in the writer's thread holding the interpreter lock.
 
 Both kinds are listed in the manifest with their SHA-256 and verified before they are
 read; unpickling runs code, which is why a checkpoint directory must be trusted like
@@ -57,7 +60,9 @@ from __future__ import annotations
 import io
 import json
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import pyarrow as pa
@@ -79,6 +84,9 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 _ARROW_TYPES: dict[type, pa.DataType] = {
     int: pa.int64(), float: pa.float64(), str: pa.string(), bytes: pa.binary(), bool: pa.bool_()}
 _COLUMNS = ["key_group", "key", "value"]
+_NONE = type(None)
+_CONTAINERS = (list, dict, tuple, Row)
+_ROW_KIND, _FIELDS, _VALUES = attrgetter("_row_kind"), attrgetter("_fields"), attrgetter("_values")
 _ROW = b"slipstream.row_fields"
 """Metadata of a struct column of rows: their field names as JSON (null: positional rows)."""
 
@@ -115,41 +123,45 @@ class _Snapshot:
         return [self._group_of[id(key)] for key in keys]
 
 
-def _column_type(values: list[Any], nullable: bool) -> pa.DataType | None:
+def _column_type(values: Sequence[Any], nullable: bool) -> pa.DataType | None:
     """The Arrow type all of ``values`` share exactly, or None when they are not one primitive type."""
-    kinds = {type(value) for value in values}
+    kinds = set(map(type, values))
+    has_none = _NONE in kinds
     if nullable:
-        kinds.discard(type(None))
+        kinds.discard(_NONE)
     if not kinds:
         return pa.null() if not values or nullable else None
     if len(kinds) != 1:
         return None
-    arrow_type = _ARROW_TYPES.get(kinds.pop())
-    if arrow_type == pa.int64():
-        present = [value for value in values if value is not None]
+    kind = kinds.pop()
+    if kind is int:
+        present = [value for value in values if value is not None] if has_none else values
         if min(present) < _INT64[0] or max(present) > _INT64[1]:
             return None
-    return arrow_type
+    return _ARROW_TYPES.get(kind)
 
 
 def _shape(values: list[Any], nullable: bool) -> pa.DataType | None:
     """The Arrow type of a column holding exactly ``values`` (None allowed when ``nullable``), or
-    None when they have no shape that round-trips exactly through Arrow (see the module docstring)."""
-    present = [value for value in values if value is not None]
-    kinds = {type(value) for value in present}
-    if len(kinds) != 1 or next(iter(kinds)) not in (list, dict, tuple, Row):
+    None when they have no shape that round-trips exactly through Arrow (see the module docstring).
+    Types are looked at by C-level passes (``map``, ``chain``, ``list.count``), not a Python step
+    per value: the checkpoint writer runs this for every entry while the job waits for the interpreter."""
+    kinds = set(map(type, values))
+    has_none = _NONE in kinds
+    kinds.discard(_NONE)
+    if len(kinds) != 1 or (kind := next(iter(kinds))) not in _CONTAINERS:
         return _column_type(values, nullable)
-    if not nullable and len(present) != len(values):
+    if has_none and not nullable:
         return None
-    kind = kinds.pop()
+    present = [value for value in values if value is not None] if has_none else values
     if kind is Row:
         return _row_shape(present)
     if kind is list:
-        element = _column_type([item for value in present for item in value], nullable=True)
+        element = _column_type(list(chain.from_iterable(present)), nullable=True)
         return None if element is None else pa.list_(element)
     if kind is dict:
-        keys = [key for value in present for key in value]
-        item_type = _column_type([item for value in present for item in value.values()], nullable=True)
+        keys = list(chain.from_iterable(present))
+        item_type = _column_type(list(chain.from_iterable(map(dict.values, present))), nullable=True)
         if not keys:
             return _EmptyMaps(item_type)
         key_type = _column_type(keys, nullable=False)
@@ -159,12 +171,12 @@ def _shape(values: list[Any], nullable: bool) -> pa.DataType | None:
 
 def _struct_of(present: list[Any]) -> pa.DataType | None:
     """``struct<0, 1, ...>`` of sequences of one length whose every position is of one primitive type."""
-    lengths = {len(value) for value in present}
+    lengths = set(map(len, present))
     if len(lengths) != 1 or not (width := lengths.pop()):
         return None
     fields = []
-    for position in range(width):
-        field_type = _column_type([value[position] for value in present], nullable=True)
+    for position in range(width):  # not zip(*present): an iterator per value, which the collector counts
+        field_type = _column_type(list(map(itemgetter(position), present)), nullable=True)
         if field_type is None:
             return None
         fields.append(pa.field(str(position), field_type))
@@ -180,11 +192,12 @@ class _Rows:
 
 def _row_shape(rows: list[Row]) -> _Rows | None:
     """Rows of one kind (INSERT), one set of field names and values of primitives, or None."""
+    if list(map(_ROW_KIND, rows)).count(RowKind.INSERT) != len(rows):  # count: identity first, in C
+        return None
     names = rows[0]._fields  # rows made from one source share the list
-    for row in rows:
-        if row._row_kind is not RowKind.INSERT or (row._fields is not names and row._fields != names):
-            return None
-    struct = _struct_of([row._values for row in rows])
+    if list(map(_FIELDS, rows)).count(names) != len(rows):  # the same list, or an equal one
+        return None
+    struct = _struct_of(list(map(_VALUES, rows)))
     return None if struct is None else _Rows(struct, None if names is None else tuple(names))
 
 
@@ -293,9 +306,25 @@ def _to_arrow(state: StateChunks) -> memoryview | None:
 
 
 def _array(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
-    if pa.types.is_struct(arrow_type):  # rows as the tuples of their values
-        values = [tuple(value._values) if type(value) is Row else value for value in values]
-    return pa.array(values, arrow_type)
+    """``values`` as an Arrow array of ``arrow_type``. A struct column (tuples, or rows as the tuples
+    of their values) is built a field at a time by C-level passes, with no tuple per value: the
+    writer would start a garbage collection every 700 of them."""
+    if not pa.types.is_struct(arrow_type):
+        return pa.array(values, arrow_type)
+    kinds = set(map(type, values))
+    if kinds <= {_NONE}:
+        return pa.array(values, arrow_type)
+    fields = [arrow_type.field(i) for i in range(arrow_type.num_fields)]
+    mask = None
+    if _NONE in kinds:  # removed entries: null structs over blank fields
+        mask = pa.array([value is None for value in values], pa.bool_())
+        blank = (None,) * len(fields)
+        tuples = [blank if value is None else value._values if type(value) is Row else value for value in values]
+    else:
+        tuples = list(map(_VALUES, values)) if Row in kinds else values
+    return pa.StructArray.from_arrays(
+        [pa.array(list(map(itemgetter(i), tuples)), field.type) for i, field in enumerate(fields)],
+        fields=fields, mask=mask)
 
 
 def _to_pickles(state: StateChunks) -> memoryview:
