@@ -607,7 +607,10 @@ class EpochProgress:
 
     Decision, once every head reported round N: the iteration terminates when all its
     inputs ended and the round saw no feedback record (none of epoch N + 1) or, with a
-    criteria stream, no criteria record — either suffices, as FLIP-176 states it. (Flink
+    criteria stream, no criteria record — either suffices, as FLIP-176 states it — and no
+    head holds records counted toward a later round (``pending``: an unbounded data head
+    may have let in its last records, and seen its input end, after it sent baton N; they
+    are round N + 1's, so that round runs). (Flink
     ML's coordinator counts the criteria records with the feedback, so there a criteria
     stream that keeps emitting outlives the feedback; here it does not.) Otherwise round
     N + 1 starts — unless nothing at all happened in round N while some input is still
@@ -627,7 +630,7 @@ class EpochProgress:
     def decide(self, epoch: int, counts: dict[HeadRole, int], inputs_ended: bool, pending: int) -> RoundDecision:
         """Round ``epoch`` is over (``counts``: records per head role): terminate, next or park."""
         self.epoch_watermark = epoch
-        if inputs_ended and self.ends_after(counts):
+        if inputs_ended and not pending and self.ends_after(counts):
             decision = RoundDecision.TERMINATE
             self.terminated = True
         elif any(counts.values()) or pending or inputs_ended:
