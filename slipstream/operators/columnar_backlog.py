@@ -13,6 +13,7 @@ polars installs a SIGINT handler on import that keeps a blocked main thread from
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -200,6 +201,17 @@ def records_of(frame: pl.DataFrame) -> pa.Table:
     """The record columns of a buffered or computed frame, as Arrow."""
     return frame.drop([name for name in frame.columns
                        if name in (TS_COLUMN, RANK_COLUMN, *EXTRA_COLUMNS)]).to_arrow()
+
+
+def interval_parts(frame: pl.DataFrame, column: str = INTERVAL_COLUMN) -> Iterator[tuple[int, pl.DataFrame]]:
+    """The runs of equal ``column`` values of ``frame`` (sorted by it), each with its value: slices,
+    not copies."""
+    values = frame[column].to_numpy()
+    starts = np.flatnonzero(np.diff(values)) + 1
+    bounds = [0, *starts.tolist(), frame.height]
+    for start, stop in itertools.pairwise(bounds):
+        if stop > start:
+            yield int(values[start]), frame.slice(start, stop - start)
 
 
 def arrow_batches(frame: pl.DataFrame) -> Iterator[tuple[pa.RecordBatch, list[Any] | None]]:

@@ -39,10 +39,10 @@ from slipstream.errors import SlipstreamError, user_code
 from slipstream.operators.backlog_path import VECTORISED, BacklogDeclaration, sorted_unless_streaming
 from slipstream.operators.batch_engine import Aggregation
 from slipstream.operators.columnar_backlog import (
-    INTERVAL_COLUMN,
     ColumnarBacklog,
     IntervalColumns,
     arrow_batches,
+    interval_parts,
     records_of,
 )
 from slipstream.operators.elements import RecordBatch
@@ -64,6 +64,12 @@ class KeyedReduceOperator(ColumnarBacklog):
         if key_selector is None:
             raise SlipstreamError(f"reduce '{transformation.name}' needs a keyed stream (key_by before reduce)")
         self.key_selector = key_selector
+        self._pending: tuple[Any, str] | None = None
+        """A BATCH switch's final values on columns (frame, key column), installed as the keys'
+        accumulators only when something needs them: a record after the switch or a snapshot. The
+        switch comes at the end of the input, so in a job nothing but a checkpoint (the job's final
+        one) can; with checkpointing on they are installed at once, as a checkpoint freezes the
+        keyed state before it asks the operator for its own."""
 
     def user_functions(self) -> list[Function]:
         return [self.function]
@@ -81,6 +87,8 @@ class KeyedReduceOperator(ColumnarBacklog):
         if self._buffering:
             self.buffer_backlog(batch)
             return
+        if self._pending is not None:
+            self._install_pending()
         reduce = self.function.reduce
         key_selector = self.key_selector
         set_key = self.keyed_backend().set_current_key
@@ -126,26 +134,50 @@ class KeyedReduceOperator(ColumnarBacklog):
         frame = pl.concat(frames, rechunk=False)
         key, field, kind = columns.key_name(), columns.field, columns.kind
         assert field is not None  # named by the first batch the columns took
-        get, _ = self.keyed_backend().value_accessors(REDUCE_STATE)
-        if not vectorisable_field(frame[field], kind) or \
-                any(get(key_value) is not None for key_value in frame[key].unique().to_list()):
+        if not vectorisable_field(frame[field], kind) or self._has_accumulators(frame[key]):
             return False
         self.count_vectorised(frame.height)
         if self.ctx.batch_mode:
             finals = final_values(frame, key, field, kind)
-            self._install_rows(finals, key)
+            if self.ctx.checkpointing:
+                self._install_rows(finals, key)
+            else:
+                self._pending = (finals, key)
             self._emit_columns(finals)
             return True
         updates = rolling_updates(frame, key, field, kind, in_arrival_order=in_arrival_order)
         self._install_rows(last_per_key(updates, key), key)
-        for part in updates.partition_by(INTERVAL_COLUMN, maintain_order=True):
-            self.apply_held_watermarks(part[INTERVAL_COLUMN][0])
+        for interval, part in interval_parts(updates):
+            self.apply_held_watermarks(interval)
             self._emit_columns(part)
         return True
+
+    def _has_accumulators(self, keys: Any) -> bool:
+        """Whether a key of ``keys`` (a polars Series) already has an accumulator (restored state):
+        one look-up per key only when the state holds any."""
+        backend = self.keyed_backend()
+        if next(iter(backend.keys(REDUCE_STATE.name)), None) is None:
+            return False
+        get, _ = backend.value_accessors(REDUCE_STATE)
+        return any(get(key) is not None for key in keys.unique().to_list())
 
     def _install_rows(self, frame: Any, key: str) -> None:
         """Each key's rolling value (a row of ``frame``) becomes its accumulator, loaded at once."""
         self.keyed_backend().bulk_load(REDUCE_STATE, frame[key].to_list(), rows_from_arrow(records_of(frame)))
+
+    def _install_pending(self) -> None:
+        """Install the accumulators a BATCH switch left pending (see :attr:`_pending`)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._install_rows(*pending)
+
+    def snapshot_state(self) -> Any:
+        self._install_pending()
+        return super().snapshot_state()
+
+    def close(self) -> None:
+        self._pending = None
+        super().close()
 
     def _emit_columns(self, frame: Any) -> None:
         for batch, stamps in arrow_batches(frame):

@@ -91,22 +91,22 @@ def final_values(frame: pl.DataFrame, key: str, field: str, kind: str) -> pl.Dat
 
 def _rolling(frame: pl.DataFrame, key: str, field: str, kind: str) -> pl.DataFrame:
     """``frame`` with its record columns replaced by the rolling value after each record (rows in
-    the order the key folds them) and a :data:`RANK_COLUMN`."""
+    the order the key folds them) and a :data:`RANK_COLUMN`; one pass over the key's groups."""
     running = getattr(pl.col(field), CUMULATIVE[kind])().over(key)
-    frame = frame.with_columns(pl.col(SEQ_COLUMN).min().over(key).alias(RANK_COLUMN))
-    records = [name for name in frame.columns if name not in (TS_COLUMN, RANK_COLUMN, *EXTRA_COLUMNS)]
+    rank = pl.col(SEQ_COLUMN).min().over(key).alias(RANK_COLUMN)
+    records = [name for name in frame.columns if name not in (TS_COLUMN, *EXTRA_COLUMNS)]
     if kind in ("sum", "min", "max"):
         dtype = frame.schema[field]
         if kind == "sum" and dtype in INT_TYPES:
             running = pl.col(field).cast(pl.Int64).cum_sum().over(key)
-        firsts = [pl.col(name).first().over(key) for name in records if name != field]
-        return narrowed(frame.with_columns(running, *firsts), field, dtype)
+        firsts = [pl.col(name).first().over(key) for name in records if name not in (key, field)]
+        return narrowed(frame.with_columns(running, *firsts, rank), field, dtype)
     previous = getattr(pl.col(field), CUMULATIVE[kind])().shift(1).over(key)
     changed = (running != previous).fill_null(True)  # a strictly new extreme: the earliest wins ties
     positions = pl.Series(POSITION_COLUMN, np.arange(frame.height, dtype=np.int64))
-    picks = frame.with_columns(positions).select(
-        pl.when(changed).then(pl.col(POSITION_COLUMN)).otherwise(None).forward_fill().over(key)).to_series()
-    return frame.with_columns(frame.select(records)[picks])
+    picked = frame.with_columns(positions).select(
+        pl.when(changed).then(pl.col(POSITION_COLUMN)).otherwise(None).forward_fill().over(key), rank)
+    return frame.with_columns(*frame.select(records)[picked[POSITION_COLUMN]].get_columns(), picked[RANK_COLUMN])
 
 
 def narrowed(frame: pl.DataFrame, field: str, dtype: pl.DataType) -> pl.DataFrame:

@@ -18,8 +18,9 @@ from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.connectors.arrow import ArrowSource
 from slipstream.datastream.time import MAX_WATERMARK, Watermark
 from slipstream.datastream.transformations import Transformation
-from slipstream.operators.elements import RecordBatch
 from slipstream.operators.backlog import VECTORISED_METRIC
+from slipstream.operators.elements import RecordBatch
+from slipstream.runtime.batch.polars_engine import PolarsBatchEngine
 from slipstream.testing import OperatorHarness
 
 KINDS = ["sum", "min", "max", "min_by", "max_by"]
@@ -146,6 +147,29 @@ def test_the_stream_continues_from_the_accumulators_the_query_installed(kind: st
     assert columnar[-len(live):] == rows[-len(live):]
     oracle = python_rolling(kind, records_of(tables, by_time=batch_mode) + [record for record, _ in live])
     assert [tuple(v) for v, _ in columnar[-len(live):]] == oracle[-len(live):]
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_batch_switch_installs_the_accumulators_when_a_snapshot_or_a_record_needs_them(checkpointing: bool) -> None:
+    """In BATCH mode nothing follows the switch but the job's end: without checkpoints the final values
+    become accumulators only once a snapshot or a record asks; with them, at once (a checkpoint
+    freezes keyed state before it asks the operator). Either way a restored run goes on from them."""
+    tables = backlog(13)
+    driver = OperatorHarness(aggregation("sum"), batch_engine=PolarsBatchEngine(), batch_mode=True,
+                             checkpointing=checkpointing).set_backlog(True)
+    for table in tables:
+        driver.process_batch(RecordBatch(None, table.column("ts").to_pylist(), arrow=table.drop_columns(["ts"])))
+    driver.end_input()
+    finals = {record[0]: record for record, _ in driver.output.records}
+    state = driver.operator.keyed_backend()
+    assert len(list(state.keys("_reduce_accumulator"))) == (len(finals) if checkpointing else 0)
+    snapshot = driver.snapshot()
+    assert len(list(state.keys("_reduce_accumulator"))) == len(finals)
+    restored = OperatorHarness(aggregation("sum"), restore=snapshot)
+    restored.process_elements([(RecordBatch(arrow=pa.table({"k": [key], "v": [1], "i": [-1]})).values[0], 9_000)
+                               for key in sorted(finals)])
+    assert [tuple(value) for value in restored.extract_output_values()] == \
+        [(key, finals[key][1] + 1, finals[key][2]) for key in sorted(finals)]
 
 
 def drive_then_live(transformation: Transformation, tables: list[pa.Table], live: list, *, arrow: bool,
