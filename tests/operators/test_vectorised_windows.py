@@ -10,6 +10,7 @@ import random
 from collections import defaultdict
 from typing import Any
 
+import polars as pl
 import pytest
 from test_backlog_switch import sorting_harness, transformation_of
 from test_vectorised_reduce import segments
@@ -18,6 +19,7 @@ from slipstream.datastream.aggregation import aggregator
 from slipstream.datastream.transformations import Transformation
 from slipstream.datastream.window import EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows
 from slipstream.operators.backlog import VECTORISED_METRIC
+from slipstream.operators.vectorised_windows import WINDOW_ID, _lexsorted, _window_ids
 from slipstream.testing import OperatorHarness
 
 KINDS = ["sum", "min", "max", "min_by", "max_by"]
@@ -369,3 +371,41 @@ def test_a_key_whose_records_go_back_in_time_sends_the_sessions_to_the_replay() 
     streamed = drive(session_job("sum"), records, sorting=False)
     assert segments(sorted_run.output.events) == segments(streamed.output.events)
     assert sorted(sorted_run.output.records) == python_sessions("sum", records)
+
+
+@pytest.mark.parametrize("spread", [10, 2 ** 40, 2 ** 62])
+def test_the_window_sort_orders_as_a_stable_python_sort(spread: int) -> None:
+    """Columns folded into one sort key when their ranges fit an int64, numpy's lexsort when not:
+    either way a stable sort, nulls first, the descending column reversed."""
+    rng = random.Random(spread)
+    n = 400
+    columns: dict[str, list[Any]] = {"a": [rng.randrange(4) for _ in range(n)]}  # many ties
+    for name in ("b", "c"):
+        columns[name] = [None if rng.random() < 0.05 else rng.randrange(-spread, spread) for _ in range(n)]
+    frame = pl.DataFrame({**columns, "row": list(range(n))}, schema=dict.fromkeys(["a", "b", "c", "row"], pl.Int64))
+
+    def oracle(by: list[str], descending: str | None) -> list[int]:
+        def part(name: str, value: Any) -> tuple[int, int]:
+            return (0, 0) if value is None else (1, -value if name == descending else value)
+        return sorted(range(n), key=lambda row: tuple(part(name, columns[name][row]) for name in by))
+
+    for by, descending in [(["a"], None), (["a", "b"], None), (["b", "a"], "a"), (["a", "c", "b"], "c")]:
+        assert _lexsorted(frame, by, descending)["row"].to_list() == oracle(by, descending), (by, descending)
+
+
+def test_windows_whose_key_and_start_do_not_fit_one_integer_are_grouped_by_both() -> None:
+    frame = pl.DataFrame({"key": [0, 1, 1], "start": [0, 2 ** 61, 0]})
+    assert _window_ids(frame, 1)[1] == ["key", "start"]
+    ids, by, names = _window_ids(frame.with_columns(pl.col("start") // 2 ** 40), 1)
+    assert by == [WINDOW_ID] and ids.select(*names).equals(frame.with_columns(pl.col("start") // 2 ** 40))
+
+
+@pytest.mark.parametrize("kind", ["sum", "max_by"])
+@pytest.mark.parametrize("assigner", ["tumbling", "sliding"])
+def test_windows_too_far_apart_for_one_integer_id_equal_the_replay_and_the_oracle(kind: str, assigner: str) -> None:
+    records = [(record, ts * 10 ** 16) for record, ts in history(6)]
+    vectorised = drive(window_job(kind, assigner), records)
+    assert vectorised.ctx.metrics[VECTORISED_METRIC] == len(records)
+    replayed = drive(window_job(kind, assigner, built_in=False), records)
+    assert segments(vectorised.output.events) == segments(replayed.output.events)
+    assert sorted(vectorised.output.records) == python_windows(kind, assigner, records)
