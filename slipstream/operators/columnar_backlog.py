@@ -197,10 +197,14 @@ def restore_interval_columns(columns: IntervalColumns | None, state: Any) -> Int
     return columns
 
 
+def records_of_names(columns: list[str]) -> list[str]:
+    """The record columns among a buffered or computed frame's ``columns``."""
+    return [name for name in columns if name not in (TS_COLUMN, RANK_COLUMN, *EXTRA_COLUMNS)]
+
+
 def records_of(frame: pl.DataFrame) -> pa.Table:
     """The record columns of a buffered or computed frame, as Arrow."""
-    return frame.drop([name for name in frame.columns
-                       if name in (TS_COLUMN, RANK_COLUMN, *EXTRA_COLUMNS)]).to_arrow()
+    return frame.select(records_of_names(frame.columns)).to_arrow()
 
 
 def interval_parts(frame: pl.DataFrame, column: str = INTERVAL_COLUMN) -> Iterator[tuple[int, pl.DataFrame]]:

@@ -76,6 +76,7 @@ from slipstream.operators.columnar_backlog import (
     arrow_batches,
     interval_parts,
     records_of,
+    records_of_names,
 )
 from slipstream.operators.columnar_buffer import TS_COLUMN
 from slipstream.operators.elements import RecordBatch
@@ -136,24 +137,32 @@ def evaluate_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, o
     return fired, still_open, late
 
 
+RESULT_COLUMNS = ("key", "start", "value", "pick", "last")
+"""What the operator reads of a window: its key, start, aggregate, picked record and timestamp."""
+
+
 def _fired_and_open(windows: pl.DataFrame, marks: np.ndarray, batch_mode: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``windows`` (``key``, ``start``, ``last``, and the ``first_interval``, ``first_ts`` and ``first_seq``
     of the record that registered its timer) split into those a held watermark fires, with the index
     of that watermark (:data:`FIRE_COLUMN`) in firing order, and those still open, in the order their
-    timers were registered."""
-    fire = np.searchsorted(marks, windows["last"].to_numpy(), side="left")
+    timers were registered; each with the :data:`RESULT_COLUMNS`."""
+    last = windows["last"].to_numpy()
     if batch_mode:
-        fire = np.where(windows["last"].to_numpy() <= marks[-1], len(marks) - 1, len(marks))
-    windows = windows.with_columns(pl.Series(FIRE_COLUMN, fire, dtype=pl.Int64))
+        fire = np.where(last <= marks[-1], len(marks) - 1, len(marks))
+    else:
+        fire = np.searchsorted(marks, last, side="left")
     # The order timers were registered in: the registering record's place in the replay (interval,
     # then key, in STREAMING; key, then time, in BATCH). Windows that fire together are ordered by
     # end, then that; their fire index grows with their end, and two of them never share key and end.
     keys = int(cast(int, windows["key"].max()) or 0) + 1  # the key ids are integers
-    windows = windows.with_columns((pl.col("first_interval") * keys + pl.col("key")).alias("registered"))
+    windows = windows.with_columns(pl.Series(FIRE_COLUMN, fire, dtype=pl.Int64),
+                                   (pl.col("first_interval") * keys + pl.col("key")).alias("registered"))
     registered = ["key", "first_ts", "first_seq"] if batch_mode else ["registered", "first_seq"]
-    fired = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) < len(marks)), ["last", registered[0]])
-    still_open = _lexsorted(windows.filter(pl.col(FIRE_COLUMN) >= len(marks)), [*registered, "start"],
-                            descending="start")
+    fires = fire < len(marks)
+    results = windows.select(*RESULT_COLUMNS, FIRE_COLUMN)
+    fired = results[_sort_order(windows, ["last", registered[0]], rows=np.flatnonzero(fires))]
+    still_open = results[_sort_order(windows, [*registered, "start"], descending="start",
+                                     rows=np.flatnonzero(~fires))]
     return fired, still_open
 
 
@@ -220,28 +229,39 @@ def evaluate_count_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: 
 
 
 def _lexsorted(frame: pl.DataFrame, by: list[str], descending: str | None = None) -> pl.DataFrame:
-    """``frame`` sorted by the integer columns ``by`` (nulls first; the column ``descending`` in
-    descending order), stably. Columns whose ranges multiply within an int64 are folded into one
-    sort key and sorted by numpy's quicksort (its order is the stable one when no two keys are equal,
-    which is checked), several times faster than a multi-column sort or numpy's lexsort (the rest)."""
-    if frame.height < 2:
-        return frame
+    """``frame`` sorted by the integer columns ``by`` (see :func:`_sort_order`)."""
+    return frame if frame.height < 2 else frame[_sort_order(frame, by, descending)]
+
+
+def _sort_order(frame: pl.DataFrame, by: list[str], descending: str | None = None,
+                rows: np.ndarray | None = None) -> np.ndarray:
+    """The rows of ``frame`` (or of ``rows`` of it) in the order of the integer columns ``by`` (nulls
+    first; the column ``descending`` in descending order), stably. Columns whose ranges multiply within
+    an int64 are folded into one sort key and sorted by numpy's quicksort (its order is the stable one
+    when no two keys are equal, which is checked), several times faster than a multi-column sort or
+    numpy's lexsort (the rest)."""
+    if rows is None:
+        rows = np.arange(frame.height)
     columns = []
     for name in by:
-        values = frame[name].fill_null(NULL_FIRST).to_numpy()
+        values = frame[name].fill_null(NULL_FIRST).to_numpy()[rows]
         columns.append(-values if name == descending else values)
-    combined, span = np.zeros(frame.height, dtype=np.int64), 1
+    if len(rows) < 2:
+        return rows
+    combined, span = np.zeros(len(rows), dtype=np.int64), 1
     for values in columns:
         low = int(values.min())
         width = int(values.max()) - low + 1
         if span * width >= INT64_SPAN:
-            return frame[np.lexsort(columns[::-1])]
+            ordered: np.ndarray = rows[np.lexsort(columns[::-1])]
+            return ordered
         combined, span = combined * width + (values - low), span * width
     order = np.argsort(combined)
-    ordered = combined[order]
-    if np.any(ordered[1:] == ordered[:-1]):  # equal keys: keep their order
+    keys = combined[order]
+    if np.any(keys[1:] == keys[:-1]):  # equal keys: keep their order
         order = np.argsort(combined, kind="stable")
-    return frame[order]
+    ordered = rows[order]
+    return ordered
 
 
 def _in_order(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -478,13 +498,17 @@ class _ColumnResults:
 
     def picked(self, windows: pl.DataFrame) -> pl.DataFrame:
         """The record of each window (in its order), with its field replaced unless the kind picks
-        records, and the window's timestamp (its ``last``)."""
-        rows = self.frame[self.rows_of(windows["pick"])]
-        if self.kind not in ("min_by", "max_by"):
+        records, and the window's timestamp (its ``last``) in :data:`TS_COLUMN`. Only the columns
+        that stay are gathered."""
+        names = records_of_names(self.frame.columns)
+        replaced = self.kind not in ("min_by", "max_by")
+        rows = self.frame.select([name for name in names if not (replaced and name == self.field)])
+        rows = rows[self.rows_of(windows["pick"])].with_columns(windows["last"].alias(TS_COLUMN))
+        if replaced:
             dtype = self.frame.schema[self.field]
             value = windows["value"].cast(pl.Int64 if dtype in INT_TYPES else dtype).alias(self.field)
             rows = narrowed(rows.with_columns(value), self.field, dtype)
-        return rows.with_columns(windows["last"].alias(TS_COLUMN))
+        return rows.select(*names, TS_COLUMN)
 
     def batches(self, windows: pl.DataFrame) -> Iterator[RecordBatch]:
         """The next ``windows.height`` fired windows' records (``windows`` come in the order read)."""
