@@ -116,3 +116,18 @@ def test_a_bounded_job_never_switches_and_never_walks_the_heap_for_it() -> None:
         lambda _: None)
     result = env.execute("bounded")
     assert result.get_accumulator_result("job") is None
+
+
+def test_a_generation_1_collection_freezes_its_survivors_so_a_full_one_walks_next_to_nothing(policy) -> None:
+    gc_policy.freeze_now()  # as at a switch
+    survivors = [[i] for i in range(10_000)]  # what the state gains while the job streams
+    gc.collect(1)
+    assert len(gc.get_objects(2)) < 100 and gc.get_freeze_count() >= len(survivors)
+    del survivors
+
+
+def test_generation_1_survivors_are_not_frozen_while_the_next_full_collection_is_to_walk_everything(policy) -> None:
+    survivors = [[i] for i in range(10_000)]  # no switch yet: the first full collection walks everything
+    gc.collect(1)
+    assert len(gc.get_objects(2)) >= len(survivors)
+    del survivors
