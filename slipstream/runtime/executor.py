@@ -187,6 +187,8 @@ class JobRun:
                 sort_budget=sort_budget))
         writers = list(writers_by_edge.values())
         task = self._make_task(vertex, subtask, operators, writers, timers, channels, quantum)
+        for writer in writers:
+            writer.producer_in_backlog = task.in_backlog
         self.task_metrics[task] = node_metrics
         if options.latency_interval_ms > 0 and self.graph.mode is not RuntimeExecutionMode.BATCH:
             recording = node_metrics[1:] if isinstance(task, SourceTask) else node_metrics

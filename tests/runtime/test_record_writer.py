@@ -278,3 +278,29 @@ def test_a_batch_larger_than_the_batch_size_leaves_in_pieces_of_it(partitioning,
         assert [row[0] if columnar else row for piece in pieces for row in piece.values] == values
         assert [t for piece in pieces for t in piece.timestamps] == stamps
         assert all(piece.is_columnar == columnar for piece in pieces)
+
+
+@pytest.mark.parametrize("partitioning", [Partitioning.FORWARD, Partitioning.BROADCAST])
+def test_an_arrow_batch_of_a_producer_in_backlog_leaves_in_larger_pieces_and_rows_do_not(partitioning) -> None:
+    """While its producer is backlog an Arrow batch crosses in pieces of COLUMNAR_BACKLOG_FACTOR
+    batches (what a columnar consumer does per piece is paid 64 times less); Python rows, and Arrow
+    once the backlog has ended, still leave in pieces of the batch size."""
+    import pyarrow as pa
+
+    from slipstream.runtime.record_writer import COLUMNAR_BACKLOG_FACTOR
+
+    downstream = 1 if partitioning is Partitioning.FORWARD else 2
+    writer, channels = make_writer(partitioning, downstream=downstream, batch_size=8)
+    backlog = [True]
+    writer.producer_in_backlog = lambda: backlog[0]
+    size = 8 * COLUMNAR_BACKLOG_FACTOR
+    values = list(range(2 * size + 5))
+    writer.emit(RecordBatch(None, None, arrow=pa.record_batch({"x": values})))
+    writer.emit(RecordBatch(values[:20]))
+    backlog[0] = False
+    writer.emit(RecordBatch(None, None, arrow=pa.record_batch({"x": values[:20]})))
+    for channel in channels:
+        pieces = list(channel.queue)
+        assert [(len(piece), piece.is_columnar) for piece in pieces] == [
+            (size, True), (size, True), (5, True), (8, False), (8, False), (4, False), (8, True), (8, True), (4, True)]
+        assert [row[0] for piece in pieces[:3] for row in piece.values] == values
