@@ -428,13 +428,17 @@ def _install(operator: WindowOperator, still_open: pl.DataFrame, results: _RowRe
     sessions = _session_windows(operator.assigner, operator.trigger, operator.allowed_lateness)
     trigger: Any = operator.trigger  # a PurgingTrigger over a CountTrigger when count_windows
     assigner: Any = operator.assigner  # a count, session or time assigner: its size or gap
-    seen = operator.backend.get_state(trigger.nested_trigger.state_desc, namespaced=True) if count_windows else None
-    size = assigner.gap if sessions else assigner.size
     keys, values = results.keys_and_values(still_open, None)
-    for key, start, last, value, count in zip(keys, still_open["start"].to_list(), still_open["last"].to_list(),
-                                              values, still_open["count"].to_list() if count_windows else keys):
+    if count_windows:
+        windows = list(map(CountWindow, still_open["start"].to_list()))
+        operator.backend.install_namespaced(operator.contents_descriptor, keys, windows, values)
+        operator.backend.install_namespaced(trigger.nested_trigger.state_desc, keys, windows,
+                                            still_open["count"].to_list())
+        return
+    size = assigner.gap if sessions else assigner.size
+    for key, start, last, value in zip(keys, still_open["start"].to_list(), still_open["last"].to_list(), values):
         operator.backend.set_current_key(key)
-        window = state_window = CountWindow(start) if count_windows else TimeWindow(start, start + size)
+        window = state_window = TimeWindow(start, start + size)
         contents = operator.contents
         contents.set_current_namespace(state_window)
         contents.add(value)
@@ -443,11 +447,7 @@ def _install(operator: WindowOperator, still_open: pl.DataFrame, results: _RowRe
             merging = operator._merging_window_set()  # the key's other open sessions stay in it
             merging.mapping[window] = state_window
             operator._persist(merging)
-        if seen is not None:
-            seen.set_current_namespace(window)
-            seen.add(count)
-        else:
-            operator.timers.register_event_time_timer(window, window.max_timestamp())
+        operator.timers.register_event_time_timer(window, window.max_timestamp())
 
 
 class _RowResults:

@@ -219,7 +219,7 @@ class WindowOperator(ColumnarBacklog):
         self._key_selector = key_selector
         self._merging = isinstance(self.assigner, MergingWindowAssigner)
         self._event_time = self.assigner.is_event_time()
-        self._contents_descriptor = self._make_contents_descriptor()
+        self.contents_descriptor = self._make_contents_descriptor()
         self._aggregation = _builtin_aggregation(transformation)
         self._restored_timers: dict[str, list[Any]] | None = None
         self._values: list[Any] = []
@@ -280,7 +280,7 @@ class WindowOperator(ColumnarBacklog):
                                            self._on_event_time, self._on_processing_time)
         if self._restored_timers is not None:
             self.timers.restore(self._restored_timers)
-        self.contents = backend.get_state(self._contents_descriptor, namespaced=True)
+        self.contents = backend.get_state(self.contents_descriptor, namespaced=True)
         self.runtime_context = StreamRuntimeContext(self.ctx)
         self.trigger_context = _TriggerContext(self)
         self.window_context = _WindowContext(self)
@@ -529,7 +529,7 @@ class WindowOperator(ColumnarBacklog):
             ctx.window = window
             self.trigger.clear(window, ctx)
             self._delete_cleanup_timer(window)
-        merge_namespaces(self.contents, self._contents_descriptor, state_window, merged_state_windows)
+        merge_namespaces(self.contents, self.contents_descriptor, state_window, merged_state_windows)
 
     # -- evaluation -------------------------------------------------------------------------------
     def _evaluator(self) -> Any:

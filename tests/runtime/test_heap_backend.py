@@ -379,3 +379,58 @@ def unordered(snapshot: dict) -> dict:
     differs from that of a state never frozen; a restore does not depend on it)."""
     return {name: {group: sorted(pairs, key=repr) for group, pairs in groups.items()}
             for name, groups in snapshot.items() if groups}
+
+
+@pytest.mark.parametrize("backend_kind", ["heap", "rocksdb"])
+@pytest.mark.parametrize("when", ["never frozen", "after a checkpoint", "while frozen"])
+def test_install_namespaced_gives_what_adding_entry_by_entry_gives(backend_kind: str, when: str) -> None:
+    """The open windows of a sorted backlog go into state in one call: the same entries, readable per
+    key and namespace, as making each key and namespace current and adding its value; and a checkpoint
+    after it carries them (its changed entries are tracked)."""
+    from slipstream.runtime.state.rocksdb_backend import RocksDBKeyedStateBackend
+
+    make = HeapKeyedStateBackend if backend_kind == "heap" else RocksDBKeyedStateBackend
+    reducing, value = ReducingStateDescriptor("r", lambda a, b: a + b), ValueStateDescriptor("v")
+    keys, namespaces = [f"k{i % 7}" for i in range(40)], [("w", i) for i in range(40)]
+    installed, added = make(16), make(16)
+    try:
+        for backend in (installed, added):
+            backend.set_current_key("old")
+            backend.get_state(reducing, namespaced=True).add(1)
+            if when != "never frozen":
+                backend.freeze()
+                if when == "after a checkpoint":
+                    backend.release()
+        installed.install_namespaced(reducing, keys, namespaces, range(40))
+        installed.install_namespaced(value, keys, namespaces, [str(i) for i in range(40)])
+        for key, namespace, number in zip(keys, namespaces, range(40)):
+            added.set_current_key(key)
+            for descriptor, item in ((reducing, number), (value, str(number))):
+                handle = added.get_state(descriptor, namespaced=True)
+                handle.set_current_namespace(namespace)
+                handle.add(item) if descriptor is reducing else handle.update(item)
+        for backend in (installed, added):
+            if when == "while frozen":
+                backend.release()
+            while backend.merging:
+                backend.merge_some(1000)
+        for key, namespace, number in zip(keys, namespaces, range(40)):
+            installed.set_current_key(key)
+            installed.get_state(reducing, namespaced=True).set_current_namespace(namespace)
+            assert installed.get_state(reducing, namespaced=True).get() == number
+        assert unordered(installed.snapshot()) == unordered(added.snapshot())
+        if when != "never frozen":
+            assert freeze_changes(installed) == freeze_changes(added)
+    finally:
+        for backend in (installed, added):
+            if hasattr(backend, "dispose"):
+                backend.dispose()
+
+
+def freeze_changes(backend) -> dict:  # noqa: ANN001
+    """What the next checkpoint writes as changed: per state, the entries changed since the last freeze."""
+    view = backend.freeze()
+    try:
+        return {name: sorted(map(repr, entries)) for name, entries in view.dirty.items() if entries}
+    finally:
+        backend.release()

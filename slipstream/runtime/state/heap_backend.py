@@ -223,6 +223,18 @@ class KeyedBackendBase(ABC):
     def bulk_load(self, descriptor: StateDescriptor[Any], keys: Iterable[Any], values: Iterable[Any]) -> None:
         """Install the final value of a value state for many keys at once (a None value leaves its key)."""
 
+    def install_namespaced(self, descriptor: StateDescriptor[Any], keys: Iterable[Any], namespaces: Iterable[Any],
+                           values: Iterable[Any]) -> None:
+        """Give each (key, namespace) entry of a namespaced value or reducing state its value, where none
+        of them holds one yet (the windows a sorted backlog leaves open): what making the key current,
+        the namespace current and adding the value does, entry by entry."""
+        handle: Any = self.get_state(descriptor, namespaced=True)
+        put = handle.add if descriptor.kind == "reducing" else handle.update
+        for key, namespace, value in zip(keys, namespaces, values):
+            self.set_current_key(key)
+            handle.set_current_namespace(namespace)
+            put(value)
+
     @abstractmethod
     def timer_queue(self, domain: str) -> Any:
         """The timers of time domain ``domain`` (``event`` or ``processing``)."""
@@ -306,6 +318,20 @@ class HeapKeyedStateBackend(KeyedBackendBase):
         for key, value in zip(keys, values):
             if value is not None:
                 put(key, value)
+
+    def install_namespaced(self, descriptor: StateDescriptor[Any], keys: Iterable[Any], namespaces: Iterable[Any],
+                           values: Iterable[Any]) -> None:
+        """As :meth:`KeyedBackendBase.install_namespaced`, written into the state's table at once (a
+        state with a time-to-live, or one a checkpoint is being written of, takes the entries one by one)."""
+        self.get_state(descriptor, namespaced=True)
+        handle = self._states[(descriptor.name, True)]
+        if descriptor.name in self._ttl or descriptor.kind not in ("value", "reducing") or handle._delta is not None:
+            super().install_namespaced(descriptor, keys, namespaces, values)
+            return
+        entries = list(map(_NamespacedKey, zip(keys, namespaces)))
+        self._tables[descriptor.name].update(zip(entries, values))
+        if isinstance(handle._dirty, set):
+            handle._dirty.update(entries)
 
     def value_accessors(
         self, descriptor: StateDescriptor[Any]
