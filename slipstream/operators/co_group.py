@@ -260,7 +260,7 @@ class CoGroupOperator(WindowOperator):
     def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:
         columnar = self._columnar[input_index]
         if columnar is not None:
-            if batch.arrow is not None and columnar.add(batch.arrow, batch.timestamps):
+            if batch.arrow is not None and columnar.add(batch.arrow, batch.timestamp_column()):
                 return
             self._columnar[input_index] = None  # rows (or Arrow it cannot hold) from now on
             self._move_to_rows(columnar, self._backlog_buffers[input_index], input_index)

@@ -85,7 +85,7 @@ class ColumnarBacklog(BacklogSortingOperator):
     def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:
         columns = self._columns
         if columns is not None:
-            if batch.arrow is not None and columns.add(batch.arrow, batch.timestamps, self.backlog_interval()):
+            if batch.arrow is not None and columns.add(batch.arrow, batch.timestamp_column(), self.backlog_interval()):
                 return
             self._columns = None  # rows (or Arrow it cannot hold) from now on
             columns.move_to_rows(self._backlog_buffers[0], self.backlog_key_selector(0), self.next_arrival)
@@ -131,7 +131,7 @@ class IntervalColumns:
     def __len__(self) -> int:
         return len(self.buffer)
 
-    def add(self, batch: pa.RecordBatch | pa.Table, timestamps: list[Any] | None, interval: int) -> bool:
+    def add(self, batch: pa.RecordBatch | pa.Table, timestamps: list[Any] | pa.Array | None, interval: int) -> bool:
         """Buffer an Arrow batch; False when it cannot be held so (the rows take it from here)."""
         if any(name in batch.schema.names for name in EXTRA_COLUMNS):
             return False

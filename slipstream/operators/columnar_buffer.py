@@ -176,9 +176,10 @@ class ColumnarBuffer:
         self.schema, self.key_name, self.kind = schema, name, kind
         return True
 
-    def add(self, batch: pa.RecordBatch | pa.Table, timestamps: list[Any] | None) -> bool:
-        """Buffer ``batch`` (its records' ``timestamps`` parallel, or None); False when it cannot be
-        held columnar (another schema, a key column that is missing, of another type, or has nulls)."""
+    def add(self, batch: pa.RecordBatch | pa.Table, timestamps: list[Any] | pa.Array | None) -> bool:
+        """Buffer ``batch`` (its records' ``timestamps`` parallel, a list or an int64 array, or None);
+        False when it cannot be held columnar (another schema, a key column that is missing, of another
+        type, or has nulls)."""
         if self._closed:
             raise SlipstreamError(f"operator '{self.name}': the columnar buffer is closed")
         if self.schema is None:
@@ -197,7 +198,7 @@ class ColumnarBuffer:
             self.has_timestamps = True
             self._batches = [_with_stamps(piece, None) for piece in self._batches]
             self._segments.clear()  # their columns changed: the next checkpoint writes them anew
-        stamps = None if timestamps is None else pa.array(timestamps, pa.int64())
+        stamps = pa.array(timestamps, pa.int64()) if isinstance(timestamps, list) else timestamps
         pieces = batch.combine_chunks().to_batches() if isinstance(batch, pa.Table) else [batch]
         offset = 0
         for piece in pieces:

@@ -36,17 +36,22 @@ class RecordBatch:
     Batching is what makes Python operators fast: an operator runs its user
     function over a whole batch in one loop rather than one call chain per record.
     A batch may instead hold its records as Arrow columns (``arrow``); then ``values``
-    builds the rows on first use, so vectorised operators never pay for them.
+    builds the rows on first use, so vectorised operators never pay for them. Its
+    timestamps may likewise be an Arrow int64 array (read from a column), a Python
+    list only when something asks for ``timestamps``.
     """
 
-    __slots__ = ("_values", "arrow", "timestamps")
+    __slots__ = ("_stamp_column", "_timestamps", "_values", "arrow")
 
-    def __init__(self, values: list[Any] | None = None, timestamps: list[Any] | None = None,
+    def __init__(self, values: list[Any] | None = None, timestamps: list[Any] | pa.Array | None = None,
                  arrow: pa.RecordBatch | pa.Table | None = None) -> None:
         if values is None and arrow is None:
             raise ValueError("a RecordBatch needs values or an Arrow batch")
         self._values = values
-        self.timestamps = timestamps
+        if isinstance(timestamps, pa.Array):
+            self._timestamps, self._stamp_column = None, timestamps
+        else:
+            self._timestamps, self._stamp_column = timestamps, None
         self.arrow = arrow
 
     @property
@@ -54,6 +59,24 @@ class RecordBatch:
         if self._values is None:
             self._values = rows_from_arrow(self.arrow)
         return self._values
+
+    @property
+    def timestamps(self) -> list[Any] | None:
+        """The records' timestamps (None when none has one), as a list built on first use."""
+        if self._timestamps is None and self._stamp_column is not None:
+            self._timestamps = self._stamp_column.to_numpy().tolist()
+        return self._timestamps
+
+    @timestamps.setter
+    def timestamps(self, timestamps: list[Any] | None) -> None:
+        self._timestamps, self._stamp_column = timestamps, None
+
+    def timestamp_column(self) -> pa.Array | None:
+        """The timestamps as an Arrow int64 array (None when none has one): a columnar consumer's
+        form, built from the list only when the batch came without it."""
+        if self._stamp_column is None and self._timestamps is not None:
+            return pa.array(self._timestamps, pa.int64())
+        return self._stamp_column
 
     @property
     def is_columnar(self) -> bool:
@@ -73,11 +96,13 @@ class RecordBatch:
         count = len(self)
         if count <= max_records:
             return [self]
-        timestamps, arrow = self.timestamps, self.arrow
+        column, arrow = self._stamp_column, self.arrow
+        timestamps = self.timestamps if column is None else None
         pieces = []
         for start in range(0, count, max_records):
             end = min(start + max_records, count)
-            piece_ts = None if timestamps is None else timestamps[start:end]
+            piece_ts = column.slice(start, end - start) if column is not None else \
+                None if timestamps is None else timestamps[start:end]
             pieces.append(RecordBatch(arrow=arrow.slice(start, end - start), timestamps=piece_ts)
                           if arrow is not None else RecordBatch(self.values[start:end], piece_ts))
         return pieces

@@ -25,8 +25,8 @@ import operator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from slipstream.datastream.columnar import column_values
 from slipstream.datastream.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_TIMESTAMP, Watermark
 from slipstream.datastream.transformations import TimestampsAndWatermarksTransformation
 from slipstream.datastream.watermark_strategy import (
@@ -172,11 +172,12 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         if name not in names:
             return False
         column = arrow.column(name)
-        if not pa.types.is_integer(column.type) or column.null_count:
-            return False
-        stamps = column_values(column)
+        if not pa.types.is_integer(column.type) or column.null_count or column.type == pa.uint64():
+            return False  # (a uint64 may not fit a timestamp: the records' path checks each)
+        stamps = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        stamps = stamps.cast(pa.int64())
         self._wm_output.mark_active()
-        self._generator.on_event(None, max(stamps), self._wm_output)
+        self._generator.on_event(None, pc.max(stamps).as_py(), self._wm_output)
         self.output.collect_batch(RecordBatch(None, stamps, arrow=arrow))
         self._after_batch()
         return True

@@ -244,3 +244,34 @@ def test_watermarks_rise_and_never_pass_max_minus_bound_minus_one(
     assert all(a < b for a, b in zip(watermarks, watermarks[1:]))
     assert watermarks[-1] == max(timestamps) - bound - 1
     assert out.records == [(t, t) for t in timestamps]
+
+
+@pytest.mark.parametrize("kind", ["int64", "int32", "uint64"])
+def test_timestamps_read_from_an_arrow_column_are_the_records_path_s(kind: str) -> None:
+    """An Arrow batch whose timestamps are a field keeps them as an int64 array (no Python list
+    unless asked); they, the watermark, the split pieces and a pickled copy equal what the records'
+    path gives (a uint64 column takes that path: its values may not fit a timestamp)."""
+    import pickle
+
+    import pyarrow as pa
+
+    from slipstream.datastream.watermark_strategy import FieldTimestampAssigner
+
+    stamps = [5, 3, 9, 2]
+    arrow = pa.record_batch({"k": ["a", "b", "c", "d"], "ts": pa.array(stamps, getattr(pa, kind)())})
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(FieldTimestampAssigner("ts"))
+    op, out, _ = make_operator(strategy)
+    kept: list[tuple[bool, RecordBatch]] = []
+    collect = out.collect_batch
+    out.collect_batch = lambda batch: (kept.append((batch._timestamps is None, batch)), collect(batch))  # type: ignore[method-assign]
+    op.process_batch(RecordBatch(None, None, arrow=arrow))
+    ((lazy, batch),) = kept
+    assert lazy == (kind != "uint64")
+    assert batch.timestamp_column().to_pylist() == stamps
+    assert [p.timestamps for p in batch.split(3)] == [[5, 3, 9], [2]]
+    assert batch.timestamps == stamps and type(batch.timestamps[0]) is int
+    assert pickle.loads(pickle.dumps(batch)).timestamps == stamps
+    assert [record.timestamp for record in out.records] == stamps
+    assert out.watermarks == [8]
+    batch.timestamps = [1, 1, 1, 1]
+    assert batch.timestamp_column().to_pylist() == [1, 1, 1, 1]
