@@ -138,7 +138,7 @@ class KeyedReduceOperator(ColumnarBacklog):
             return False
         self.count_vectorised(frame.height)
         if self.ctx.batch_mode:
-            finals = final_values(frame, key, field, kind)
+            finals = final_values(frame, key, field, kind, in_arrival_order=in_arrival_order)
             if self.ctx.checkpointing:
                 self._install_rows(finals, key)
             else:

@@ -43,15 +43,18 @@ def backlog(seed: int, batches: int = 12, size: int = 9, keys: int = 5, value: s
 
 
 def drive(transformation: Transformation, tables: list[pa.Table], *, arrow: bool, batch_mode: bool,
-          sorting: bool = True, budget: int = 1_000_000, spill_dir: str | None = None) -> OperatorHarness:
-    """Backlog the tables (as Arrow or as rows), a watermark after each, then end the input."""
+          sorting: bool = True, budget: int = 1_000_000, spill_dir: str | None = None,
+          stamped: bool = True) -> OperatorHarness:
+    """Backlog the tables (as Arrow or as rows; with their ``ts`` as timestamps, or without
+    timestamps), a watermark after each, then end the input."""
     driver = sorting_harness(transformation, sorting=sorting, batch_mode=batch_mode, budget=budget, spill_dir=spill_dir)
     driver.set_backlog(True)
     for table in tables:
         stamps = table.column("ts").to_pylist()
         records = table.drop_columns(["ts"])
-        batch = RecordBatch(None, stamps, arrow=records) if arrow else RecordBatch(RecordBatch(arrow=records).values,
-                                                                                   stamps)
+        given = stamps if stamped else None
+        batch = RecordBatch(None, given, arrow=records) if arrow else RecordBatch(RecordBatch(arrow=records).values,
+                                                                                  given)
         driver.process_batch(batch)
         driver.process_watermark(max(stamps) - 150)
     return driver.end_input()
@@ -125,11 +128,16 @@ def test_streaming_switch_on_columns_equals_the_row_replay_and_streaming(kind: s
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("budget", [1, 1_000_000])
 @pytest.mark.parametrize("value", ["int", "float"])
-def test_batch_switch_on_columns_equals_the_row_path(kind: str, budget: int, value: str, tmp_path: Any) -> None:
+@pytest.mark.parametrize("stamped", [True, False])
+def test_batch_switch_on_columns_equals_the_row_path(kind: str, budget: int, value: str, stamped: bool,
+                                                     tmp_path: Any) -> None:
+    """Each key's final value, keys in the order first seen (without timestamps, from one group_by
+    that keeps the keys' order when the backlog was not spilled; sorted by rank otherwise)."""
     tables = backlog(7, value=value)
     transformation = aggregation(kind)
-    columnar = drive(transformation, tables, arrow=True, batch_mode=True, budget=budget, spill_dir=str(tmp_path))
-    rows = drive(transformation, tables, arrow=False, batch_mode=True)
+    columnar = drive(transformation, tables, arrow=True, batch_mode=True, budget=budget, spill_dir=str(tmp_path),
+                     stamped=stamped)
+    rows = drive(transformation, tables, arrow=False, batch_mode=True, stamped=stamped)
     assert columnar.ctx.metrics[VECTORISED_METRIC] == sum(t.num_rows for t in tables)
     assert columnar.output.events == rows.output.events
     if budget == 1:
