@@ -38,6 +38,7 @@ from slipstream.errors import CheckpointError, InvalidProgramError, SlipstreamEr
 from slipstream.runtime.checkpoint.barriers import BarrierHandler, CheckpointListener
 from slipstream.runtime.checkpoint.iteration_region import attach_iteration_regions
 from slipstream.runtime.checkpoint.manifest import Manifest
+from slipstream.runtime.checkpoint.pacing import background_writer
 from slipstream.runtime.checkpoint.snapshot import (
     OperatorSnapshot,
     build_manifest_and_files,
@@ -138,7 +139,8 @@ class CheckpointWriter:
 
     def _run_in_thread(self) -> None:
         try:
-            self.run()
+            with background_writer():
+                self.run()
         finally:
             _writer_ended()
             self._done()
