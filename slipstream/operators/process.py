@@ -275,6 +275,14 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
         return []
 
     @classmethod
+    def plan_notes(cls, transformation: Transformation) -> list[str]:
+        if isinstance(cast(KeyedProcessTransformation, transformation).function, KeyedStateBootstrapFunction):
+            return ["a KeyedStateBootstrapFunction: its backlog is buffered as it arrives and given to "
+                    "process_backlog(frame) as one polars DataFrame at the switch, not sorted nor passed "
+                    "to process_element; the key states it returns are installed before the stream goes on"]
+        return []
+
+    @classmethod
     def backlog_path(cls, transformation: Transformation) -> BacklogDeclaration:
         """A bootstrap function gets its backlog as one frame (``process_backlog``); any other
         KeyedProcessFunction streams it in STREAMING mode, as sorting only adds its cost."""

@@ -152,3 +152,19 @@ def test_what_process_backlog_returns_is_checked(function: Totals, message: str)
     driver.process_batch(RecordBatch(history(3, n=5)))
     with pytest.raises(SlipstreamError, match=message):
         driver.set_backlog(False)
+
+
+def test_explain_says_a_bootstrap_function_gets_its_backlog_as_one_frame() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_source(CollectionSource([{"user": 1, "amount": 2}]), None, "history") \
+        .key_by("user").process(Totals()).name("totals").print()
+    plan = env.explain()
+    assert "process_backlog(frame) as one polars DataFrame at the switch" in plan
+    plain = StreamExecutionEnvironment.get_execution_environment()
+    plain.from_collection([1]).key_by(lambda x: x).process(PlainTotals()).print()
+    assert "process_backlog" not in plain.explain()
+
+
+class PlainTotals(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Any):  # noqa: ANN201
+        yield value
