@@ -11,8 +11,9 @@ checkpoint takes longer. A writer in the job's own thread (the final checkpoint,
 stop) does not pause: nothing waits for the interpreter meanwhile. Measured there (median of
 three 10 s runs): p50 14.6 -> 1.7 ms, p99 190 -> 17 ms, p99.9 200 -> 23 ms. What is left is the
 interpreter lock itself: while the writer works, the job's thread waits for it in turns of at
-least the switch interval, and stalls of 5-15 ms remain; only encoding outside the interpreter
-(another process) would remove them.
+least the switch interval, and stalls of 5-15 ms remain. (Encoding in a forked child instead
+measured worse on that 2-core machine, p99 48 ms: the fork stalls the job, and the child's work
+and the copy-on-write faults compete with it for the cores.)
 """
 
 from __future__ import annotations
