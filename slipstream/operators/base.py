@@ -443,6 +443,12 @@ class StreamOperator(ABC):
         """What ``explain()`` says about this operator beyond its attributes; nothing by default."""
         return []
 
+    @classmethod
+    def backlog_work(cls, transformation: Transformation) -> str | None:
+        """What ``explain()`` says this operator does with a backlog it does not stream (None: it
+        sorts it and runs it as batch work)."""
+        return None
+
     # -- helpers --------------------------------------------------------------------------------
     def where(self) -> str:
         """This operator subtask as error messages name it."""

@@ -96,8 +96,7 @@ class RecordBatch:
         count = len(self)
         if count <= max_records:
             return [self]
-        column, arrow = self._stamp_column, self.arrow
-        timestamps = self.timestamps if column is None else None
+        column, timestamps, arrow = self._stamp_column, self._timestamps, self.arrow
         pieces = []
         for start in range(0, count, max_records):
             end = min(start + max_records, count)

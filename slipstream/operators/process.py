@@ -275,12 +275,12 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
         return []
 
     @classmethod
-    def plan_notes(cls, transformation: Transformation) -> list[str]:
+    def backlog_work(cls, transformation: Transformation) -> str | None:
         if isinstance(cast(KeyedProcessTransformation, transformation).function, KeyedStateBootstrapFunction):
-            return ["a KeyedStateBootstrapFunction: its backlog is buffered as it arrives and given to "
-                    "process_backlog(frame) as one polars DataFrame at the switch, not sorted nor passed "
-                    "to process_element; the key states it returns are installed before the stream goes on"]
-        return []
+            return ("buffers its backlog as it arrives and gives it to process_backlog(frame) as one polars "
+                    "DataFrame at the switch (a KeyedStateBootstrapFunction: not sorted nor passed to "
+                    "process_element), installs the key states it returns")
+        return None
 
     @classmethod
     def backlog_path(cls, transformation: Transformation) -> BacklogDeclaration:

@@ -183,7 +183,9 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
         notes.append("processes its backlog record by record (backlog_sorting=False)")
     elif path is not None and path is not BacklogPath.STREAMED:
         how = " (vectorised)" if path is BacklogPath.VECTORISED else ""
-        notes.append(f"sorts its backlog and runs it as batch work on {batch_engine}{how}, then switches to streaming; "
+        work = None if operator_cls is None else operator_cls.backlog_work(node.transformation)
+        work = work or f"sorts its backlog and runs it as batch work on {batch_engine}{how}"
+        notes.append(f"{work}, then switches to streaming; "
                      "checkpoints during the backlog hold its buffer (spilled runs as shared files, stored once, "
                      "and the records in memory)")
         if streaming and operator_cls is not None:
