@@ -113,7 +113,9 @@ class IterationHeadTask(LoopHeadTask):
 
     def terminate_scope(self) -> None:
         super().terminate_scope()
-        if not self.feedback_inputs:
+        # A criteria head may see its feedback end (the body ended once the other heads
+        # terminated) before it runs its own termination: nothing more will come to read.
+        if not self.feedback_inputs or all(self._input_ended):
             self.finished = True
             self.finished_at = time.perf_counter()
 

@@ -26,7 +26,9 @@ from slipstream.datastream.iteration import (
     IterationListener,
     iterate_bounded_streams_until_termination,
 )
+from slipstream.datastream.transformations import HeadRole
 from slipstream.operators.spill_file import SpillFile
+from slipstream.runtime.termination import HeadCommand, IterationHeadControl
 
 SEEN = OutputTag("seen")          # what each subtask saw: records, epoch watermarks, the end
 CRITERIA = OutputTag("criteria")
@@ -226,3 +228,22 @@ def test_feedback_waiting_for_its_round_spills_past_the_channel_budget(monkeypat
     check(run(initial, 5, 2, 7, feedback_budget=3, spill_dir=str(tmp_path)), initial, 5, 2)
     assert spilled[True] > 0
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+@pytest.mark.parametrize("criteria_from", ["listener", "records"])
+def test_a_criteria_head_whose_feedback_ended_before_its_termination_ends(
+        monkeypatch: pytest.MonkeyPatch, parallelism: int, criteria_from: str) -> None:
+    """Once the other heads terminated, the body may end and the criteria stream's end of input
+    reach the criteria head before the head ran its own termination (the order a restore can
+    bring back): the head then ends at once instead of waiting for an end it already read."""
+    run_commands, has_commands = IterationHeadControl.run_commands, IterationHeadControl.has_commands
+
+    def postponed(control: IterationHeadControl) -> bool:
+        return (control.role is HeadRole.CRITERIA and not all(c.ended for c in control._feedback.channels)
+                and any(command is HeadCommand.TERMINATE for command, _ in control._commands))
+
+    monkeypatch.setattr(IterationHeadControl, "has_commands", lambda c: not postponed(c) and has_commands(c))
+    monkeypatch.setattr(IterationHeadControl, "run_commands", lambda c: None if postponed(c) else run_commands(c))
+    seen = run(ISSUE_INITIAL, 5, parallelism, 3, criteria_from=criteria_from, criteria_until=3)
+    check(seen, ISSUE_INITIAL, 5, parallelism, criteria_until=3)
