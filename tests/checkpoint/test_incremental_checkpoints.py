@@ -229,24 +229,39 @@ def test_inspect_lists_the_shared_files_and_layers(tmp_path):
 
 
 def test_sigkill_with_incremental_checkpoints_gives_exactly_once_output(tmp_path):
-    """Killed at random while checkpoints share files and add layers of changes: nothing lost or
-    duplicated, and the kills did land while the latest checkpoint had layers of changes."""
-    layered = []
+    """Killed while checkpoints share files and add layers of changes: nothing lost or duplicated.
+    The first kill lands just after a checkpoint with layers completed, each later one just after
+    the restarted job completed a checkpoint of its own. (The job soon writes every entry again, its
+    changes outgrowing the layers' share; a run that ends before a layered checkpoint was seen is
+    checked too, and another one started.)"""
+    layered: list[bool] = []
+    restored_from: list[int] = []
 
-    def count_layers(checkpoints: str) -> None:
+    def latest(checkpoints: str) -> tuple[int, bool]:
+        """The latest complete checkpoint's id (0: none) and whether it has layers of changes."""
         storage = CheckpointStorage(checkpoints)
         for checkpoint_id in storage.complete_ids()[-1:]:
             with open(os.path.join(storage.path_of(checkpoint_id), MANIFEST_NAME)) as handle:
                 body = json.load(handle)
-            layered.append(any(s["keyed_deltas"] for op in body["operators"].values() for s in op["subtasks"]))
+            return checkpoint_id, any(s["keyed_deltas"] for op in body["operators"].values() for s in op["subtasks"])
+        return 0, False
+
+    def after_kill(checkpoints: str) -> None:
+        checkpoint_id, with_layers = latest(checkpoints)
+        layered.append(with_layers)
+        restored_from.append(checkpoint_id)
+
+    def kill_soon(checkpoints: str) -> bool:
+        checkpoint_id, with_layers = latest(checkpoints)
+        return checkpoint_id > restored_from[-1] if restored_from else with_layers
 
     rng = random.Random("kill-incremental")
-    kills = rounds = 0
-    while kills < 4 or not any(layered) and kills < 12:  # a loaded machine may kill it before the layers
-        kills += run_until_done("wide", 1_000_000, str(tmp_path / f"round{rounds}"), rng, max(4 - kills, 1),
-                                async_writes=True, after_kill=count_layers, delays=(1.0, 2.5))
-        rounds += 1
-    assert any(layered), layered
+    for attempt in range(5):
+        if run_until_done("wide", 1_000_000, str(tmp_path / f"run{attempt}"), rng, 4, async_writes=True,
+                          after_kill=after_kill, delays=(0.0, 0.1), kill_after=kill_soon):
+            break
+    assert len(layered) == 4
+    assert layered[0], layered
 
 
 def test_every_crash_point_of_an_incremental_checkpoint_leaves_the_old_or_the_new_one(tmp_path):

@@ -42,9 +42,11 @@ def committed_output(directory: str) -> Counter:
 
 def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kills: int,
                    async_writes: bool = False, after_kill: Callable[[str], None] = lambda checkpoints: None,
-                   delays: tuple[float, float] = (0.3, 0.8)) -> int:
-    """Run the job, killing it after a random delay (seconds, within ``delays``) up to ``max_kills``
-    times (``after_kill`` sees the checkpoint directory after each); returns the kills."""
+                   delays: tuple[float, float] = (0.3, 0.8),
+                   kill_after: Callable[[str], bool] = lambda checkpoints: True) -> int:
+    """Run the job, killing it after a random delay (seconds, within ``delays``, counted from when
+    ``kill_after`` first holds of the checkpoint directory) up to ``max_kills`` times
+    (``after_kill`` sees the checkpoint directory after each); returns the kills."""
     out, checkpoints = os.path.join(workdir, "out"), os.path.join(workdir, "chk")
     env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest", PYTHONFAULTHANDLER="1",
                CRASH_JOB_ASYNC_WRITES="1" if async_writes else "0")
@@ -52,6 +54,8 @@ def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kill
     while True:
         process = subprocess.Popen([sys.executable, JOB, kind, out, checkpoints, str(n)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        while kills < max_kills and process.poll() is None and not kill_after(checkpoints):
+            time.sleep(0.02)
         if kills < max_kills:
             try:
                 process.wait(timeout=rng.uniform(*delays))
