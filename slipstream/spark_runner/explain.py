@@ -17,6 +17,7 @@ from slipstream.spark_runner.plan import (
     FrameSourceNode,
     HybridNode,
     KeyedNode,
+    RollingReduce,
     SideOutputNode,
     SinkNode,
     SparkPlan,
@@ -24,6 +25,7 @@ from slipstream.spark_runner.plan import (
     state_descriptors,
 )
 from slipstream.spark_runner.records import KEYED_DDL, RECORD_DDL
+from slipstream.spark_runner.windows import EventTimeWindows
 
 STATE_SCHEMAS = {
     "value": "value state",
@@ -32,6 +34,13 @@ STATE_SCHEMAS = {
     "reducing": "value state holding the reduced value",
     "aggregating": "value state holding the accumulator",
 }
+NOT_SPARK_AGGREGATION = {
+    True: "groupBy(window).agg may still count a record later than the watermark, and drops by record time "
+          "where Flink drops a record only once its window fired: results would differ",
+    False: "a streaming aggregation's update mode emits a key once per micro-batch, where a rolling "
+           "reduce emits every record's update",
+}
+"""Why a keyed window or rolling reduce runs in transformWithState, not as Spark's aggregation."""
 SHARED = ("value", "reducing", "aggregating")  # kinds kept in one Spark value state unless they have a TTL
 
 
@@ -109,6 +118,10 @@ def describe(node: Any) -> list[str]:
         union = f" over the union of {inputs} (an input column tells them apart)" if len(node.streams) > 1 else ""
         lines = [f"groupBy(key).transformWithState: '{t.name}'{uid}{union}, timeMode {node.time_mode}, "
                  f"outputMode Append -> {RECORD_DDL}"]
+        function = getattr(t, "function", None)
+        if isinstance(function, (EventTimeWindows, RollingReduce)):
+            why = NOT_SPARK_AGGREGATION[type(function) is EventTimeWindows]
+            lines.append(f"    not Spark's own aggregation: {why}")
         if node.initial is not None:
             lines.append(f"    initial state: input {node.initial[0] + 1} (bounded), run as Spark batch above, its "
                          "records per key through the function before the stream")

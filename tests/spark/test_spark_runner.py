@@ -317,3 +317,15 @@ def test_every_transformation_kind_is_translated_or_refused_with_a_reason() -> N
     missing = [kind.__name__ for kind in kinds
                if kind.__module__.startswith("slipstream.") and not issubclass(kind, (*TRANSLATED, *REFUSED))]
     assert not missing, f"kinds the Spark runner neither translates nor refuses: {missing}"
+
+
+@pytest.mark.parametrize("kind,why", [("tumbling_reduce", "drops by record time"), ("sum", "update mode")])
+def test_explain_says_why_a_window_or_rolling_aggregation_is_not_sparks_own(spark: Any, tmp_path: Path, kind: str,
+                                                                            why: str) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    jobs.build(env, kind, tmp_path / "in", tmp_path / "out", watched=True)
+    plan = env.explain()
+    assert "groupBy(key).transformWithState" in plan
+    assert "not Spark's own aggregation" in plan and why in plan
