@@ -305,9 +305,9 @@ class SparkTimerService(TimerService):
     def _in(self, mode: str, what: str) -> None:
         if self._time_mode != mode:
             raise SlipstreamError(
-                f"operator '{self._name}': {what} on the Spark runner needs a {mode.lower()} operator, and this one "
-                f"runs in {self._time_mode.lower()} time mode: Spark gives an operator one time domain (event "
-                "time when a watermark strategy comes before it, else processing time when its function "
+                f"operator '{self._name}': {what} on the Spark runner needs an operator in Spark's time mode "
+                f"{mode}, and this one runs in time mode {self._time_mode}: Spark gives an operator one time "
+                "domain (event time when a watermark strategy comes before it, else processing time when its function "
                 "has an on_timer, else none)")
 
     def register_event_time_timer(self, timestamp: int) -> None:

@@ -216,7 +216,17 @@ def step_of(transformation: Transformation) -> Step:
         return lambda value, ts: [(value, ts, None)] if method(value) else []
     if isinstance(transformation, TimestampsAndWatermarksTransformation):
         extract = transformation.watermark_strategy.create_timestamp_assigner().extract_timestamp
-        return lambda value, ts: [(value, extract(value, MIN_TIMESTAMP if ts is None else ts), None)]
+        name = transformation.name
+
+        def stamped(value: Any, ts: int | None) -> Emitted:
+            timestamp = extract(value, MIN_TIMESTAMP if ts is None else ts)
+            if timestamp < 0:
+                raise SlipstreamError(
+                    f"operator '{name}' gave record {value!r} the event time {timestamp} ms, before 1970: Spark's "
+                    "watermark starts at 0, so the Spark runner would drop it as late, and it stops the query "
+                    "instead (the embedded runtime runs such event times)")
+            return [(value, timestamp, None)]
+        return stamped
     if isinstance(transformation, ProcessTransformation):
         context = RecordContext()
         process = function.process_element

@@ -299,6 +299,25 @@ def test_a_failing_function_fails_the_job_naming_the_operator_and_the_record(spa
     assert "operator 'checked'" in message and "('c', " in message and "no c after 50" in message
 
 
+def before_1970(event: tuple[str, int, int]) -> tuple[str, int, int]:
+    return event[0], event[1] - 100, event[2]
+
+
+def test_an_event_time_before_1970_fails_the_query_rather_than_being_dropped_as_late(spark: Any,
+                                                                                    tmp_path: Path) -> None:
+    """Spark's watermark starts at 0, so it would drop such a record as late, silently: the query fails instead,
+    naming the operator and the record."""
+    jobs.write_input(tmp_path / "in", range(1))
+    env = StreamExecutionEnvironment.get_execution_environment()
+    jobs.windowed(jobs.source(env, tmp_path / "in").map(jobs.parse).map(before_1970)) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(50))).reduce(jobs.add_amounts).map(jobs.shown) \
+        .sink_to(jobs.text_sink(tmp_path / "out"))
+    with pytest.raises(JobExecutionError) as caught:
+        env.execute("early", runner=SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    message = str(caught.value)
+    assert "the event time -" in message and "before 1970" in message and "gave record (" in message
+
+
 def test_every_transformation_kind_is_translated_or_refused_with_a_reason() -> None:
     import importlib
     import pkgutil
