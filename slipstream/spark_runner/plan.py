@@ -403,7 +403,7 @@ class Planner:
         self.parallelism = parallelism
         self.available_now = available_now
         self.watermarked = False  # a watermark reaches the next stateful operator
-        self.watermarks = 0
+        self.watermarks: list[int] = []  # the watermark transformation of each visit (a diamond visits one twice)
 
     def plan(self) -> SparkPlan:
         transformations = self.spec.transformations
@@ -574,9 +574,12 @@ class Planner:
         return FrameSourceNode(transformation)
 
     def union(self, transformation: UnionTransformation, batch: bool) -> UnionNode:
-        watermarks = self.watermarks
-        streams = [self.node(upstream, batch) for upstream in transformation.inputs]
-        if self.watermarks > watermarks:
+        streams, seen = [], []
+        for upstream in transformation.inputs:
+            visited = len(self.watermarks)
+            streams.append(self.node(upstream, batch))
+            seen.append(set(self.watermarks[visited:]))
+        if any(ids != seen[0] for ids in seen):  # one watermark reaching every input (a diamond) stays one
             raise refuse(transformation, "a union of streams with a watermark: Flink's watermark after a union is "
                                          "the smallest of its inputs', Spark's the newest event time of them all; "
                                          "assign timestamps and watermarks after the union")
@@ -597,8 +600,8 @@ class Planner:
         return ChainNode(below)
 
     def watermark(self, chain: ChainNode, transformation: Transformation, strategy: Any) -> ChainNode:
-        self.watermarks += 1
-        if self.watermarks > 1:
+        self.watermarks.append(transformation.id)
+        if len(set(self.watermarks)) > 1:
             raise refuse(transformation, "a second watermark strategy: Spark keeps one watermark per query")
         if isinstance(transformation, SourceTransformation):
             chain.steps.append(TimestampsAndWatermarksTransformation(

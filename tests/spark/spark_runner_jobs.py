@@ -114,6 +114,22 @@ class SplitBig(ProcessFunction):
             yield event
 
 
+class KeyedSplitBig(KeyedProcessFunction):
+    """Per key, after event time: amounts of 40 and more to the side output ``big`` (with the key's
+    count so far), the rest on."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, event: tuple[str, int, int], ctx: Any) -> Iterator[Any]:
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        if event[2] >= 40:
+            ctx.output(BIG, (*event, count))
+        else:
+            yield event
+
+
 TUMBLE_MS, SLIDE_SIZE_MS, SLIDE_MS = 30, 60, 20
 
 
@@ -214,6 +230,9 @@ def build(env: StreamExecutionEnvironment, kind: str, input_dir: Path, output: A
             .aggregate(MeanAmount(), MeanPerWindow()).name("window means").map(shown)
     elif kind == "side_output":
         stream = events.process(SplitBig()).name("split").get_side_output(BIG).map(shown)
+    elif kind == "watermarked_split":  # one watermark reaching both inputs of a union (a diamond)
+        split = windowed(events).process(KeyedSplitBig()).name("keyed split")
+        stream = split.union(split.get_side_output(BIG)).map(shown)
     elif kind == "parquet":  # events as dicts into a Parquet FileSink
         events.filter(lambda e: e[2] % 3 != 0).map(as_dict).name("as dict") \
             .sink_to(parquet_sink(output)).name("parquet")
@@ -273,6 +292,11 @@ def oracle(kind: str, files: range, per_file: int = 40) -> list[str]:
         for key, ts, amount in events:
             amounts[(key, ts - ts % TUMBLE_MS + TUMBLE_MS)].append(amount)
         out = [repr((key, end, round(sum(values) / len(values), 6))) for (key, end), values in amounts.items()]
+    elif kind == "watermarked_split":
+        out, seen = [], defaultdict(int)
+        for e in events:
+            seen[e[0]] += 1
+            out.append(repr((*e, seen[e[0]]) if e[2] >= 40 else e))
     else:
         out = [repr(e) for e in events if e[2] >= 40]
     return sorted(out)

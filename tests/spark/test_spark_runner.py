@@ -36,7 +36,8 @@ def run_spark(spark: Any, kind: str, input_dir: Path, output: Path, location: Pa
 
 
 @pytest.mark.parametrize("kind", ["stateless", "keyed", "keyed_to_sink", "reduce", "sum", "side_output",
-                                  "tumbling_reduce", "sliding_process", "tumbling_aggregate"])
+                                  "tumbling_reduce", "sliding_process", "tumbling_aggregate",
+                                  "watermarked_split"])
 def test_a_job_commits_what_the_embedded_runtime_commits(spark: Any, tmp_path: Path, kind: str) -> None:
     jobs.write_input(tmp_path / "in", FILES)
     expected = jobs.oracle(kind, FILES)
