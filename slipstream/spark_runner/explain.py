@@ -12,6 +12,7 @@ from slipstream.spark_runner.plan import (
     BootstrapNode,
     ChainNode,
     CoGroupBatchNode,
+    DataFrameNode,
     FeedNode,
     FileStreamNode,
     FrameSourceNode,
@@ -92,6 +93,10 @@ def describe(node: Any) -> list[str]:
         return [f"source '{node.transformation.name}': read by a thread of the driver into Arrow files beside the "
                 "checkpoint, which a Spark file stream source watches; a restart resumes the iteration after the "
                 "records written"]
+    if isinstance(node, DataFrameNode):
+        return [f"source '{node.transformation.name}': the DataFrame written once as Parquet beside the checkpoint "
+                f"when the query first starts, read by Spark's file stream source (bounded) and "
+                f"ParquetColumnarRowInputFormat in the Python workers -> {RECORD_DDL}"]
     if isinstance(node, FrameSourceNode):
         return [f"batch source '{node.transformation.name}': {node.transformation.source.default_name()} as a Spark "
                 "DataFrame"]

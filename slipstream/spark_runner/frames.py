@@ -25,6 +25,7 @@ from slipstream.spark_runner.plan import (
     SKIP_PRESENT,
     ChainNode,
     CoGroupBatchNode,
+    DataFrameNode,
     FeedNode,
     FileStreamNode,
     FrameSourceNode,
@@ -80,6 +81,19 @@ def write_end_of_input(checkpoint_location: str) -> None:
 def feed_directory(checkpoint_location: str, node: FeedNode) -> str:
     """Where the driver writes an unbounded IteratorSource's records for Spark to read."""
     return os.path.join(checkpoint_location, "feeds", str(node.transformation.id))
+
+
+def frame_directory(checkpoint_location: str, node: DataFrameNode) -> str:
+    """Where a ``from_spark`` DataFrame is written as Parquet for the query's file stream source."""
+    return os.path.join(checkpoint_location, "frames", str(node.transformation.id))
+
+
+def write_frame(checkpoint_location: str, node: DataFrameNode) -> None:
+    """Write ``node``'s DataFrame once: a restarted query finds it complete (Spark's ``_SUCCESS``
+    marker) and reads the same files; a write a kill cut short is done again."""
+    directory = frame_directory(checkpoint_location, node)
+    if not os.path.exists(os.path.join(directory, "_SUCCESS")):
+        node.dataframe.write.mode("overwrite").parquet(directory)
 
 
 def present_files(checkpoint_location: str, node: FileStreamNode) -> list[str]:
@@ -257,6 +271,10 @@ class FrameBuilder:
             return self.file_records(node, batch)
         if isinstance(node, FeedNode):
             return self.feed(node, batch).mapInArrow(FeedReading(node.order_prefix), RECORD_DDL)
+        if isinstance(node, DataFrameNode):
+            from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
+            reading = FileReading(ParquetColumnarRowInputFormat(), node.transformation.name)
+            return self.files(frame_directory(self.checkpoint_location, node), batch).mapInArrow(reading, RECORD_DDL)
         if isinstance(node, FrameSourceNode):
             return self.columns(node).mapInArrow(FrameRecords(node.transformation.name), RECORD_DDL)
         if isinstance(node, CoGroupBatchNode):

@@ -117,6 +117,16 @@ class FileStreamNode:
 
 
 @dataclass
+class DataFrameNode:
+    """A DataFrame (``from_spark``) as a stream's bounded source: written once as Parquet beside the
+    query's checkpoint when the query first starts (a streaming query cannot read a batch DataFrame),
+    then read by Spark's file stream source like a ``FileSource`` of Parquet, in the DataFrame's order."""
+
+    transformation: SourceTransformation
+    dataframe: Any
+
+
+@dataclass
 class HybridNode:
     """A ``HybridSource`` of ``FileSource`` directories (history, then the watched one, or an
     unbounded ``IteratorSource`` last) as the union of their file stream sources: the query's
@@ -499,6 +509,7 @@ class Planner:
     def source(self, transformation: SourceTransformation, batch: bool) -> Any:
         from slipstream.datastream.connectors.hybrid import HybridSource
         from slipstream.datastream.connectors.iterator import IteratorSource
+        from slipstream.datastream.connectors.spark import SparkSource
         source = transformation.source
         if batch and not isinstance(source, FileSource):
             return self.frame_source(transformation)
@@ -509,11 +520,14 @@ class Planner:
                 raise refuse(transformation, "a bounded IteratorSource is read by the embedded runtime; on Spark, "
                                              "put its records in files (FileSource) or a DataFrame (from_spark)")
             node = FeedNode(transformation, source)
+        elif isinstance(source, SparkSource):
+            node = DataFrameNode(transformation, source.dataframe)
         elif not isinstance(source, FileSource):
             raise refuse(transformation, f"{source.default_name()} is not a source the Spark runner reads: it "
                                          "reads a FileSource's directory with Spark's file stream source, an "
-                                         "unbounded IteratorSource through files the driver writes, and (as a "
-                                         "co-group's backlog) Parquet files, Arrow tables and DataFrames")
+                                         "unbounded IteratorSource through files the driver writes, a DataFrame "
+                                         "through Parquet files it writes once, and (as a co-group's backlog) "
+                                         "Parquet files and Arrow tables")
         else:
             node = self.file_source(transformation, source)
         if transformation.watermark_strategy is not None:

@@ -31,9 +31,16 @@ from slipstream.datastream.formats.parquet import parquet_row
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
 from slipstream.errors import JobExecutionError, SlipstreamError
 from slipstream.spark_runner.feed import FeedWriter
-from slipstream.spark_runner.frames import FrameBuilder, end_of_input_directory, feed_directory, write_end_of_input
+from slipstream.spark_runner.frames import (
+    FrameBuilder,
+    end_of_input_directory,
+    feed_directory,
+    write_end_of_input,
+    write_frame,
+)
 from slipstream.spark_runner.plan import (
     PROCESSING_TIME,
+    DataFrameNode,
     FeedNode,
     FileStreamNode,
     KeyedNode,
@@ -156,6 +163,9 @@ class SparkRunner:
         # availableNow query with one never ends by itself: it is stopped once it read its input
         ends_when_idle = plan.bounded and any(isinstance(node, KeyedNode) and node.time_mode == PROCESSING_TIME
                                               for node in plan.nodes())
+        for node in plan.nodes():
+            if isinstance(node, DataFrameNode):
+                write_frame(checkpoint_location, node)
         for feed in feeds:
             feed.start()
         try:

@@ -45,6 +45,33 @@ def test_a_job_commits_what_the_embedded_runtime_commits(spark: Any, tmp_path: P
     assert run_spark(spark, kind, tmp_path / "in", tmp_path / "spark", tmp_path / "checkpoint") == expected
 
 
+def test_a_dataframe_source_commits_what_the_embedded_runtime_commits(spark: Any, tmp_path: Path) -> None:
+    """``from_spark`` as a stream's source: written once as Parquet, read by the file stream source, in
+    the DataFrame's order (a rolling reduce shows it); a second run on the same checkpoint location
+    finds the query done and writes nothing twice."""
+    events = [jobs.parse(line) for index in FILES for line in jobs.event_lines(index)]
+    frame = spark.createDataFrame(events, "key string, ts long, amount long").coalesce(2)
+
+    def build(env: StreamExecutionEnvironment, output: Path) -> None:
+        env.from_spark(frame).map(lambda row: (row.key, row.ts, row.amount)).name("parse").key_by(jobs.key_of) \
+            .reduce(jobs.add_amounts).name("totals").map(jobs.shown).sink_to(jobs.text_sink(output))
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    build(env, tmp_path / "embedded")
+    env.execute("frame embedded")
+    expected = jobs.oracle("reduce", FILES)
+    assert jobs.committed_lines(tmp_path / "embedded") == expected
+    for attempt in range(2):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+        build(env, tmp_path / "spark")
+        if attempt == 0:
+            assert "the DataFrame written once as Parquet" in env.explain()
+        env.execute("frame on spark")
+        assert jobs.spark_committed_lines(tmp_path / "spark") == expected
+
+
 def test_a_parquet_file_sink_commits_the_rows_the_embedded_runtime_commits(spark: Any, tmp_path: Path) -> None:
     jobs.write_input(tmp_path / "in", FILES)
     events = [jobs.parse(line) for index in FILES for line in jobs.event_lines(index)]
