@@ -50,6 +50,7 @@ from slipstream.datastream.transformations import (
     FeedbackTailTransformation,
     FilterTransformation,
     FlatMapTransformation,
+    IterationHeadTransformation,
     KeyedProcessTransformation,
     LoopExitTransformation,
     LoopHeadTransformation,
@@ -479,6 +480,8 @@ class Planner:
             return self.source(transformation, batch)
         if isinstance(transformation, CoGroupTransformation) and batch:
             return self.co_group(transformation)
+        if isinstance(transformation, (LoopHeadTransformation, FeedbackTailTransformation, LoopExitTransformation)):
+            self.refuse_iteration(transformation)
         for kind, reason in REFUSED.items():
             if isinstance(transformation, kind):
                 raise refuse(transformation, reason)
@@ -505,6 +508,16 @@ class Planner:
             raise refuse(transformation, f"a connected stream's {transformation.kind} function on unkeyed inputs is "
                                          "not mapped yet: key both inputs (ConnectedStreams.key_by)")
         raise refuse(transformation, f"the Spark runner has no translation for {type(transformation).__name__}")
+
+    def refuse_iteration(self, transformation: Transformation) -> None:
+        """Refuse a part of a FLIP-176 iteration as such, naming the iteration (else it is a loop's)."""
+        heads = [t for t in self.upstream(transformation) if isinstance(t, IterationHeadTransformation)]
+        if heads:
+            raise refuse(transformation, f"it is part of the FLIP-176 iteration whose head is '{heads[-1].name}': "
+                                         "a Spark Structured Streaming query is acyclic, and a bounded iteration is "
+                                         "not run as driver-side rounds of Spark batch queries either (they would "
+                                         "not keep the embedded runtime's record-by-record feedback order); run "
+                                         "the job on the embedded runtime")
 
     def source(self, transformation: SourceTransformation, batch: bool) -> Any:
         from slipstream.datastream.connectors.hybrid import HybridSource

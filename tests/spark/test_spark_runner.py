@@ -276,6 +276,23 @@ def test_a_loop_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> No
     assert "a Spark Structured Streaming query is acyclic" in refused(spark, env)
 
 
+def test_a_bounded_iteration_is_refused_as_an_iteration(spark: Any, tmp_path: Path) -> None:
+    from slipstream.datastream.iteration import DataStreamList, IterationBodyResult, Iterations
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    numbers = jobs.source(env, tmp_path / "in").map(len)
+
+    def body(variables: DataStreamList, data: DataStreamList) -> IterationBodyResult:
+        smaller = variables.get(0).map(lambda n: n // 2)
+        return IterationBodyResult([smaller.filter(lambda n: n > 0)], [smaller.filter(lambda n: n == 0)])
+
+    outputs = Iterations.iterate_bounded_streams_until_termination(DataStreamList.of(numbers), DataStreamList.of(),
+                                                                   body)
+    outputs.get(0).map(str).sink_to(jobs.text_sink(tmp_path / "out"))
+    message = refused(spark, env)
+    assert "FLIP-176 iteration whose head is" in message and "driver-side rounds" in message
+
+
 def test_a_source_spark_cannot_watch_is_refused(spark: Any, tmp_path: Path) -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.from_collection([1, 2, 3]).map(str).sink_to(jobs.text_sink(tmp_path / "out"))
