@@ -33,8 +33,9 @@ import dataclasses
 import functools
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from slipstream.attributes import Boundedness
 from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
@@ -93,6 +94,9 @@ TRANSLATED = (SourceTransformation, SinkTransformation, PartitionTransformation,
               CoProcessTransformation, WindowTransformation)
 """The kinds the planner translates (some only in some forms, refused otherwise, naming why);
 every other kind is in :data:`REFUSED`."""
+
+
+T = TypeVar("T")
 
 
 class SparkPlanningError(InvalidProgramError):
@@ -414,7 +418,7 @@ class Planner:
         self.parallelism = parallelism
         self.available_now = available_now
         self.watermarked = False  # a watermark reaches the next stateful operator
-        self.watermarks: list[int] = []  # the watermark transformation of each visit (a diamond visits one twice)
+        self.watermarks: list[Transformation] = []  # the watermark transformation of each visit (a diamond: twice)
 
     def plan(self) -> SparkPlan:
         transformations = self.spec.transformations
@@ -429,6 +433,7 @@ class Planner:
                 raise refuse(transformation, "its output does not reach the job's sink: the Spark runner runs "
                                              "one path from the source to the sink")
         nodes = walk(sink)
+        self.check_one_watermarked_operator(nodes)
         bounded = all(node.bounded for node in nodes if isinstance(node, FileStreamNode)) \
             and not any(isinstance(node, FeedNode) for node in nodes)
         interval = self.spec.checkpoint_config.get_checkpoint_interval()
@@ -437,6 +442,22 @@ class Planner:
                          trigger_ms=interval if interval > 0 else None,
                          checkpoint_location=self.location(), parallelism=self.parallelism,
                          job_parameters=dict(self.spec.job_parameters), end_of_input=bounded and event_time)
+
+    def check_one_watermarked_operator(self, nodes: list[Any]) -> None:
+        """Several watermark strategies in one query are Spark's one watermark, the smallest of theirs:
+        Flink's only where they all reach the one event-time operator (its inputs' smallest)."""
+        strategies = {t.id: t for t in self.watermarks}
+        if len(strategies) < 2:
+            return
+        operators = [node.transformation for node in nodes if isinstance(node, KeyedNode)
+                     and node.time_mode == EVENT_TIME]
+        upstream = {t.id for t in self.upstream(operators[0])} if len(operators) == 1 else set()
+        for strategy in strategies.values():
+            if strategy.id not in upstream:
+                raise refuse(strategy, f"its watermark and another strategy's reach different operators ("
+                                       f"{', '.join(repr(t.name) for t in operators) or 'none'} event-time): Spark "
+                                       "keeps one watermark per query, the smallest of them, where Flink keeps one "
+                                       "per operator")
 
     @staticmethod
     def upstream(transformation: Transformation) -> list[Transformation]:
@@ -601,16 +622,29 @@ class Planner:
         return FrameSourceNode(transformation)
 
     def union(self, transformation: UnionTransformation, batch: bool) -> UnionNode:
-        streams, seen = [], []
-        for upstream in transformation.inputs:
-            visited = len(self.watermarks)
-            streams.append(self.node(upstream, batch))
-            seen.append(set(self.watermarks[visited:]))
-        if any(ids != seen[0] for ids in seen):  # one watermark reaching every input (a diamond) stays one
-            raise refuse(transformation, "a union of streams with a watermark: Flink's watermark after a union is "
-                                         "the smallest of its inputs', Spark's the newest event time of them all; "
-                                         "assign timestamps and watermarks after the union")
-        return UnionNode(streams, transformation)
+        translated = [self.with_watermarks(functools.partial(self.node, upstream, batch))
+                      for upstream in transformation.inputs]
+        self.check_input_watermarks(transformation, [ids for _, ids in translated])
+        return UnionNode([node for node, _ in translated], transformation)
+
+    def with_watermarks(self, translate: Callable[[], T]) -> tuple[T, set[int]]:
+        """What ``translate`` makes, and the watermark strategies (ids) on its way."""
+        visited = len(self.watermarks)
+        node = translate()
+        return node, {t.id for t in self.watermarks[visited:]}
+
+    @staticmethod
+    def check_input_watermarks(transformation: Transformation, seen: list[set[int]]) -> None:
+        """Inputs of one operator: Flink's watermark there is the smallest of its inputs' (one without a
+        watermark holds it back for ever), Spark's, with several watermarks in a query, the smallest of
+        them all (``multipleWatermarkPolicy`` min). The same when every input has a watermark, or when
+        they share theirs (a diamond); not when only some have one."""
+        if all(ids == seen[0] for ids in seen) or all(seen):
+            return
+        raise refuse(transformation, "its inputs are streams with a watermark and without one: Flink's watermark "
+                                     "after it is the smallest of its inputs' (an input without one holds it back), "
+                                     "Spark's the smallest of the watermarks the query has; assign timestamps and "
+                                     "watermarks to every input, or after the union")
 
     def stateless(self, transformation: Transformation, batch: bool) -> ChainNode:
         chain = self.open_chain(self.node(transformation.inputs[0], batch))
@@ -627,9 +661,7 @@ class Planner:
         return ChainNode(below)
 
     def watermark(self, chain: ChainNode, transformation: Transformation, strategy: Any) -> ChainNode:
-        self.watermarks.append(transformation.id)
-        if len(set(self.watermarks)) > 1:
-            raise refuse(transformation, "a second watermark strategy: Spark keeps one watermark per query")
+        self.watermarks.append(transformation)
         if isinstance(transformation, SourceTransformation):
             chain.steps.append(TimestampsAndWatermarksTransformation(
                 id=transformation.id, name=f"{transformation.name} (timestamps)", watermark_strategy=strategy))
@@ -662,8 +694,11 @@ class Planner:
         if len(bounded) == 2 and bounded[0] != bounded[1]:
             index = bounded.index(True)  # the backlog beside the stream: Spark's initial state
             initial = (index, self.keyed_input(transformation, index, batch=True))
-        streams = [(index, self.keyed_input(transformation, index, batch=False))
-                   for index in range(len(transformation.inputs)) if initial is None or index != initial[0]]
+        translated = [(index, self.with_watermarks(functools.partial(self.keyed_input, transformation, index,
+                                                                     batch=False)))
+                      for index in range(len(transformation.inputs)) if initial is None or index != initial[0]]
+        self.check_input_watermarks(transformation, [ids for _, (_, ids) in translated])
+        streams = [(index, chain) for index, (chain, _) in translated]
         if window and not self.watermarked:
             raise refuse(transformation, "its event-time windows need timestamps and watermarks assigned on the "
                                          "way to it (assign_timestamps_and_watermarks or the source's strategy)")

@@ -134,6 +134,8 @@ class SparkRunner:
         """Build ``plan``'s query and start it; return the ``StreamingQuery``."""
         session = self.session
         session.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORE)
+        # several watermarks (one per input of the event-time operator): the smallest, as Flink's
+        session.conf.set("spark.sql.streaming.multipleWatermarkPolicy", "min")
         if plan.end_of_input:
             os.makedirs(end_of_input_directory(checkpoint_location), exist_ok=True)
         builder = FrameBuilder(session, plan, checkpoint_location, self.max_files_per_trigger)

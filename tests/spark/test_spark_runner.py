@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import spark_runner_jobs as jobs
 
-from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream import KeyedCoProcessFunction, StreamExecutionEnvironment
 from slipstream.datastream.time import Time
 from slipstream.datastream.window import EventTimeSessionWindows, TumblingEventTimeWindows
 from slipstream.errors import JobExecutionError
@@ -216,7 +216,8 @@ def test_a_union_of_watermarked_streams_is_refused_naming_the_operator(spark: An
     timed.union(jobs.source(env, tmp_path / "in").map(jobs.parse)).name("both").map(jobs.shown) \
         .sink_to(jobs.text_sink(tmp_path / "out"))
     message = refused(spark, env)
-    assert "operator 'both'" in message and "assign timestamps and watermarks after the union" in message
+    assert "operator 'both'" in message
+    assert "assign timestamps and watermarks to every input, or after the union" in message
 
 
 def test_explain_shows_the_query_the_state_schema_and_the_trigger(spark: Any, tmp_path: Path) -> None:
@@ -274,6 +275,76 @@ def test_a_loop_is_refused_naming_the_operator(spark: Any, tmp_path: Path) -> No
 
     numbers.iterate(halve).sink_to(jobs.text_sink(tmp_path / "out"))
     assert "a Spark Structured Streaming query is acyclic" in refused(spark, env)
+
+
+class Pairing(KeyedCoProcessFunction):
+    """Both inputs' records as they come, and an event-time timer per key and 100 ms of either."""
+
+    def process_element1(self, event: tuple[str, int, int], ctx: Any) -> Any:
+        ctx.timer_service().register_event_time_timer(event[1] - event[1] % 100 + 99)
+        yield "first", event
+
+    def process_element2(self, event: tuple[str, int, int], ctx: Any) -> Any:
+        ctx.timer_service().register_event_time_timer(event[1] - event[1] % 100 + 99)
+        yield "second", event
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        yield "timer", ctx.get_current_key(), timestamp
+
+
+def watermarked_halves(env: StreamExecutionEnvironment, input_dir: Path) -> tuple[Any, Any]:
+    """The even and the odd amounts, each from its own source with its own watermark strategy."""
+    from slipstream.datastream.time import Duration
+    from slipstream.datastream.watermark_strategy import WatermarkStrategy
+
+    def half(name: str, parity: int) -> Any:
+        strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(jobs.BOUND_MS)) \
+            .with_timestamp_assigner(jobs.event_time)
+        return jobs.source(env, input_dir).map(jobs.parse).filter(lambda e: e[2] % 2 == parity) \
+            .assign_timestamps_and_watermarks(strategy).name(name)
+    return half("even", 0), half("odd", 1)
+
+
+def test_connected_streams_with_a_watermark_each_commit_what_the_embedded_runtime_commits(spark: Any,
+                                                                                           tmp_path: Path) -> None:
+    """Flink's watermark of a two-input operator is the smaller of its inputs'; so is Spark's with a
+    watermark per input (multipleWatermarkPolicy min)."""
+    jobs.write_input(tmp_path / "in", FILES)
+    events = [jobs.parse(line) for index in FILES for line in jobs.event_lines(index)]
+    expected = sorted([repr(("first" if e[2] % 2 == 0 else "second", e)) for e in events]
+                      + [repr(("timer", k, t)) for k, t in {(e[0], e[1] - e[1] % 100 + 99) for e in events}])
+
+    def build(env: StreamExecutionEnvironment, output: Path) -> None:
+        even, odd = watermarked_halves(env, tmp_path / "in")
+        even.connect(odd).key_by(jobs.key_of, jobs.key_of).process(Pairing()).name("pairing").map(jobs.shown) \
+            .sink_to(jobs.text_sink(output))
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    build(env, tmp_path / "embedded")
+    env.execute("pairs embedded")
+    assert jobs.committed_lines(tmp_path / "embedded") == expected
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    build(env, tmp_path / "spark")
+    plan = env.explain()
+    assert "after 'even'" in plan and "after 'odd'" in plan and "timeMode EventTime" in plan
+    env.execute("pairs on spark")
+    assert jobs.spark_committed_lines(tmp_path / "spark") == expected
+
+
+def test_watermarks_reaching_different_event_time_operators_are_refused(spark: Any, tmp_path: Path) -> None:
+    jobs.write_input(tmp_path / "in", FILES)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    even, odd = watermarked_halves(env, tmp_path / "in")
+    firsts = even.key_by(jobs.key_of).window(TumblingEventTimeWindows.of(Time.milliseconds(30))) \
+        .reduce(jobs.add_amounts)
+    seconds = odd.key_by(jobs.key_of).window(TumblingEventTimeWindows.of(Time.milliseconds(30))) \
+        .reduce(jobs.add_amounts)
+    firsts.union(seconds).map(jobs.shown).sink_to(jobs.text_sink(tmp_path / "out"))
+    message = refused(spark, env)
+    assert "Spark keeps one watermark per query" in message and ("operator 'even'" in message
+                                                                  or "operator 'odd'" in message)
 
 
 def test_a_bounded_iteration_is_refused_as_an_iteration(spark: Any, tmp_path: Path) -> None:
