@@ -10,6 +10,7 @@ it into the file before it exits, and ``stop`` prints them. A run that ends by i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -61,9 +62,12 @@ class ControlFile:
     script: str
     path: str | None = None
     record: dict[str, Any] = field(default_factory=dict)
+    made_directory: bool = False  # the control file's directory did not exist before the run
 
     def started(self, env: StreamExecutionEnvironment, client: JobClient) -> None:
-        self.path = os.path.join(control_directory(env), CONTROL_NAME)
+        directory = control_directory(env)
+        self.made_directory = not os.path.isdir(directory)
+        self.path = os.path.join(directory, CONTROL_NAME)
         self.record = {"pid": os.getpid(), "script": self.script, "job_id": client.get_job_id(),
                        "started": time.time(), "urls": client.get_urls(), "state": "RUNNING"}
         _write(self.path, self.record)
@@ -74,9 +78,13 @@ class ControlFile:
             _write(self.path, {**self.record, "state": "STOPPED", "savepoint": savepoint, "resume": resume})
 
     def remove(self) -> None:
-        """The job ended by itself: nothing left to stop."""
+        """The job ended by itself: nothing left to stop, and no empty directory left where the run
+        made one for its control file (``slipstream-savepoints`` in the working directory)."""
         if self.path is not None and os.path.exists(self.path):
             os.remove(self.path)
+            if self.made_directory:
+                with contextlib.suppress(OSError):  # not empty: savepoints or another run's file
+                    os.rmdir(os.path.dirname(self.path))
         self.path = None
 
 

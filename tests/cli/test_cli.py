@@ -15,6 +15,8 @@ from collections import Counter
 
 import pytest
 
+from slipstream.cli.control import SAVEPOINT_DIR
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = 7
 N = 20_000
@@ -163,8 +165,11 @@ env.execute("where")
 
 def test_run_with_workers_runs_the_subtasks_on_that_many_worker_processes(tmp_path):
     job, out, n = write_job(tmp_path, WHERE_JOB), tmp_path / "out", 5_000
-    done = slipstream("run", job, "--parallelism", "2", "--workers", "2", "--", str(out), str(n))
+    done = slipstream("run", job, "--parallelism", "2", "--workers", "2", "--", str(out), str(n), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    # no checkpoint directory: the run kept its control file in ./slipstream-savepoints, made for it and
+    # removed once the job ended by itself
+    assert not (tmp_path / SAVEPOINT_DIR).exists()
     driver = int(re.search(r"driver (\d+)", done.stdout).group(1))
     lines = committed(out)
     assert Counter(int(line.split(",")[0]) for line in lines.elements()) == Counter(range(1, n + 1))
