@@ -110,7 +110,8 @@ def describe(node: Any) -> list[str]:
             if node.key_selector is not None:
                 names.append(f"key of '{node.key_operator}'")
             schema = KEYED_DDL if node.key_selector is not None else RECORD_DDL
-            where = "the same mapInArrow" if isinstance(node.input, (FileStreamNode, HybridNode)) else "mapInArrow"
+            where = "the same mapInArrow" if isinstance(node.input, (FileStreamNode, HybridNode, DataFrameNode)) \
+                else "mapInArrow"
             lines.append(f"{where}: {' -> '.join(names)} -> {schema}")
         if node.watermark_delay_ms is not None:
             lines.append(f"withWatermark(et, {node.watermark_delay_ms} ms) after '{node.watermark_operator}': "

@@ -93,7 +93,7 @@ def write_frame(checkpoint_location: str, node: DataFrameNode) -> None:
     marker) and reads the same files; a write a kill cut short is done again."""
     directory = frame_directory(checkpoint_location, node)
     if not os.path.exists(os.path.join(directory, "_SUCCESS")):
-        node.dataframe.write.mode("overwrite").parquet(directory)
+        node.transformation.source.dataframe.write.mode("overwrite").parquet(directory)
 
 
 def present_files(checkpoint_location: str, node: FileStreamNode) -> list[str]:
@@ -267,14 +267,10 @@ class FrameBuilder:
 
     def records(self, node: Any, batch: bool = False) -> Any:
         """The DataFrame of ``node``'s records (the record schema, keyed after a key selector)."""
-        if isinstance(node, (FileStreamNode, HybridNode)):
+        if isinstance(node, (FileStreamNode, HybridNode, DataFrameNode)):
             return self.file_records(node, batch)
         if isinstance(node, FeedNode):
             return self.feed(node, batch).mapInArrow(FeedReading(node.order_prefix), RECORD_DDL)
-        if isinstance(node, DataFrameNode):
-            from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
-            reading = FileReading(ParquetColumnarRowInputFormat(), node.transformation.name)
-            return self.files(frame_directory(self.checkpoint_location, node), batch).mapInArrow(reading, RECORD_DDL)
         if isinstance(node, FrameSourceNode):
             return self.columns(node).mapInArrow(FrameRecords(node.transformation.name), RECORD_DDL)
         if isinstance(node, CoGroupBatchNode):
@@ -291,7 +287,7 @@ class FrameBuilder:
             return union_all([self.records(stream, batch) for stream in node.streams])
         raise SlipstreamError(f"no Spark translation for plan node {node!r}")  # the planner makes only these
 
-    def file_records(self, node: FileStreamNode | HybridNode, batch: bool, chain: Chain | None = None,
+    def file_records(self, node: FileStreamNode | HybridNode | DataFrameNode, batch: bool, chain: Chain | None = None,
                      schema: str = RECORD_DDL) -> Any:
         """The records of a file source's files (a HybridSource's parts' in union), then through
         ``chain`` in the same ``mapInArrow`` (a Python stage less); a bounded event-time job's
@@ -311,16 +307,22 @@ class FrameBuilder:
         """The paths of the files the driver writes an unbounded IteratorSource's records into."""
         return self.files(feed_directory(self.checkpoint_location, node), batch, limited=True)
 
-    def part_files(self, part: FileStreamNode, batch: bool, limited: bool) -> Any:
+    def part_files(self, part: FileStreamNode | DataFrameNode, batch: bool, limited: bool) -> Any:
         """The paths a file source's part reads: for a bootstrap's backlog (batch), the files its
-        directory held at start, else what Spark's file (stream) source finds."""
+        directory held at start, else what Spark's file (stream) source finds (for a DataFrame, in
+        the directory it was written to)."""
+        if isinstance(part, DataFrameNode):
+            return self.files(frame_directory(self.checkpoint_location, part), batch)
         if part.present_files == READ_PRESENT:
             listed = present_files(self.checkpoint_location, part)
             return self.session.createDataFrame([(path,) for path in listed], "path string")
         return self.files(part.directory, batch, limited)
 
-    def file_reading(self, part: FileStreamNode) -> FileReading:
+    def file_reading(self, part: FileStreamNode | DataFrameNode) -> FileReading:
         """How a part's files are read in the workers; the stream after a bootstrap skips its backlog's."""
+        if isinstance(part, DataFrameNode):
+            from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
+            return FileReading(ParquetColumnarRowInputFormat(), part.transformation.name)
         skip = frozenset(present_files(self.checkpoint_location, part)) if part.present_files == SKIP_PRESENT \
             else frozenset()
         return FileReading(part.reader_format, part.transformation.name, part.order_prefix, skip=skip)
@@ -366,7 +368,7 @@ class FrameBuilder:
             chain = Chain([detached(step) for step in node.steps], node.key_selector, node.key_operator,
                           plan.parallelism, plan.job_parameters)
         schema = KEYED_DDL if node.key_selector is not None else RECORD_DDL
-        if isinstance(node.input, (FileStreamNode, HybridNode)):  # read and chained in one Python stage
+        if isinstance(node.input, (FileStreamNode, HybridNode, DataFrameNode)):  # read and chained in one stage
             frame = self.file_records(node.input, batch, chain, schema)
         else:
             frame = self.records(node.input, batch)

@@ -128,7 +128,6 @@ class DataFrameNode:
     then read by Spark's file stream source like a ``FileSource`` of Parquet, in the DataFrame's order."""
 
     transformation: SourceTransformation
-    dataframe: Any
 
 
 @dataclass
@@ -555,7 +554,7 @@ class Planner:
                                              "put its records in files (FileSource) or a DataFrame (from_spark)")
             node = FeedNode(transformation, source)
         elif isinstance(source, SparkSource):
-            node = DataFrameNode(transformation, source.dataframe)
+            node = DataFrameNode(transformation)
         elif not isinstance(source, FileSource):
             raise refuse(transformation, f"{source.default_name()} is not a source the Spark runner reads: it "
                                          "reads a FileSource's directory with Spark's file stream source, an "

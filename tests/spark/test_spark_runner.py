@@ -72,6 +72,19 @@ def test_a_dataframe_source_commits_what_the_embedded_runtime_commits(spark: Any
         assert jobs.spark_committed_lines(tmp_path / "spark") == expected
 
 
+def test_a_dataframe_source_with_event_time_windows_fires_every_window(spark: Any, tmp_path: Path) -> None:
+    """A bounded event-time job over a DataFrame: the end of input reaches its watermark, as a file source's."""
+    events = [jobs.parse(line) for index in FILES for line in jobs.event_lines(index)]
+    frame = spark.createDataFrame(events, "key string, ts long, amount long").coalesce(2)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_runner(SparkRunner(spark, checkpoint_location=str(tmp_path / "checkpoint")))
+    jobs.windowed(env.from_spark(frame).map(lambda row: (row.key, row.ts, row.amount))) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(jobs.TUMBLE_MS))).reduce(jobs.add_amounts) \
+        .map(jobs.shown).sink_to(jobs.text_sink(tmp_path / "spark"))
+    env.execute("frame windows on spark")
+    assert jobs.spark_committed_lines(tmp_path / "spark") == jobs.oracle("tumbling_reduce", FILES)
+
+
 def test_a_parquet_file_sink_commits_the_rows_the_embedded_runtime_commits(spark: Any, tmp_path: Path) -> None:
     jobs.write_input(tmp_path / "in", FILES)
     events = [jobs.parse(line) for index in FILES for line in jobs.event_lines(index)]
