@@ -9,6 +9,7 @@ connected through the links instead of held in memory.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any, Protocol
@@ -64,6 +65,8 @@ class Run(Protocol):
     task_metrics: dict[StreamTask, list[dict[str, Any]]]
     clock: Clock
     checkpoint_coordinator: Any
+    idle: threading.Event | None
+    """Set while the tasks this process runs wait for input (None: it runs none)."""
 
     @property
     def started_at(self) -> float: ...
@@ -104,6 +107,7 @@ class JobRun:
         for task in self.tasks:
             task.backlog_ended = self._after_backlog_ended
         self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
+        self.idle: threading.Event | None = self.scheduler.idle
         self._closed = False
         self._gc_policy = False
         self._switched = False

@@ -26,6 +26,8 @@ class Scheduler:
         self.clock = clock
         self._rng = random.Random(seed)
         self._wake = threading.Event()
+        self.idle = threading.Event()
+        """Set while the scheduler waits for the outside world: a background checkpoint writer works then."""
         self.turns = 0
         for task in tasks:
             if isinstance(task, SourceTask):
@@ -73,7 +75,9 @@ class Scheduler:
         (a worker process: its input may come from other processes, so idling is no deadlock)."""
         deadlines = self._deadlines()
         timeout = longest_s if not deadlines else max(0.0, min(longest_s, (min(deadlines) - now) / 1000))
+        self.idle.set()
         self._wake.wait(timeout)
+        self.idle.clear()
         self._wake.clear()
 
     def _deadlines(self) -> list[int]:

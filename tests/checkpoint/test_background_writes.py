@@ -89,3 +89,21 @@ def test_a_restart_from_a_checkpoint_written_in_the_background_loses_and_duplica
     stats = env.execute("background").get_accumulator_result("checkpoints")
     assert fail.failed and stats["restarts"] == 1
     assert committed_output(os.path.join(root, "out")) == oracle(kind, n)
+
+
+def test_a_write_in_progress_when_the_job_ends_runs_at_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's thread waiting for a background writer counts as idle: with the writer's longest
+    deferral made absurdly long, a busy job whose checkpoints are still being written when its input
+    ends would otherwise wait for it chunk after chunk."""
+    from slipstream.runtime.checkpoint import pacing
+
+    monkeypatch.setattr(pacing, "SHORTEST_DEFERRAL_S", 60.0)
+    monkeypatch.setattr(pacing, "LONGEST_DEFERRAL_S", 60.0)
+    n = 20_000
+    env = build("wide", str(tmp_path / "out"), str(tmp_path / "chk"), n, interval_ms=None, records=5_000,
+                async_writes=True)
+    started = time.perf_counter()
+    result = JobDriver(env._take_job("ends while writing")).run()
+    assert time.perf_counter() - started < 50
+    assert result.get_accumulator_result("checkpoints")["completed"] >= 2
+    assert committed_output(str(tmp_path / "out")) == oracle("wide", n)

@@ -47,6 +47,7 @@ from slipstream.runtime.checkpoint.snapshot import (
     release_task,
     snapshot_task,
 )
+from slipstream.runtime.checkpoint.state_files import prepare_encoder
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 
 log = logging.getLogger("slipstream.checkpoint")
@@ -102,8 +103,9 @@ class CheckpointWriter:
     thread."""
 
     def __init__(self, storage: CheckpointStorage, manifest: Manifest, snapshots: list[OperatorSnapshot],
-                 done: Callable[[], None] = lambda: None) -> None:
+                 done: Callable[[], None] = lambda: None, job_idle: threading.Event | None = None) -> None:
         self._storage, self._manifest, self._snapshots, self._done = storage, manifest, snapshots, done
+        self._job_idle = job_idle  # a writer thread encodes heap state while this is set (see pacing)
         self.path: str | None = None
         self.size_bytes = 0
         self.write_ms = 0.0
@@ -139,15 +141,21 @@ class CheckpointWriter:
 
     def _run_in_thread(self) -> None:
         try:
-            with background_writer():
+            with background_writer(self._job_idle):
                 self.run()
         finally:
             _writer_ended()
             self._done()
 
     def wait(self) -> None:
+        """Until the writer thread is done; the job's thread waits meanwhile, so the writer need not
+        wait for it to go idle."""
         if self._thread is not None:
+            if self._job_idle is not None:
+                self._job_idle.set()
             self._thread.join()
+            if self._job_idle is not None:
+                self._job_idle.clear()
 
 
 def _check_backlog_interval(config: CheckpointConfig) -> None:
@@ -292,8 +300,10 @@ class CheckpointCoordinator:
         self.latest_completed_path: str | None = None
         self.consecutive_failures = 0
         self.wakeup: Callable[[], None] = lambda: None  # wakes the scheduler when a write is done
+        self.job_idle: threading.Event | None = None  # set while the tasks of this process wait for input
         self._merging: list[Any] = []  # keyed backends folding back what changed during the last write
         self.participants.attach(self, self.exactly_once)
+        prepare_encoder()
         now = clock.now_ms()
         self._last_trigger_ms = now
         self._last_done_ms = now - config.get_min_pause_between_checkpoints()
@@ -429,7 +439,7 @@ class CheckpointCoordinator:
         manifest = Manifest(pending.checkpoint_id, self.job_name, self.fingerprint, time.time_ns() // 1_000_000,
                             "EXACTLY_ONCE" if self.exactly_once else "AT_LEAST_ONCE")
         snapshots = [snap for acked in pending.acks.values() for snap in acked]
-        pending.writer = CheckpointWriter(self.storage, manifest, snapshots, done)
+        pending.writer = CheckpointWriter(self.storage, manifest, snapshots, done, self.job_idle)
         return pending.writer
 
     def _start_writing(self, pending: PendingCheckpoint) -> None:

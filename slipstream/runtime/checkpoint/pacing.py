@@ -1,19 +1,26 @@
-"""A background checkpoint writer's share of the interpreter.
+"""A background checkpoint writer's share of the interpreter: the job's idle time, in small steps.
 
 A writer thread encoding heap state walks Python objects, holding the interpreter lock the
 job's thread needs for every record. Left alone it takes the interpreter whenever it can: on
 a 2.5 GHz Xeon the first full checkpoint of ``latency.py``'s 10^6 profiles took 6.5 s of it,
 and the job, which needs about a third of the interpreter at 10^4 records/s, fell behind
-(p99 190 ms). So a writer running in a thread of its own (:func:`background_writer`) sleeps,
-after each chunk of entries it reads (:func:`paced`), as long as that chunk cost it in CPU
-time: it never takes more than half of the interpreter, the job keeps the rest, and a large
-checkpoint takes longer. A writer in the job's own thread (the final checkpoint, a savepoint at
-stop) does not pause: nothing waits for the interpreter meanwhile. Measured there (median of
-three 10 s runs): p50 14.6 -> 1.7 ms, p99 190 -> 17 ms, p99.9 200 -> 23 ms. What is left is the
-interpreter lock itself: while the writer works, the job's thread waits for it in turns of at
-least the switch interval, and stalls of 5-15 ms remain. (Encoding in a forked child instead
-measured worse on that 2-core machine, p99 48 ms: the fork stalls the job, and the child's work
-and the copy-on-write faults compete with it for the cores.)
+(p99 190 ms). So a writer running in a thread of its own (:func:`background_writer`):
+
+* starts each step while the job's scheduler waits for input (its ``idle`` event), so that a
+  record arriving meanwhile waits for at most the rest of one step, not for turns of the
+  interpreter lock against a writer working through its chunk; a busy job makes it wait at
+  most as long as its last step cost (:func:`deferral`), so that it still gets a third of the
+  interpreter and a job that is never idle still gets its checkpoints;
+* reads :data:`BACKGROUND_CHUNK_ROWS` entries a step (:func:`chunk_rows`), about a
+  millisecond of work there;
+* sleeps after each step as long as the step cost it in CPU time, so that it never takes more
+  than half of the interpreter even when the job is idle (the job's source threads need it to
+  hand over the next record).
+
+A writer in the job's own thread (the final checkpoint, a savepoint at stop) does none of
+this: nothing waits for the interpreter meanwhile. Encoding in a forked child instead was
+tried and measured worse on a 2-core machine, p99 48 ms: the fork stalls the job, and the
+child's work and the copy-on-write faults compete with it for the cores.
 """
 
 from __future__ import annotations
@@ -26,30 +33,59 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+BACKGROUND_CHUNK_ROWS = 512
+"""Entries a background writer reads per step."""
+
+DEFERRAL_PER_CPU = 1.0
+"""How long a background writer waits for a busy job to go idle, per CPU second its last step cost."""
+
+SHORTEST_DEFERRAL_S, LONGEST_DEFERRAL_S = 0.001, 0.01
+"""The bounds of that wait."""
+
 _writer = threading.local()
 
 
 @contextmanager
-def background_writer() -> Iterator[None]:
-    """Mark the current thread as a background checkpoint writer while the block runs."""
-    _writer.background = True
+def background_writer(job_idle: threading.Event | None = None) -> Iterator[None]:
+    """Mark the current thread as a background checkpoint writer while the block runs; ``job_idle``
+    is set while the job's scheduler has nothing to run (None: pace by CPU time only)."""
+    _writer.background, _writer.job_idle = True, job_idle
     try:
         yield
     finally:
-        _writer.background = False
+        _writer.background, _writer.job_idle = False, None
+
+
+def chunk_rows(size: int) -> int:
+    """How many entries to read per step: ``size``, or fewer in a background writer."""
+    return min(size, BACKGROUND_CHUNK_ROWS) if getattr(_writer, "background", False) else size
 
 
 def paced(chunks: Iterator[T]) -> Iterator[T]:
-    """``chunks`` as they are; in a background writer, each one after a pause as long as the
-    thread's CPU time since the previous one (see the module docstring)."""
+    """``chunks`` as they are; in a background writer, each one read and used in the job's idle
+    time, then a pause as long as that cost the thread in CPU time (see the module docstring)."""
     if not getattr(_writer, "background", False):
         yield from chunks
         return
-    worked_from = time.thread_time()
-    for chunk in chunks:
-        yield chunk
-        time.sleep(time.thread_time() - worked_from)
+    job_idle: threading.Event | None = _writer.job_idle
+    cost = 0.0
+    while True:
+        if job_idle is not None:
+            job_idle.wait(deferral(cost))
         worked_from = time.thread_time()
+        chunk = next(chunks, None)
+        if chunk is None:
+            return
+        yield chunk
+        cost = time.thread_time() - worked_from
+        time.sleep(cost)
 
 
-__all__ = ["background_writer", "paced"]
+def deferral(cost: float) -> float:
+    """How long a background writer waits for the job to go idle after a step that cost it ``cost``
+    CPU seconds."""
+    return min(LONGEST_DEFERRAL_S, max(SHORTEST_DEFERRAL_S, DEFERRAL_PER_CPU * cost))
+
+
+__all__ = ["BACKGROUND_CHUNK_ROWS", "DEFERRAL_PER_CPU", "LONGEST_DEFERRAL_S", "SHORTEST_DEFERRAL_S",
+           "background_writer", "chunk_rows", "deferral", "paced"]

@@ -121,6 +121,7 @@ class Recovery:
                                                 self.fingerprint, self.job_name, run.clock,
                                                 (max(existing) + 1) if existing else 1)
             coordinator.wakeup = run.wake
+            coordinator.job_idle = run.idle
             run.checkpoint_coordinator = coordinator
         restore = self.restore
         if restore is not None:

@@ -55,7 +55,7 @@ from slipstream.datastream.typeinfo import Row
 from slipstream.errors import CheckpointError, SlipstreamError
 from slipstream.operators.memory import SAMPLE_ENTRIES, MemoryBudget, entry_bytes
 from slipstream.operators.timers import TimerQueue
-from slipstream.runtime.checkpoint.pacing import paced
+from slipstream.runtime.checkpoint.pacing import chunk_rows, paced
 from slipstream.runtime.checkpoint.state_files import SstFile, encode_keyed_state
 from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.key_groups import assign_to_key_groups
@@ -537,8 +537,8 @@ class _FrozenState:
         """The entries' keys and values, ``size`` at a time in table order: what is built for one
         chunk is garbage before the next, so the writer never holds millions of objects (a full
         garbage collection would walk them), and each step is a short call. A background writer
-        is paced (:mod:`slipstream.runtime.checkpoint.pacing`)."""
-        return paced(self._chunks(size))
+        reads fewer at a time, in the job's idle time (:mod:`slipstream.runtime.checkpoint.pacing`)."""
+        return paced(self._chunks(chunk_rows(size)))
 
     def _chunks(self, size: int) -> Iterator[tuple[list[Any], list[Any]]]:
         entries, value_of = iter(self._keys), self._value_of

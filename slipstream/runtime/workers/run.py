@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
@@ -87,6 +88,7 @@ class WorkerRun:
         self.metrics: dict[str, dict[str, Any]] = {}
         self.task_metrics: dict[StreamTask, list[dict[str, Any]]] = {}  # the tasks run elsewhere
         self.checkpoint_coordinator: CheckpointCoordinator | None = None
+        self.idle: threading.Event | None = None  # the tasks run in the workers, which encode their own state
         self.workers: list[WorkerProcess] = []
         self._attempt = 0
         self._restore_path: str | None = None
