@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import slipstream.operators  # noqa: F401  (registers every operator kind)
@@ -76,6 +77,7 @@ class Run(Protocol):
     def open(self) -> None: ...
     def run_turn(self) -> bool: ...
     def wake(self) -> None: ...
+    def on_idle(self, work: Callable[[], bool]) -> None: ...
     def in_backlog(self) -> bool: ...
     def close(self) -> None: ...
     def close_quietly(self) -> None: ...
@@ -249,6 +251,10 @@ class JobRun:
     def wake(self) -> None:
         """Cut an idle wait short (from any thread)."""
         self.scheduler.wake()
+
+    def on_idle(self, work: Callable[[], bool]) -> None:
+        """Have ``work`` done, a step per call, whenever no task is runnable (it says whether some is left)."""
+        self.scheduler.idle_work = work
 
     def open(self) -> None:
         """Start the clock and the garbage collection policy of :mod:`~slipstream.runtime.gc_policy`;

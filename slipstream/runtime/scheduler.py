@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 import threading
+import time
+from collections.abc import Callable
 
 from slipstream.errors import DeadlockError
 from slipstream.runtime.clock import Clock
@@ -18,6 +20,10 @@ from slipstream.runtime.task import SourceTask, StreamTask
 
 MAX_IDLE_WAIT_S = 0.5
 """Longest single sleep while waiting for the outside world (re-checks state after it)."""
+
+
+def _no_work() -> bool:
+    return False
 
 
 class Scheduler:
@@ -28,6 +34,9 @@ class Scheduler:
         self._wake = threading.Event()
         self.idle = threading.Event()
         """Set while the scheduler waits for the outside world: a background checkpoint writer works then."""
+        self.idle_work: Callable[[], bool] = _no_work
+        """A step of work to do when no task is runnable, before waiting (a checkpoint's changes folded
+        back into keyed state); returns whether some is left."""
         self.turns = 0
         for task in tasks:
             if isinstance(task, SourceTask):
@@ -51,6 +60,9 @@ class Scheduler:
             now = self.clock.now_ms()
             if self.try_turn(now):
                 return True
+            if self.idle_work():
+                time.sleep(0)  # lets a source's thread take the interpreter to hand over what arrived
+                continue
             self._wait(now)
 
     @property

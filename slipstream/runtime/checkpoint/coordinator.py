@@ -67,7 +67,12 @@ class PendingCheckpoint:
 
 
 MERGE_BUDGET = 1024
-"""Changed entries folded back into the tables before a turn (about a millisecond's work)."""
+"""Changed entries folded back into the tables before a turn once the next checkpoint is due (about a
+millisecond's work); until then they are folded back while the tasks wait for input."""
+
+IDLE_MERGE_BUDGET = 256
+"""Changed entries folded back per step while the tasks wait for input (a record arriving meanwhile
+waits for one step)."""
 
 WRITING_SWITCH_INTERVAL_S = 0.0005
 """The interpreter's switch interval while a checkpoint writer thread runs (Python's default: 5 ms)."""
@@ -319,11 +324,12 @@ class CheckpointCoordinator:
 
     # -- the scheduler's hook -------------------------------------------------------------------
     def on_turn(self, now: int) -> None:
-        """Called before every scheduler turn: fold back some of what changed while the last checkpoint
-        was written, then finish, time out or start a checkpoint."""
+        """Called before every scheduler turn: finish, time out or start a checkpoint. What changed while
+        the last one was written is folded back first, by :meth:`merge_idle` while the tasks wait for
+        input, here (a budget per turn) once the next checkpoint is due: a job that is never idle."""
         if self._merging:
-            if self._merging[0].merge_some(MERGE_BUDGET):
-                self._merging.pop(0)
+            if self._is_due(now):
+                self._merge_step(MERGE_BUDGET)
             return
         pending = self.pending
         if pending is not None:
@@ -344,6 +350,17 @@ class CheckpointCoordinator:
                 self._skip(reason, now)
             else:
                 self.trigger(now)
+
+    def merge_idle(self) -> bool:
+        """The scheduler's idle work: fold back a step of what changed while the last checkpoint was
+        written; whether some is left."""
+        if self._merging:
+            self._merge_step(IDLE_MERGE_BUDGET)
+        return bool(self._merging)
+
+    def _merge_step(self, budget: int) -> None:
+        if self._merging[0].merge_some(budget):
+            self._merging.pop(0)
 
     def _source_records(self) -> int:
         return self.participants.source_records()

@@ -122,6 +122,7 @@ class Recovery:
                                                 (max(existing) + 1) if existing else 1)
             coordinator.wakeup = run.wake
             coordinator.job_idle = run.idle
+            run.on_idle(coordinator.merge_idle)
             run.checkpoint_coordinator = coordinator
         restore = self.restore
         if restore is not None:

@@ -121,6 +121,9 @@ class WorkerRun:
         if not self._closed:
             os.write(self._wake_write, b"x")
 
+    def on_idle(self, work: Callable[[], bool]) -> None:
+        """Nothing to do in the driver: each worker folds its own state's changes back."""
+
     def in_backlog(self) -> bool:
         return any(worker.status.get("in_backlog", True) for worker in self.workers)
 
