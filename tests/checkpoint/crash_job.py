@@ -10,7 +10,9 @@ equality of multisets.
 
 KIND:
   counts   numbers 1..N (2 source subtasks) -> key_by(x % 13) -> running count per key
-  wide     as counts, with key_by(x % 20,000): a checkpoint changes a small share of the keys (incremental)
+  wide     as counts, keyed by ``wide_key``: the first 20,000 numbers make 20,000 keys, the rest go to 500
+           hot ones, so a checkpoint changes a small share of the keys however many records it covers
+           (incremental checkpoints add layers of changes)
   union    two sources (numbers, and the lines of a text file) -> union -> key_by -> a
            KeyedProcessFunction with value state -> count per key (a task with several inputs: alignment)
   windows  numbers as event time -> tumbling event-time windows of 100 per key (timers in state)
@@ -71,9 +73,16 @@ from slipstream.runtime.checkpoint.storage import CheckpointStorage
 
 KEYS = 13
 WIDE_KEYS = 20_000
-"""Keys of the ``wide`` job: enough that a checkpoint changes a small share of them (incremental checkpoints)."""
+"""Keys of the ``wide`` job: one per number up to here."""
+HOT_KEYS = 500
+"""Keys of the ``wide`` job's numbers after the first ``WIDE_KEYS``."""
 RULE_SUMS = MapStateDescriptor("rule sums")
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+
+
+def wide_key(x: int) -> int:
+    """The ``wide`` job's key of number ``x``: every number its own key at first, then a few hot keys."""
+    return x % WIDE_KEYS if x <= WIDE_KEYS else x % HOT_KEYS
 
 
 def is_bad(i: int) -> int:
@@ -209,8 +218,8 @@ def oracle(kind: str, n: int) -> Counter:
     if kind in ("loop", "nested"):
         return loop_lines(n, kind == "nested")
     if kind in ("counts", "hybrid", "wide"):
-        keys = WIDE_KEYS if kind == "wide" else KEYS
-        per_key = Counter(x % keys for x in range(1, n + 1))
+        key = wide_key if kind == "wide" else (lambda x: x % KEYS)
+        per_key = Counter(key(x) for x in range(1, n + 1))
         return Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
     if kind == "union":
         values = list(range(1, n + 1)) + list(range(1, n // 2 + 1))
@@ -288,9 +297,9 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
     sink = FileSink.for_row_format(out, Encoder.simple_string_encoder()).build()
 
     if kind in ("counts", "wide"):
-        keys = WIDE_KEYS if kind == "wide" else KEYS
+        key = wide_key if kind == "wide" else (lambda x: x % KEYS)
         numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers").set_parallelism(2)
-        (numbers.map(hook).uid("hook").map(lambda x: (x % keys, 1)).uid("pairs")
+        (numbers.map(hook).uid("hook").map(lambda x: (key(x), 1)).uid("pairs")
          .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")
          .map(lambda p: f"{p[0]},{p[1]}").uid("format").sink_to(sink).uid("sink"))
     elif kind == "union":

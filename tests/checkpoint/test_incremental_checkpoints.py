@@ -231,9 +231,9 @@ def test_inspect_lists_the_shared_files_and_layers(tmp_path):
 def test_sigkill_with_incremental_checkpoints_gives_exactly_once_output(tmp_path):
     """Killed while checkpoints share files and add layers of changes: nothing lost or duplicated.
     The first kill lands just after a checkpoint with layers completed, each later one just after
-    the restarted job completed a checkpoint of its own. (The job soon writes every entry again, its
-    changes outgrowing the layers' share; a run that ends before a layered checkpoint was seen is
-    checked too, and another one started.)"""
+    the restarted job completed a checkpoint of its own. (Most of the job's checkpoints have layers:
+    after its first pass over the keys it changes a few hot ones; a run that ends before a layered
+    checkpoint was seen is checked too, and another one started.)"""
     layered: list[bool] = []
     restored_from: list[int] = []
 
