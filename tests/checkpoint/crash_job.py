@@ -44,7 +44,9 @@ KIND:
 
 Usage for the last three: python crash_job.py KIND OUT_DIR CHECKPOINT_DIR N [PARALLELISM]
 
-With ``CRASH_JOB_ASYNC_WRITES=1`` in its environment every checkpoint is written by the
+With ``CRASH_JOB_WORKERS=N`` in its environment the job's subtasks run on N worker processes
+(``configure(workers=N)``); a SIGKILL of the job's process is then one of the driver, whose workers
+end as their control sockets close. With ``CRASH_JOB_ASYNC_WRITES=1`` every checkpoint is written by the
 background writer (``set_async_write_threshold(0)``), however small its state. With
 ``CRASH_JOB_HOLD_WRITE=MARKER`` too, the background writer stops inside the first fsync it makes
 once a checkpoint is complete, after creating the file MARKER (unless it exists already): the
@@ -573,6 +575,8 @@ def main() -> None:
                     records=None if kind == "iteration" else 400)
     else:
         env = build(kind, out, checkpoints, n, async_writes=os.environ.get("CRASH_JOB_ASYNC_WRITES") == "1")
+    if os.environ.get("CRASH_JOB_WORKERS"):
+        env.configure(workers=int(os.environ["CRASH_JOB_WORKERS"]))
     marker = os.environ.get("CRASH_JOB_HOLD_WRITE")
     if marker:
         from slipstream.runtime.driver import JobDriver
