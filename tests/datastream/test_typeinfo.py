@@ -28,6 +28,26 @@ def test_row_fields_by_index_name_attribute_and_unpacking() -> None:
     assert list(Row(1, "a")) == [1, "a"]
 
 
+def test_a_field_read_as_an_attribute_gets_an_attribute_on_row_that_other_rows_answer_rightly() -> None:
+    """Reading ``row.<name>`` installs ``Row.<name>`` (no failed lookup the next time); rows
+    without the field, or without names, still raise AttributeError saying why; Row's own
+    methods are never shadowed by a field of the same name."""
+    assert Row(flagship_tier="gold", age=3).flagship_tier == "gold"
+    assert isinstance(Row.__dict__["flagship_tier"], property)
+    assert Row(flagship_tier="silver").flagship_tier == "silver"
+    assert Row("flagship_tier", "x")(1, 2).flagship_tier == 1  # another position, other names
+    with pytest.raises(AttributeError, match="no field 'flagship_tier'; its fields are \\['age'\\]"):
+        Row(age=1).flagship_tier
+    with pytest.raises(AttributeError, match="has no field names"):
+        Row(1, 2).flagship_tier
+    assert not hasattr(Row(age=1), "flagship_tier")
+    assert pickle.loads(pickle.dumps(Row(flagship_tier=7))).flagship_tier == 7
+    shadowing = Row(as_dict=1, set_row_kind=2)
+    assert shadowing["as_dict"] == 1 and callable(shadowing.as_dict)
+    assert not isinstance(Row.__dict__["as_dict"], property)
+    assert shadowing.as_dict() == {"as_dict": 1, "set_row_kind": 2}
+
+
 def test_row_repr_follows_pyflink() -> None:
     assert repr(Row(name="Alice", age=11)) == "Row(age=11, name='Alice')"
     assert repr(Row(1, "a")) == "<Row(1, 'a')>"
