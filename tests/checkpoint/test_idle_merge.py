@@ -8,7 +8,7 @@ from typing import Any
 
 from slipstream.datastream.checkpoint_config import CheckpointConfig
 from slipstream.datastream.state import ValueStateDescriptor
-from slipstream.runtime.checkpoint.coordinator import IDLE_MERGE_BUDGET, MERGE_BUDGET, CheckpointCoordinator
+from slipstream.runtime.checkpoint.coordinator import MERGE_BUDGET, CheckpointCoordinator
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.runtime.clock import SystemClock
 from slipstream.runtime.scheduler import Scheduler
@@ -51,7 +51,7 @@ def coordinator(tmp_path: Any, clock: ManualClock) -> CheckpointCoordinator:
 def test_changes_are_folded_back_in_idle_steps_not_before_turns(tmp_path) -> None:
     clock = ManualClock(0)
     coordinating = coordinator(tmp_path, clock)
-    backend = released_with_changes(3 * IDLE_MERGE_BUDGET)
+    backend = released_with_changes(3 * MERGE_BUDGET)
     budgets = Budgets(backend)
     coordinating._merging = [backend]
     coordinating.on_turn(clock.now_ms())  # the next checkpoint is not due: the turn goes ahead at once
@@ -59,10 +59,10 @@ def test_changes_are_folded_back_in_idle_steps_not_before_turns(tmp_path) -> Non
     steps = 0
     while coordinating.merge_idle():
         steps += 1
-    assert budgets.budgets == [IDLE_MERGE_BUDGET] * 3 and steps == 2
+    assert budgets.budgets == [MERGE_BUDGET] * 3 and steps == 2
     assert not backend.merging
     state = backend.get_state(ValueStateDescriptor("v"))
-    for key in (0, 3 * IDLE_MERGE_BUDGET - 1):
+    for key in (0, 3 * MERGE_BUDGET - 1):
         backend.set_current_key(key)
         assert state.value() == key
 
