@@ -222,6 +222,8 @@ class Row:
 FIELD_ATTRIBUTES_KEPT = 4096
 """At most this many field names get an attribute on ``Row`` (:func:`_install_field_attribute`)."""
 
+_field_attributes: set[str] = set()
+
 
 def _install_field_attribute(name: str) -> None:
     """Give ``Row`` an attribute ``name`` that reads that field of a row that has it, once a row's
@@ -241,9 +243,6 @@ def _install_field_attribute(name: str) -> None:
 
     _field_attributes.add(name)
     setattr(Row, name, property(field, doc=f"The field {name!r} of a row that has one."))
-
-
-_field_attributes: set[str] = set()
 
 
 def _as_plain(value: Any) -> Any:

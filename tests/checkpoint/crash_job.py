@@ -87,6 +87,11 @@ def wide_key(x: int) -> int:
     return x % WIDE_KEYS if x <= WIDE_KEYS else x % HOT_KEYS
 
 
+def counted_key(x: int) -> int:
+    """The ``counts`` and ``hybrid`` jobs' key of number ``x``."""
+    return x % KEYS
+
+
 def is_bad(i: int) -> int:
     """0 for a good CSV line, else which kind of bad line id ``i`` is written as."""
     return 1 if i % 17 == 0 else 2 if i % 29 == 0 else 0
@@ -220,7 +225,7 @@ def oracle(kind: str, n: int) -> Counter:
     if kind in ("loop", "nested"):
         return loop_lines(n, kind == "nested")
     if kind in ("counts", "hybrid", "wide"):
-        key = wide_key if kind == "wide" else (lambda x: x % KEYS)
+        key = wide_key if kind == "wide" else counted_key
         per_key = Counter(key(x) for x in range(1, n + 1))
         return Counter(f"{k},{i}" for k, count in per_key.items() for i in range(1, count + 1))
     if kind == "union":
@@ -299,7 +304,7 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
     sink = FileSink.for_row_format(out, Encoder.simple_string_encoder()).build()
 
     if kind in ("counts", "wide"):
-        key = wide_key if kind == "wide" else (lambda x: x % KEYS)
+        key = wide_key if kind == "wide" else counted_key
         numbers = env.from_source(NumberSequenceSource(1, n), None, "numbers").uid("numbers").set_parallelism(2)
         (numbers.map(hook).uid("hook").map(lambda x: (key(x), 1)).uid("pairs")
          .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")

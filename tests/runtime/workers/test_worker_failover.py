@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from worker_jobs import Fault, check_keyed, environment, keyed_job, worker_processes
+from worker_jobs import Fault, check_keyed, environment, keyed_job, worker_processes, workers_left
 
 from slipstream.datastream import RestartStrategies
 from slipstream.datastream.configuration import Configuration
@@ -112,8 +112,5 @@ def test_workers_end_when_their_driver_is_killed(tmp_path):
     finally:
         driver.kill()
         driver.wait()
-    deadline = time.monotonic() + 10
-    while worker_processes(marker=marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert worker_processes(marker=marker) == []
+    assert workers_left(marker) == []
 

@@ -1,9 +1,9 @@
 """The kill battery of ``tests/checkpoint/test_kill_recovery.py`` with every job's subtasks on two
 worker processes: the driver is SIGKILLed at random moments while its workers run (after at least
 one checkpoint completed) and restarted from its checkpoint directory until the job finishes, and the
-committed output must equal the oracle. Each kill also
-takes the driver's end of the workers' control sockets with it: the workers must end by themselves
-(no orphans), and the restarted driver starts workers of its own."""
+committed output must equal the oracle. Each kill also takes the driver's end of the workers'
+control sockets with it: the workers must end by themselves (no orphans), and the restarted driver
+starts workers of its own."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from worker_jobs import worker_processes
+from worker_jobs import worker_processes, workers_left
 
 TESTS = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(TESTS / "checkpoint"))
@@ -21,13 +21,6 @@ sys.path.insert(0, str(TESTS / "checkpoint"))
 from test_kill_recovery import run_until_done  # noqa: E402
 
 from slipstream.runtime.checkpoint.storage import CheckpointStorage  # noqa: E402
-
-
-def no_workers_left(marker: str, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while worker_processes(marker=marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return worker_processes(marker=marker) == []
 
 
 @pytest.mark.parametrize("kind,n", [("counts", 300_000), ("union", 160_000), ("windows", 40_000),
@@ -49,4 +42,4 @@ def test_sigkill_of_a_driver_with_two_workers_and_restart_gives_exactly_once_out
         if kills == 3:
             break
     assert kills == 3
-    assert no_workers_left(marker), worker_processes(marker=marker)
+    assert workers_left(marker) == []

@@ -181,3 +181,12 @@ def worker_processes(parent: int | None = None, marker: str | None = None) -> li
                 and (marker is None or marker.encode() in variables):
             found.append(int(entry))
     return found
+
+
+def workers_left(marker: str, within_s: float = 10.0) -> list[int]:
+    """The worker processes whose environment holds ``marker`` still there after waiting up to
+    ``within_s`` for them to end (they end by themselves once their driver's socket closes)."""
+    deadline = time.monotonic() + within_s
+    while worker_processes(marker=marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return worker_processes(marker=marker)
