@@ -114,6 +114,9 @@ class CheckpointStorage:
         self.directory = fs.normalize(directory)
         self.num_retained = max(1, num_retained)
         self.fs = fs
+        self._listed: dict[int, frozenset[str]] = {}
+        """The shared files each complete checkpoint's manifest lists, by id: a manifest never changes
+        once in place, so pruning reads each once, not all of them after every checkpoint."""
 
     def ensure_directory(self) -> None:
         self.fs.makedirs(self.directory)
@@ -168,8 +171,10 @@ class CheckpointStorage:
             for name, data in files.items():
                 self.fs.write_file(os.path.join(path, name), data)
                 manifest.files[name] = {"sha256": sha256_hex(data), "size": len(data)}
+            self._listed.pop(manifest.checkpoint_id, None)
             self.fs.publish_file(os.path.join(path, MANIFEST_NAME), manifest.encode(), MANIFEST_TEMP_NAME,
                                  what="checkpoint manifest")
+            self._listed[manifest.checkpoint_id] = frozenset(manifest.shared)
         except Exception as exc:
             # A checkpoint without its manifest is incomplete and ignored; remove it so no
             # half-written checkpoint stays around (best effort: the disk may be full).
@@ -215,18 +220,24 @@ class CheckpointStorage:
         directory = os.path.join(self.directory, SHARED_DIR)
         if not self.fs.is_dir(directory):
             return
+        complete = self.complete_ids()
+        self._listed = {i: self._listed[i] for i in complete if i in self._listed}
         listed: set[str] = set()
-        for checkpoint_id in self.complete_ids():
-            path = self.path_of(checkpoint_id)
-            try:
-                listed.update(Manifest.decode(self.fs.read_file(os.path.join(path, MANIFEST_NAME)), path).shared)
-            except CorruptCheckpointError:
-                return
+        for checkpoint_id in complete:
+            if checkpoint_id not in self._listed:
+                path = self.path_of(checkpoint_id)
+                try:
+                    manifest = Manifest.decode(self.fs.read_file(os.path.join(path, MANIFEST_NAME)), path)
+                except CorruptCheckpointError:
+                    return
+                self._listed[checkpoint_id] = frozenset(manifest.shared)
+            listed.update(self._listed[checkpoint_id])
         for name in self.fs.listdir(directory):
             if f"{SHARED_DIR}/{name}" not in listed:
                 self.fs.remove(os.path.join(directory, name))
 
     def remove_all(self) -> None:
+        self._listed.clear()
         for checkpoint_id in self.checkpoint_ids():
             self.fs.remove_tree(self.path_of(checkpoint_id))
         self.fs.remove_tree(os.path.join(self.directory, SHARED_DIR))
