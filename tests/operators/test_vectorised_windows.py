@@ -10,8 +10,11 @@ import random
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_backlog_switch import sorting_harness, transformation_of
 from test_vectorised_reduce import segments
 
@@ -19,7 +22,7 @@ from slipstream.datastream.aggregation import aggregator
 from slipstream.datastream.transformations import Transformation
 from slipstream.datastream.window import EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows
 from slipstream.operators.backlog import VECTORISED_METRIC
-from slipstream.operators.vectorised_windows import WINDOW_ID, _lexsorted, _window_ids
+from slipstream.operators.vectorised_windows import WINDOW_ID, _firing_marks, _lexsorted, _window_ids
 from slipstream.testing import OperatorHarness
 
 KINDS = ["sum", "min", "max", "min_by", "max_by"]
@@ -409,3 +412,16 @@ def test_windows_too_far_apart_for_one_integer_id_equal_the_replay_and_the_oracl
     replayed = drive(window_job(kind, assigner, built_in=False), records)
     assert segments(vectorised.output.events) == segments(replayed.output.events)
     assert sorted(vectorised.output.records) == python_windows(kind, assigner, records)
+
+
+@given(step=st.integers(1, 50), offset=st.integers(-1_000, 1_000), slots=st.lists(st.integers(0, 40), max_size=60),
+       marks=st.lists(st.integers(-1_500, 3_500), min_size=1, max_size=12))
+def test_the_watermark_firing_each_window_is_the_binary_searchs_when_ends_are_a_step_apart(
+        step: int, offset: int, slots: list, marks: list) -> None:
+    """Ends on a grid of ``step`` are looked up once per grid point and gathered: the same indexes as
+    a binary search per end, whether the grid is dense (gathered) or sparser than the ends (searched)."""
+    last = np.asarray([offset + slot * step for slot in slots], dtype=np.int64)
+    held = np.asarray(sorted(marks), dtype=np.int64)
+    want = np.searchsorted(held, last, side="left")
+    assert _firing_marks(last, held, step).tolist() == want.tolist()
+    assert _firing_marks(last, held, None).tolist() == want.tolist()
