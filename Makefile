@@ -15,8 +15,10 @@ $(BIN)/.installed: pyproject.toml
 run: $(BIN)/.installed
 	$(BIN)/python examples/bootstrap_then_stream.py --live 20000  # 5 s of live records, then the latency figures
 
+# One test process per core, at most four (each may start a Spark JVM): pytest-xdist. A plain `pytest`
+# (or `-n 0`) runs the suite in one process, as a debugger needs.
 test: $(BIN)/.installed browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses=4
 
 docs: $(BIN)/.installed
 	$(BIN)/python -m mkdocs build --strict
