@@ -11,9 +11,14 @@ files: :mod:`slipstream.runtime.checkpoint.snapshot`).
 
 The operator state of a task is pickled by :class:`Sharing`, which writes a segment, and
 any batch or large record (:data:`LARGE_RECORD_BYTES`) a segment holds, as a reference to
-the segment's digest (a pickle *persistent id*), wherever it appears: in the cache, in a
-channel, in a body function's attributes (KMeans' per-round operator keeps the blocks it
-was sent). Restoring resolves the references through :class:`SegmentReader`, one decoded
+the segment's digest, wherever it appears: in the cache, in a channel, in a body function's
+attributes (KMeans' per-round operator keeps the blocks it was sent). The references are
+found by the pickler's ``reducer_override``, which pickle calls only for objects of other
+types than its built-in ones (a batch, a segment, an array), so the ints, strings and tuples
+of the records in flight pickle at C speed (a ``persistent_id`` would be a Python call per
+object). A large record of a built-in type (a long tuple or string) is referenced inside a
+batch; held elsewhere, it is written out in full, equal but no longer the same object once
+restored. Restoring resolves the references through :class:`SegmentReader`, one decoded
 segment per file, so the restored cache and a function's attributes share records again.
 Records in a replay cache are replayed as they are every round, so they are treated as
 immutable: a record changed in place after it was cached is not seen by checkpoints that
@@ -113,13 +118,24 @@ class Segment:
         return self._index
 
 
+def _reference(digest: str, position: Position) -> Any:
+    """Stands for an object of a segment in a pickle; :class:`SegmentReader` resolves it."""
+    raise pickle.UnpicklingError(f"a reference to shared segment {digest} outside a checkpoint's SegmentReader")
+
+
+class _Reference:
+    """A large record of a batch, put in the batch's place in the pickle (see :meth:`Sharing.reduce`)."""
+
+    __slots__ = ("found",)
+
+    def __init__(self, found: tuple[Segment, Position]) -> None:
+        self.found = found
+
+
 class _SharingPickler(pickle.Pickler):
     def __init__(self, file: io.BytesIO, sharing: Sharing) -> None:
+        self.reducer_override = sharing.reduce  # type: ignore[method-assign]  # looked up by __init__
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._sharing = sharing
-
-    def persistent_id(self, obj: Any) -> tuple[str, Position] | None:
-        return self._sharing.reference(obj)
 
 
 class Sharing:
@@ -131,6 +147,7 @@ class Sharing:
         for segment in segments:
             for key, position in segment.index().items():
                 self._positions[key] = (segment, position)
+        self._records = {key for key, (_, position) in self._positions.items() if len(position) == 2}
         self.used: dict[str, tuple[Segment, memoryview | None]] = {}
 
     @staticmethod
@@ -145,19 +162,30 @@ class Sharing:
         used, self.used = self.used, {}
         return used
 
-    def reference(self, obj: Any) -> tuple[str, Position] | None:
-        position: Position
-        if type(obj) is Segment:
-            segment, position = obj, ()
-        else:
-            found = self._positions.get(id(obj))
-            if found is None:
-                return None
-            segment, position = found
+    def reduce(self, obj: Any) -> Any:
+        """The pickler's ``reducer_override``: a reference for a segment or an object one holds; a
+        batch outside the segments with its large records of theirs as references; else pickle's own."""
+        kind = type(obj)
+        if kind is Segment:
+            return self._reference((obj, ()))
+        if kind is _Reference:
+            return self._reference(obj.found)
+        found = self._positions.get(id(obj))
+        if found is not None:
+            return self._reference(found)
+        if kind is RecordBatch and obj._values and self._records and not self._records.isdisjoint(map(id, obj._values)):
+            constructor, arguments, state = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)[:3]
+            positions = self._positions
+            values = [_Reference(positions[id(value)]) if id(value) in positions else value for value in obj._values]
+            return constructor, arguments, (values, *state[1:])
+        return NotImplemented
+
+    def _reference(self, found: tuple[Segment, Position]) -> tuple[Callable[..., Any], tuple[str, Position]]:
+        segment, position = found
         digest = segment.encode()
         if digest not in self.used:
             self.used[digest] = (segment, segment.unwritten())
-        return digest, position
+        return _reference, (digest, position)
 
     def dumps(self, value: Any) -> bytes:
         out = io.BytesIO()
@@ -195,8 +223,16 @@ class _SharingUnpickler(pickle.Unpickler):
         super().__init__(file)
         self._reader = reader
 
+    def find_class(self, module_name: str, global_name: str) -> Any:
+        if module_name == __name__ and global_name == _reference.__name__:
+            return self._resolve
+        return super().find_class(module_name, global_name)
+
     def persistent_load(self, pid: Any) -> Any:
-        digest, position = pid
+        """References as checkpoints written before ``reducer_override`` wrote them (persistent ids)."""
+        return self._resolve(*pid)
+
+    def _resolve(self, digest: str, position: Position) -> Any:
         segment = self._reader.segment(digest)
         if not position:
             return segment

@@ -5,7 +5,9 @@ restoring gives the same records back, shared between the places that held them.
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import sys
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.errors import CorruptCheckpointError
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.replay_cache import SEGMENT_BYTES, ReplayCache
-from slipstream.operators.segments import Segment, Sharing
+from slipstream.operators.segments import Segment, SegmentReader, Sharing
 from slipstream.runtime.checkpoint.manifest import SHARED_DIR, Manifest
 from slipstream.runtime.checkpoint.snapshot import (
     OperatorSnapshot,
@@ -120,6 +122,42 @@ def test_records_of_the_cache_held_elsewhere_are_written_once_and_restored_as_th
     assert state["extra"]["in_channel"] is state["replay_cache"][0].batches[0]
 
 
+def test_large_tuples_of_the_cache_in_another_batch_are_written_once_and_restored_as_the_same_objects(tmp_path):
+    """Records of a built-in type are not seen by the pickler's reducer_override one by one: the batch
+    holding them (here a channel's, outside the cache) puts references in their places."""
+    storage = CheckpointStorage(str(tmp_path / "chk"))
+    cache = ReplayCache(10**9, "the replay cache of 'test'")
+    appended = [RecordBatch([tuple(range(b * 1_000 + i, b * 1_000 + i + 300)) for i in range(20)]) for b in range(5)]
+    for batch in appended:
+        cache.append(batch)
+    in_channel = RecordBatch([appended[1].values[4], (1, 2), appended[3].values[0]])
+    path, written = checkpoint(storage, 1, cache, extra={"in_channel": in_channel})
+    assert written < 1.1 * sum(batch.estimated_bytes() for batch in appended)
+    state = restored(storage, path)
+    cached = state["replay_cache"][0].batches
+    got = state["extra"]["in_channel"].values
+    assert got[0] is cached[1].values[4] and got[2] is cached[3].values[0] and got[1] == (1, 2)
+
+
+def test_records_in_flight_pickle_without_a_python_call_per_record(tmp_path, monkeypatch):
+    """The sharing pickler is asked about batches and objects of other than built-in types only."""
+    cache = ReplayCache(10**9, "the replay cache of 'test'")
+    cache.append(RecordBatch([np.arange(1_000)]))
+    sharing = Sharing.of([Head(cache)])
+    assert sharing is not None
+    asked = []
+    reduce = sharing.reduce
+    monkeypatch.setattr(sharing, "reduce", lambda obj: asked.append(type(obj)) or reduce(obj))
+    in_flight = [RecordBatch([(i, f"r{i}", [i, 2.5]) for i in range(j, j + 500)]) for j in range(0, 10_000, 500)]
+    data = sharing.dumps({"channel": in_flight, "replay_cache": cache.snapshot()})
+    assert asked.count(RecordBatch) == len(in_flight) and len(asked) < len(in_flight) + 5, asked
+    used = sharing.take_used()
+    back = SegmentReader(lambda digest: bytes(used[digest][1])).loads(data)
+    assert back["channel"] == in_flight and back["replay_cache"][0].batches[0].values[0] is not None
+    with pytest.raises(pickle.UnpicklingError, match="shared segment"):
+        pickle.loads(data)
+
+
 def test_a_corrupt_shared_segment_is_detected_by_every_checkpoint_that_lists_it(tmp_path):
     storage = CheckpointStorage(str(tmp_path / "chk"), num_retained=2)
     cache = ReplayCache(10**9, "the replay cache of 'test'")
@@ -214,3 +252,19 @@ def test_a_restored_cache_refers_to_the_same_files_and_writes_them_into_another_
         assert set(os.listdir(os.path.join(target.directory, SHARED_DIR))) == names
         got = records([b for segment in restored(target, restored_path)["replay_cache"] for b in segment.batches])
         assert all(np.array_equal(a, b) for a, b in zip(got, records(appended), strict=True))
+
+
+def test_references_written_as_persistent_ids_by_earlier_versions_still_restore():
+    segment = Segment([RecordBatch([(1, 2), (3, 4)])], 2)
+    digest = segment.encode()
+
+    class EarlierPickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if obj is segment.batches[0]:
+                return digest, (0,)
+            return (digest, ()) if obj is segment else None
+
+    out = io.BytesIO()
+    EarlierPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump({"held": [segment], "in_channel": segment.batches[0]})
+    back = SegmentReader(lambda wanted: bytes(segment.unwritten())).loads(out.getvalue())
+    assert back["in_channel"] is back["held"][0].batches[0] and back["in_channel"].values == [(1, 2), (3, 4)]
