@@ -18,6 +18,8 @@ def _is_scalar(record: Any) -> bool:
 
 def get_field(record: Any, field: int | str) -> Any:
     """The value of ``field`` in ``record``; raises KeyError/IndexError/TypeError naming the field."""
+    if type(record) is tuple and type(field) is int:  # the common record: no type tests below
+        return record[field]
     if _is_scalar(record):
         if field in (0, None):
             return record
@@ -32,6 +34,8 @@ def get_field(record: Any, field: int | str) -> Any:
 
 def replace_field(record: Any, field: int | str, value: Any) -> Any:
     """A copy of ``record`` whose ``field`` is ``value`` (records are never changed in place)."""
+    if type(record) is tuple and type(field) is int and 0 <= field < len(record):  # the common record, by slices
+        return (*record[:field], value, *record[field + 1:])
     if _is_scalar(record):
         return value
     if isinstance(record, (dict, list, Row)):
