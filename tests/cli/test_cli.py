@@ -83,7 +83,7 @@ def slow(x):
 
 env = StreamExecutionEnvironment.get_execution_environment()
 env.configure(batch_size=8)
-env.enable_checkpointing(10_000)
+env.enable_checkpointing(2_000)
 (env.from_source(NumberSequenceSource(1, 10 ** 9), None, "numbers").uid("numbers").map(slow).uid("slow")
  .sink_to(FileSink.for_row_format(sys.argv[1], Encoder.simple_string_encoder()).build()).uid("sink"))
 env.execute("slow")
