@@ -83,6 +83,16 @@ class KeyedReduceOperator(ColumnarBacklog):
         return sorted_unless_streaming("a rolling reduce with a Python function is called and emits once per "
                                        "record either way, so sorting only adds its own cost (benchmarks/backlog.py)")
 
+    @classmethod
+    def plan_notes(cls, transformation: Transformation) -> list[str]:
+        """Where a built-in aggregation's backlog is one query, and where it is not."""
+        aggregation = cast(ReduceTransformation, transformation).aggregation
+        if aggregation is None:
+            return []
+        kind, field = aggregation
+        return [f"built-in {kind} of field {field!r}: one query over a backlog of Arrow batches (a columnar "
+                "source); in STREAMING mode a backlog of Python rows is folded key by key, each rolling value emitted"]
+
     def process_batch(self, batch: RecordBatch, input_index: int = 0) -> None:
         if self._buffering:
             self.buffer_backlog(batch)
