@@ -150,6 +150,7 @@ class BacklogSortingOperator(StreamOperator):
     STREAMING mode the buffer is read key by key in arrival order rather than interval by interval."""
 
     _buffering: bool = False
+    _streaming_backlog: bool = False  # this backlog streams: see stream_the_rest_of_backlog
     _restored_backlog: dict[str, Any] | None = None
 
     @classmethod
@@ -307,10 +308,11 @@ class BacklogSortingOperator(StreamOperator):
     def process_record_attributes(self, attributes: RecordAttributes, input_index: int = 0) -> None:
         self._input_backlog[input_index] = attributes.is_backlog()
         backlog = any(self._input_backlog)
-        if backlog and not self._buffering and self.ctx.batch_engine is not None:
+        if backlog and not self._buffering and not self._streaming_backlog and self.ctx.batch_engine is not None:
             self._start_backlog()
         elif not backlog and self._buffering:
             self._switch_to_streaming()
+        self._streaming_backlog = self._streaming_backlog and backlog
         super().process_record_attributes(attributes, input_index)
 
     def _advance_combined_watermark(self) -> None:
@@ -335,6 +337,21 @@ class BacklogSortingOperator(StreamOperator):
         self._backlog_started = time.perf_counter()
         ctx.metrics["backlog_phase"] = "buffering"
         ctx.metrics["batch_engine"] = getattr(engine, "name", type(engine).__name__)
+
+    def holds_backlog(self) -> bool:
+        """Whether any record of the backlog is buffered."""
+        return any(len(buffer) for buffer in self._backlog_buffers)
+
+    def stream_the_rest_of_backlog(self) -> None:
+        """Stop buffering before anything was buffered: the rest of this backlog is processed as it
+        arrives, for a kind that finds at the first batch that sorting it would not pay."""
+        buffers, self._backlog_buffers = self._backlog_buffers, []
+        for buffer in buffers:
+            buffer.close()
+        self._buffering = False
+        self._streaming_backlog = True
+        self.apply_held_watermarks(len(self._held) - 1)
+        self.ctx.metrics["backlog_phase"] = "streaming"
 
     def _switch_to_streaming(self) -> None:
         """The switch: run the buffered backlog as batch work, apply the held watermarks."""

@@ -177,6 +177,7 @@ class OperatorContext:
     checkpointing: bool = False  # the job takes checkpoints: two-phase-commit sinks commit only on them
     batch_engine: Any = None  # runs sorted backlog work (FLIP-327); None disables the batch path
     batch_mode: bool = False  # the job runs in BATCH mode: rolling operators emit final values only
+    sort_every_backlog: bool = False  # backlog_sorting="always": sort a backlog even where streaming it is faster
     sort_memory_budget: int = 1_000_000  # records a sorting operator (or a replay cache) buffers before spilling
     # records feedback (in a channel, or held at an iteration head) keeps in memory
     channel_memory_budget: int = 100_000

@@ -91,6 +91,15 @@ class ColumnarBacklog(BacklogSortingOperator):
             columns.move_to_rows(self._backlog_buffers[0], self.backlog_key_selector(0), self.next_arrival)
         super().buffer_backlog(batch, input_index)
 
+    def holds_backlog(self) -> bool:
+        return super().holds_backlog() or (self._columns is not None and len(self._columns) > 0)
+
+    def stream_the_rest_of_backlog(self) -> None:
+        if self._columns is not None:
+            self._columns.close()
+            self._columns = None
+        super().stream_the_rest_of_backlog()
+
     def snapshot_own_buffers(self) -> Any:
         return None if self._columns is None else self._columns.snapshot()
 

@@ -187,6 +187,7 @@ class JobRun:
                 keyed_backend=backend, job_parameters=dict(self.spec.job_parameters),
                 metrics=node_metrics[position], batch_engine=None if node.backlog_streamed else self.batch_engine,
                 batch_mode=self.graph.mode is RuntimeExecutionMode.BATCH,
+                sort_every_backlog=options.backlog_sorting == "always",
                 sort_memory_budget=options.sort_memory_budget,
                 channel_memory_budget=options.channel_memory_budget,
                 spill_dir=options.spill_dir, memory=self.memory,

@@ -38,11 +38,13 @@ def transformation_of(build: Callable[[StreamExecutionEnvironment], Any]) -> Tra
 
 def sorting_harness(transformation: Transformation, *, sorting: bool = True, budget: int = 1_000_000,
                     spill_dir: str | None = None, batch_mode: bool = True) -> OperatorHarness:
-    """One operator subtask; ``sorting`` gives it a polars engine. It runs as in BATCH mode (rolling
+    """One operator subtask; ``sorting`` gives it a polars engine, with which it sorts every backlog
+    (``backlog_sorting="always"``: even one it would stream). It runs as in BATCH mode (rolling
     operators emit final values at the switch) unless ``batch_mode`` is False, as in a STREAMING job
     whose sources report backlog."""
     return OperatorHarness(transformation, batch_engine=PolarsBatchEngine() if sorting else None,
-                           batch_mode=batch_mode, sort_memory_budget=budget, spill_dir=spill_dir)
+                           batch_mode=batch_mode, sort_memory_budget=budget, spill_dir=spill_dir,
+                           sort_every_backlog=sorting)
 
 
 def last_per_key(records: list[tuple[Any, int | None]], key: Callable[[Any], Any]) -> dict[Any, Any]:
@@ -124,6 +126,28 @@ def test_reduce_streams_on_from_the_installed_state() -> None:
     oracle = streamed(transformation, records + live).output.records
     assert after == oracle[-3:]  # rolling updates again, continuing from the backlog's sums
     assert driver.operator.is_checkpoint_blocked() is None
+
+
+@pytest.mark.parametrize("kind", ["sum", "min", "max_by"])
+def test_in_streaming_mode_a_built_in_aggregation_streams_a_backlog_of_rows_unless_told_to_sort(kind: str) -> None:
+    """Replayed key by key, a backlog of Python rows costs a rolling aggregation more than streaming it
+    (benchmarks/backlog.py), so it is not buffered: each record's rolling value goes on at once, as
+    without backlog sorting; ``backlog_sorting="always"`` (``sort_every_backlog``) buffers it anyway."""
+    records = tuples(60, seed=5, value=lambda r: r.randint(-9, 9))
+    transformation = reduce_job(kind)
+    oracle = streamed(transformation, records).output.records
+    streaming = OperatorHarness(transformation, batch_engine=PolarsBatchEngine(), batch_mode=False).set_backlog(True)
+    streaming.process_elements(records[:30], batch_size=4).process_watermark(29).process_elements(records[30:])
+    assert not streaming.operator.is_buffering_backlog and streaming.ctx.metrics["backlog_phase"] == "streaming"
+    assert streaming.output.records == oracle and Watermark(29) in streaming.output.events  # during the backlog
+    streaming.set_backlog(False).set_backlog(True).process_elements([(("a", 1, 99), 99)])
+    assert not streaming.operator.is_buffering_backlog  # a later backlog of rows streams too
+    forced = OperatorHarness(transformation, batch_engine=PolarsBatchEngine(), batch_mode=False,
+                             sort_every_backlog=True).set_backlog(True)
+    forced.process_elements(records, batch_size=4)
+    assert forced.operator.is_buffering_backlog and forced.output.records == []
+    forced.set_backlog(False)
+    assert sorted(forced.output.records, key=repr) == sorted(oracle, key=repr)
 
 
 def test_reduce_sorts_each_keys_records_by_timestamp() -> None:
