@@ -312,7 +312,8 @@ class BacklogSortingOperator(StreamOperator):
             self._start_backlog()
         elif not backlog and self._buffering:
             self._switch_to_streaming()
-        self._streaming_backlog = self._streaming_backlog and backlog
+        if not backlog:
+            self._streaming_backlog = False  # a later backlog is buffered again
         super().process_record_attributes(attributes, input_index)
 
     def _advance_combined_watermark(self) -> None:

@@ -95,9 +95,7 @@ class ColumnarBacklog(BacklogSortingOperator):
         return super().holds_backlog() or (self._columns is not None and len(self._columns) > 0)
 
     def stream_the_rest_of_backlog(self) -> None:
-        if self._columns is not None:
-            self._columns.close()
-            self._columns = None
+        self._close_columns()
         super().stream_the_rest_of_backlog()
 
     def snapshot_own_buffers(self) -> Any:
@@ -118,10 +116,13 @@ class ColumnarBacklog(BacklogSortingOperator):
         super().run_backlog(buffers)
 
     def close(self) -> None:
+        self._close_columns()
+        super().close()
+
+    def _close_columns(self) -> None:
         if self._columns is not None:
             self._columns.close()
             self._columns = None
-        super().close()
 
 
 class IntervalColumns:

@@ -175,8 +175,8 @@ class Sharing:
             return self._reference(found)
         if kind is RecordBatch and obj._values and self._records and not self._records.isdisjoint(map(id, obj._values)):
             constructor, arguments, state = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)[:3]
-            positions = self._positions
-            values = [_Reference(positions[id(value)]) if id(value) in positions else value for value in obj._values]
+            positions, records = self._positions, self._records
+            values = [_Reference(positions[id(value)]) if id(value) in records else value for value in obj._values]
             return constructor, arguments, (values, *state[1:])
         return NotImplemented
 
