@@ -157,26 +157,71 @@ class _CollectWriter(SinkWriter):
 
 
 class FunctionSink(Sink):
-    """Calls ``func(value)`` for every record (what ``add_sink`` does with a plain callable)."""
+    """Calls ``func(value)`` for every record (what ``add_sink`` does with a plain callable).
+
+    The calls happen in the driver's process, also when the job runs on worker processes: there
+    each copy of the sink relays its records to the driver's (:meth:`relay_to_driver`), so a
+    callable that appends to the driver's list, or closes over its objects, sees every record
+    as it would in one process rather than a worker's copy of them.
+    """
 
     def __init__(self, func: Callable[[Any], Any]) -> None:
         if not callable(func):
             raise TypeError(f"add_sink expects a Sink or a callable, got {func!r}")
         self.func = func
+        self._relayed: list[tuple[int, int, list[Any]]] | None = None  # a worker's copy: not yet sent
 
     def default_name(self) -> str:
         return getattr(self.func, "__name__", "Function Sink")
 
     def create_writer(self) -> SinkWriter:
-        return _FunctionWriter(self.func)
+        return _FunctionWriter(self)
+
+    def relay_to_driver(self) -> None:
+        """This copy runs in a worker process: its writers keep their records for the driver."""
+        self._relayed = []
+
+    def take_collected(self) -> tuple[list[tuple[int, int, list[Any]]], dict[int, int]]:
+        """The records this worker's copy was given since it was last asked, with the subtask
+        (and parallelism) that wrote each batch; nothing is committed (calls are at-least-once)."""
+        if self._relayed is None:
+            return [], {}
+        relayed, self._relayed = self._relayed, []
+        return relayed, {}
+
+    def add_collected(self, records: list[tuple[int, int, list[Any]]], committed: dict[int, int]) -> None:
+        """Call ``func`` on what a worker process's copy relayed (:meth:`take_collected`)."""
+        for subtask, parallelism, values in records:
+            for value in values:
+                try:
+                    self.func(value)
+                except Exception as exc:
+                    raise RelayedWriteError(value, exc, subtask, parallelism) from exc
+
+
+class RelayedWriteError(RecordWriteError):
+    """A sink's callable failed in the driver on a record a worker process's subtask relayed."""
+
+    def __init__(self, record: Any, cause: BaseException, subtask: int, parallelism: int) -> None:
+        super().__init__(record, cause)
+        self.subtask = subtask
+        self.parallelism = parallelism
 
 
 class _FunctionWriter(SinkWriter):
-    def __init__(self, func: Callable[[Any], Any]) -> None:
-        self._func = func
+    def __init__(self, sink: FunctionSink) -> None:
+        self._sink = sink
+        self._subtask, self._parallelism = 0, 1
+
+    def open(self, subtask_index: int, parallelism: int) -> None:
+        self._subtask, self._parallelism = subtask_index, parallelism
 
     def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
-        func = self._func
+        relayed = self._sink._relayed
+        if relayed is not None:
+            relayed.append((self._subtask, self._parallelism, list(values)))
+            return
+        func = self._sink.func
         for value in values:
             try:
                 func(value)

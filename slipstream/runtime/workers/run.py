@@ -32,8 +32,9 @@ from typing import Any
 import cloudpickle
 
 from slipstream.datastream.checkpoint_config import CheckpointingMode
+from slipstream.datastream.connectors.sinks import RelayedWriteError
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
-from slipstream.errors import InvalidProgramError, JobExecutionError, WorkerLostError
+from slipstream.errors import InvalidProgramError, JobExecutionError, UserFunctionError, WorkerLostError
 from slipstream.runtime.checkpoint.barriers import CheckpointListener
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator, CheckpointParticipants
 from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
@@ -44,7 +45,7 @@ from slipstream.runtime.task import StreamTask
 from slipstream.runtime.workers import spares
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
-from slipstream.runtime.workers.worker import WorkerJob, collect_sinks
+from slipstream.runtime.workers.worker import WorkerJob, driver_sinks
 
 TURN_WAIT_S = 0.05
 """Longest wait for a worker's message in one of the driver's turns (the coordinator runs between)."""
@@ -93,7 +94,7 @@ class WorkerRun:
         self._attempt = 0
         self._restore_path: str | None = None
         self._participants: WorkerTasks | None = None
-        self._sinks = collect_sinks(graph)
+        self._sinks = driver_sinks(graph)
         self._timeout_s = options.heartbeat_timeout_ms / 1000
         self._wake_read, self._wake_write = os.pipe()
         self._started = 0.0
@@ -265,7 +266,12 @@ class WorkerRun:
         elif kind is FromWorker.DECLINE:
             self._coordinator().decline(message[1], message[2])
         elif kind is FromWorker.COLLECTED:
-            self._sinks[message[1]].add_collected(message[2], message[3])
+            sink, node = self._sinks[message[1]]
+            try:
+                sink.add_collected(message[2], message[3])
+            except RelayedWriteError as exc:
+                raise self._killing_all(UserFunctionError(node.name, exc.subtask, exc.parallelism, exc.record,
+                                                          exc.cause, uid=node.uid, what="write of")) from exc.cause
         elif kind is FromWorker.READY:
             worker.ready = True
         elif kind is FromWorker.BYE:

@@ -33,7 +33,7 @@ from typing import Any
 
 import cloudpickle
 
-from slipstream.datastream.connectors.sinks import CollectSink
+from slipstream.datastream.connectors.sinks import CollectSink, FunctionSink
 from slipstream.datastream.job_spec import JobSpec
 from slipstream.datastream.transformations import SinkTransformation
 from slipstream.runtime.checkpoint.coordinator import LocalTasks
@@ -46,7 +46,7 @@ from slipstream.runtime.checkpoint.snapshot import (
 )
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.runtime.executor import JobRun
-from slipstream.runtime.job_graph import JobGraph
+from slipstream.runtime.job_graph import JobGraph, StreamNode
 from slipstream.runtime.workers.links import WorkerLinks
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.spares import MAX_PEERS
@@ -66,15 +66,20 @@ class WorkerJob:
     restore_path: str | None
 
 
-def collect_sinks(graph: JobGraph) -> list[CollectSink]:
-    """The job's collect sinks, in plan order (the same order in the driver and in every worker)."""
-    sinks: list[CollectSink] = []
+DriverSink = CollectSink | FunctionSink
+"""A sink whose records end in the driver's process: collected there, or given to a callable there."""
+
+
+def driver_sinks(graph: JobGraph) -> list[tuple[DriverSink, StreamNode]]:
+    """The job's sinks whose records a worker relays to the driver, with their operators, in plan
+    order (the same order in the driver and in every worker)."""
+    sinks: list[tuple[DriverSink, StreamNode]] = []
     for vertex in graph.vertices:
         for node in vertex.nodes:
             sink = getattr(node.transformation, "sink", None)
-            if isinstance(node.transformation, SinkTransformation) and isinstance(sink, CollectSink) \
-                    and all(sink is not seen for seen in sinks):
-                sinks.append(sink)
+            if isinstance(node.transformation, SinkTransformation) and isinstance(sink, CollectSink | FunctionSink) \
+                    and all(sink is not seen for seen, _ in sinks):
+                sinks.append((sink, node))
     return sinks
 
 
@@ -145,9 +150,11 @@ class Worker:
             keys = dict(zip(self.run.tasks, task_keys(job.graph, job.placement, index), strict=True))
             self.checkpoints = WorkerCheckpoints(self.participants, keys, self.send)
             self.participants.attach(self.checkpoints, job.exactly_once)
-        self.sinks = collect_sinks(job.graph)
+        self.sinks = [sink for sink, _ in driver_sinks(job.graph)]
         for sink in self.sinks:
             sink.take_collected()  # the copy came with what the driver's sink held: not this worker's
+            if isinstance(sink, FunctionSink):
+                sink.relay_to_driver()
         self._shipped_commits: list[dict[int, int]] = [{} for _ in self.sinks]
         self._finished_sent = False
         self._stopping = False
@@ -233,7 +240,7 @@ class Worker:
 
     # -- reports ----------------------------------------------------------------------------------
     def _ship_collected(self) -> None:
-        """Hand what the collect sinks' copies here collected (and committed) to the driver's."""
+        """Hand what the driver sinks' copies here collected (and committed) to the driver's."""
         for index, sink in enumerate(self.sinks):
             records, committed = sink.take_collected()
             if records or committed != self._shipped_commits[index]:

@@ -19,6 +19,7 @@ from worker_jobs import (
     worker_processes,
 )
 
+from slipstream.errors import UserFunctionError
 from slipstream.testing import CollectingSink
 
 N = 3000
@@ -69,4 +70,35 @@ def test_collect_on_two_workers_hands_out_every_record():
     stream = env.from_collection(list(range(500))).map(lambda x: x * 3).key_by(lambda x: x % 5).map(lambda x: x + 1)
     with stream.execute_and_collect() as results:
         assert sorted(results) == [x * 3 + 1 for x in range(500)]
+    assert worker_processes() == []
+
+
+def test_a_callable_sink_on_two_workers_is_called_in_the_driver_with_every_record():
+    """add_sink(list.append) appends to the driver's list, as in one process: a worker's copy of the
+    sink relays its records instead of calling its own copy of the list's append."""
+    seen: list[int] = []
+    env = environment(2, 2)
+    env.from_collection(list(range(600))).key_by(lambda x: x % 7).map(lambda x: x * 2).add_sink(seen.append)
+    result = env.execute("callable sink")
+    assert result.get_all_accumulator_results()["job"]["workers_ready_ms"] > 0  # it ran on workers
+    assert sorted(seen) == [x * 2 for x in range(600)]
+    assert worker_processes() == []
+
+
+def test_a_callable_sink_failing_in_the_driver_names_its_operator_subtask_and_record_as_one_process_does():
+    def refuse_41(value: int) -> None:
+        if value == 41:
+            raise ValueError("no 41 here")
+
+    messages = []
+    for workers in (1, 2):
+        env = environment(2, workers)
+        (env.from_collection(list(range(100))).key_by(lambda x: x % 2).map(lambda x: x)
+         .add_sink(refuse_41).name("picky"))
+        with pytest.raises(UserFunctionError) as failure:
+            env.execute("failing callable sink")
+        assert failure.value.record == 41 and isinstance(failure.value.__cause__, ValueError)
+        messages.append(str(failure.value))
+    assert "operator 'picky'" in messages[0] and "subtask " in messages[0] and "failed on write of 41: ValueError: no 41 here" in messages[0]
+    assert messages[1] == messages[0]
     assert worker_processes() == []
