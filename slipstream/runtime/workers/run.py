@@ -43,6 +43,7 @@ from slipstream.runtime.job_graph import JobGraph
 from slipstream.runtime.latency import LatencyHistogram
 from slipstream.runtime.task import StreamTask
 from slipstream.runtime.workers import spares
+from slipstream.runtime.workers.logs import driver_levels, log_in_driver
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
 from slipstream.runtime.workers.worker import WorkerJob, driver_sinks
@@ -170,6 +171,7 @@ class WorkerRun:
                 ends = {b if a == index else a: pair[0 if a == index else 1]
                         for (a, b), pair in links.items() if index in (a, b)}
                 boot = pickle.dumps({"sys_path": list(sys.path), "cwd": os.getcwd(), "environ": dict(os.environ),
+                                     "log_levels": driver_levels(),
                                      "peers": list(ends), "worker": index})
                 try:
                     socket.send_fds(spare.control, [b"B"], [end.fileno() for end in ends.values()])
@@ -272,6 +274,8 @@ class WorkerRun:
             except RelayedWriteError as exc:
                 raise self._killing_all(UserFunctionError(node.name, exc.subtask, exc.parallelism, exc.record,
                                                           exc.cause, uid=node.uid, what="write of")) from exc.cause
+        elif kind is FromWorker.LOG:
+            log_in_driver(message[1])
         elif kind is FromWorker.READY:
             worker.ready = True
         elif kind is FromWorker.BYE:

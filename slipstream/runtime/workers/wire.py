@@ -42,6 +42,7 @@ class FromWorker(enum.Enum):
     COLLECTED = "collected"  # (sink, records, committed): what a collect sink's copy here took
     BYE = "bye"  # (metrics): every subtask here finished
     FAILED = "failed"  # (pickled exception or None, its type, its text): the worker is going
+    LOG = "log"  # (a log record's fields): for the driver's logging
 
 
 ELEMENT = b"E"

@@ -19,6 +19,7 @@ driver.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import signal
@@ -48,6 +49,7 @@ from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.runtime.executor import JobRun
 from slipstream.runtime.job_graph import JobGraph, StreamNode
 from slipstream.runtime.workers.links import WorkerLinks
+from slipstream.runtime.workers.logs import ToDriver, apply_levels
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.spares import MAX_PEERS
 from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
@@ -139,7 +141,8 @@ class Worker:
         self.index = index
         self.control = control
         self._control_inbox: deque[tuple[Any, ...]] = deque()
-        self._send_lock = threading.Lock()
+        self._send_lock = threading.RLock()  # a record logged while a message is pickled is sent first
+        logging.getLogger().addHandler(ToDriver(self.send, index))
         self.links = WorkerLinks(job.graph, job.placement, index, peers, self._wake)
         self.run = JobRun(job.spec, job.graph, links=self.links)
         self.run.job_id = f"worker {index}"
@@ -277,6 +280,7 @@ def main() -> None:
     os.chdir(boot["cwd"])
     os.environ.clear()
     os.environ.update(boot["environ"])
+    apply_levels(boot["log_levels"])
     peers = {peer: Connection(fd) for peer, fd in zip(boot["peers"], fds, strict=True)}
     worker: Worker | None = None
     try:

@@ -3,6 +3,7 @@ keyed state, event-time windows, co_group at the end of input, and the backlog s
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 import pytest
@@ -101,4 +102,27 @@ def test_a_callable_sink_failing_in_the_driver_names_its_operator_subtask_and_re
         messages.append(str(failure.value))
     assert "operator 'picky'" in messages[0] and "subtask " in messages[0] and "failed on write of 41: ValueError: no 41 here" in messages[0]
     assert messages[1] == messages[0]
+    assert worker_processes() == []
+
+
+def _log_sevens(x: int) -> int:
+    if x % 100 == 7:
+        logging.getLogger("tests.worker_logs").warning("saw %d", x)
+        logging.getLogger("tests.worker_logs").info("info about %d", x)
+    return x
+
+
+def test_what_operators_log_on_workers_reaches_the_driver_s_logging_at_the_driver_s_levels(caplog):
+    for level, expected in ((logging.WARNING, ["saw 7", "saw 107", "saw 207"]),
+                            (logging.INFO, ["info about 7", "info about 107", "info about 207",
+                                            "saw 7", "saw 107", "saw 207"]),
+                            (logging.ERROR, [])):
+        caplog.clear()
+        with caplog.at_level(level, logger="tests.worker_logs"):
+            env = environment(2, 2)
+            env.from_collection(list(range(300))).key_by(lambda x: x % 3).map(_log_sevens).add_sink(lambda _: None)
+            env.execute("logging on workers")
+        records = [r for r in caplog.records if r.name == "tests.worker_logs"]
+        assert sorted(r.getMessage() for r in records) == sorted(expected), logging.getLevelName(level)
+        assert all(r.processName.startswith("worker ") for r in records)
     assert worker_processes() == []
