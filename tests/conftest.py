@@ -37,6 +37,11 @@ cannot be sent to one: such tests stay on one process. Progress from workers car
 latency per operator but not the backlog phase and engine of a sorting operator, so the engines
 check runs on the test's runs in one process. Each job on workers starts N interpreters (about a
 second): give the axis to end-to-end tests that cover a feature, not to every variant of it.
+
+A job that configures no worker count runs on one worker per core (capped by its parallelism):
+the suite sets ``SLIPSTREAM_WORKERS=1`` unless it is set already, so its tests keep the process
+they check (their fault injectors and counters live in it) and ask for workers where they test
+them; ``SLIPSTREAM_WORKERS=2 pytest ...`` runs every other job on two workers.
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ from slipstream.datastream.progress_listener import JobProgressListener, JobTerm
 from slipstream.runtime import driver
 from slipstream.runtime.job_graph import JobGraph
 from slipstream.runtime.workers.placement import Placement
+
+os.environ.setdefault("SLIPSTREAM_WORKERS", "1")  # see the module docstring: kill tests' job processes inherit it
 
 pytest_plugins = ("pytester",)  # tests/testing checks the env fixture on tests it runs
 

@@ -135,7 +135,9 @@ class StreamExecutionEnvironment:
         budgets in bytes (or ``"64 mb"``), Flink's ``taskmanager.memory.managed.size``,
         ``.task.heap.size`` and ``.network.max`` (see :mod:`slipstream.operators.memory`).
         ``workers`` is how many worker processes run the job's subtasks (Flink's
-        ``local.number-taskmanager``; 1, the default, runs everything in this process);
+        ``local.number-taskmanager``; 1 runs everything in this process; by default the
+        ``SLIPSTREAM_WORKERS`` environment variable, else one per core, never more than the job's
+        largest parallelism: a job at parallelism 1 stays in this process);
         ``heartbeat_interval_ms`` and ``heartbeat_timeout_ms`` are how often a worker reports and
         how long its silence fails the job (Flink's ``heartbeat.interval`` and ``heartbeat.timeout``);
         ``worker_spares`` worker processes are started ahead when a run ends, for the next run or a

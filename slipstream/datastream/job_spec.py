@@ -85,9 +85,10 @@ class RuntimeOptions:
     ui_port: int | None = None
     metrics_port: int | None = None
     # worker processes (Flink's local.number-taskmanager): subtasks run in slots spread over them
-    # (slipstream.runtime.workers); each worker reports its status every heartbeat_interval_ms and is
+    # (slipstream.runtime.workers); None: SLIPSTREAM_WORKERS, else the machine's cores, capped by the
+    # job's largest parallelism. Each worker reports its status every heartbeat_interval_ms and is
     # taken for lost (the job fails over) after heartbeat_timeout_ms of silence
-    workers: int = 1
+    workers: int | None = None
     heartbeat_interval_ms: int = 100
     heartbeat_timeout_ms: int = 50_000
     # worker processes started ahead when a run ends, their imports done, for the next run or a

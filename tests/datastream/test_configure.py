@@ -53,6 +53,8 @@ def a_new_value(name: str, current: Any) -> Any:
         return 0
     if current is None and name.endswith("_memory"):
         return 64 << 20
+    if current is None and name == "workers":  # None: the default count (SLIPSTREAM_WORKERS, else the cores)
+        return 3
     return current + 1
 
 

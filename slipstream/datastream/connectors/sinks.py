@@ -1,5 +1,8 @@
 """Sinks that live in memory or on the terminal: print, collect, and a per-record callable.
 
+All three act in the driver's process, also when a job runs on worker processes: a worker's
+copy relays its records to the driver's (:class:`RelayedSink`, and :class:`CollectSink`'s commits).
+
 Print and callables are at-least-once: after a restore from a checkpoint they may show a
 record again. Collect commits at checkpoints, as ``FileSink`` does, and is exactly-once
 with them (see :class:`CollectSink`).
@@ -16,7 +19,45 @@ from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWr
 from slipstream.errors import CheckpointError
 
 
-class PrintSink(Sink):
+class RelayedSink(Sink):
+    """A sink whose effect belongs to the driver's process: the terminal it prints on, the callable
+    it calls. On worker processes each copy relays what its writers were given to the driver's copy
+    (:meth:`relay_to_driver`), which delivers it there, as in one process: ``print()`` shows in
+    the driver's ``sys.stdout`` (a notebook's cell, a captured test), ``add_sink(results.append)``
+    fills the driver's list."""
+
+    _relayed: list[Any] | None = None  # a worker's copy: what its writers were given, not yet sent
+
+    def relay_to_driver(self) -> None:
+        """This copy runs in a worker process: its writers keep what they are given for the driver."""
+        self._relayed = []
+
+    def relay(self, entry: Any) -> bool:
+        """Keep ``entry`` for the driver if this copy relays; whether it did."""
+        if self._relayed is None:
+            return False
+        self._relayed.append(entry)
+        return True
+
+    def take_collected(self) -> tuple[list[Any], dict[int, int]]:
+        """What this worker's copy was given since it was last asked; nothing is committed (a relayed
+        sink is at-least-once, as in one process)."""
+        if self._relayed is None:
+            return [], {}
+        relayed, self._relayed = self._relayed, []
+        return relayed, {}
+
+    def add_collected(self, records: list[Any], committed: dict[int, int]) -> None:
+        """Deliver in the driver what a worker process's copy relayed (:meth:`take_collected`)."""
+        for entry in records:
+            self.deliver(entry)
+
+    def deliver(self, entry: Any) -> None:
+        """Do in the driver what a worker's writer relayed as ``entry``."""
+        raise NotImplementedError
+
+
+class PrintSink(RelayedSink):
     """Prints each record on its own line, prefixed as Flink does: ``id:subtask> value``."""
 
     def __init__(self, sink_identifier: str | None = None, stderr: bool = False) -> None:
@@ -27,30 +68,36 @@ class PrintSink(Sink):
         return "Print to Std. Err" if self.stderr else "Print to Std. Out"
 
     def create_writer(self) -> SinkWriter:
-        return _PrintWriter(self.sink_identifier, self.stderr)
+        return _PrintWriter(self)
+
+    def deliver(self, entry: str) -> None:
+        self.write(entry)
+
+    def write(self, text: str) -> None:
+        (sys.stderr if self.stderr else sys.stdout).write(text)
 
 
 class _PrintWriter(SinkWriter):
-    def __init__(self, identifier: str | None, stderr: bool) -> None:
-        self._identifier = identifier
-        self._stderr = stderr
+    def __init__(self, sink: PrintSink) -> None:
+        self._sink = sink
         self._prefix = ""
 
     def open(self, subtask_index: int, parallelism: int) -> None:
         parts = []
-        if self._identifier:
-            parts.append(self._identifier)
+        if self._sink.sink_identifier:
+            parts.append(self._sink.sink_identifier)
         if parallelism > 1:
             parts.append(str(subtask_index + 1))
         self._prefix = (":".join(parts) + "> ") if parts else ""
 
     def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
-        stream = sys.stderr if self._stderr else sys.stdout
         prefix = self._prefix
-        stream.write("".join(f"{prefix}{value}\n" for value in values))
+        text = "".join(f"{prefix}{value}\n" for value in values)
+        if not self._sink.relay(text):
+            self._sink.write(text)
 
     def flush(self) -> None:
-        (sys.stderr if self._stderr else sys.stdout).flush()
+        (sys.stderr if self._sink.stderr else sys.stdout).flush()
 
 
 class CollectSink(Sink):
@@ -156,20 +203,14 @@ class _CollectWriter(SinkWriter):
             self._sink.restore(int(state["subtask"]), int(state["checkpoint"]), state["pending"])
 
 
-class FunctionSink(Sink):
-    """Calls ``func(value)`` for every record (what ``add_sink`` does with a plain callable).
-
-    The calls happen in the driver's process, also when the job runs on worker processes: there
-    each copy of the sink relays its records to the driver's (:meth:`relay_to_driver`), so a
-    callable that appends to the driver's list, or closes over its objects, sees every record
-    as it would in one process rather than a worker's copy of them.
-    """
+class FunctionSink(RelayedSink):
+    """Calls ``func(value)`` for every record (what ``add_sink`` does with a plain callable), in
+    the driver's process also when the job runs on worker processes (:class:`RelayedSink`)."""
 
     def __init__(self, func: Callable[[Any], Any]) -> None:
         if not callable(func):
             raise TypeError(f"add_sink expects a Sink or a callable, got {func!r}")
         self.func = func
-        self._relayed: list[tuple[int, int, list[Any]]] | None = None  # a worker's copy: not yet sent
 
     def default_name(self) -> str:
         return getattr(self.func, "__name__", "Function Sink")
@@ -177,26 +218,14 @@ class FunctionSink(Sink):
     def create_writer(self) -> SinkWriter:
         return _FunctionWriter(self)
 
-    def relay_to_driver(self) -> None:
-        """This copy runs in a worker process: its writers keep their records for the driver."""
-        self._relayed = []
-
-    def take_collected(self) -> tuple[list[tuple[int, int, list[Any]]], dict[int, int]]:
-        """The records this worker's copy was given since it was last asked, with the subtask
-        (and parallelism) that wrote each batch; nothing is committed (calls are at-least-once)."""
-        if self._relayed is None:
-            return [], {}
-        relayed, self._relayed = self._relayed, []
-        return relayed, {}
-
-    def add_collected(self, records: list[tuple[int, int, list[Any]]], committed: dict[int, int]) -> None:
-        """Call ``func`` on what a worker process's copy relayed (:meth:`take_collected`)."""
-        for subtask, parallelism, values in records:
-            for value in values:
-                try:
-                    self.func(value)
-                except Exception as exc:
-                    raise RelayedWriteError(value, exc, subtask, parallelism) from exc
+    def deliver(self, entry: tuple[int, int, list[Any]]) -> None:
+        """Call ``func`` on the records a worker's subtask relayed (a failure names the subtask)."""
+        subtask, parallelism, values = entry
+        for value in values:
+            try:
+                self.func(value)
+            except Exception as exc:
+                raise RelayedWriteError(value, exc, subtask, parallelism) from exc
 
 
 class RelayedWriteError(RecordWriteError):
@@ -217,9 +246,7 @@ class _FunctionWriter(SinkWriter):
         self._subtask, self._parallelism = subtask_index, parallelism
 
     def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
-        relayed = self._sink._relayed
-        if relayed is not None:
-            relayed.append((self._subtask, self._parallelism, list(values)))
+        if self._sink.relay((self._subtask, self._parallelism, list(values))):
             return
         func = self._sink.func
         for value in values:

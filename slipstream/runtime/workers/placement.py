@@ -17,18 +17,31 @@ instant (:mod:`slipstream.runtime.checkpoint.iteration_region`). All of that nee
 tasks in one scheduler, where it is exact as in one process. The scope's worker is the one with
 the fewest subtasks so far; its way in (from the sources) and out (its exits) are ordinary
 channels, which may cross workers. A worker left with nothing to run is not started.
+
+How many workers: ``configure(workers=N)`` (Flink's ``local.number-taskmanager``), else the
+``SLIPSTREAM_WORKERS`` environment variable, else one per core of the machine — never more than
+the job's largest parallelism, so a job at parallelism 1 stays in one process. A job that did not
+ask for workers but cannot run on them (a manual clock, or something in it that cannot be pickled)
+runs in one process, and the log says why.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import pickle
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+import cloudpickle
 
 from slipstream.datastream.job_spec import JobSpec
 from slipstream.datastream.scope import StreamScope
 from slipstream.errors import InvalidProgramError
 from slipstream.runtime.job_graph import JobGraph, JobVertex
+
+_log = logging.getLogger("slipstream.workers")
 
 
 @dataclass(frozen=True)
@@ -46,15 +59,38 @@ class Placement:
         return subtask * self.workers // self.slots if worker is None else worker
 
 
+WORKERS_VARIABLE = "SLIPSTREAM_WORKERS"
+"""The environment variable that sets the worker count of the jobs that configure none."""
+
+
+def default_workers() -> int:
+    """The worker count of a job that configures none: ``SLIPSTREAM_WORKERS`` when set, else the
+    cores this process may run on (as Flink's local environment takes a slot per core)."""
+    value = os.environ.get(WORKERS_VARIABLE, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise InvalidProgramError(f"{WORKERS_VARIABLE} must be a positive integer, got {value!r}")
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def place_subtasks(graph: JobGraph, spec: JobSpec) -> Placement | None:
-    """The placement of ``graph`` on ``configure(workers=N)`` processes; None for one process (N = 1,
-    a job whose largest parallelism is 1, or one that a single worker would run whole). Refuses,
-    naming why, a job workers cannot run yet."""
-    workers = spec.runtime_options.workers
+    """The placement of ``graph`` on its worker processes (``configure(workers=N)``, else
+    :func:`default_workers`); None for one process: one worker, a job whose largest parallelism is
+    1, or one that a single worker would run whole. A job workers cannot run is refused, naming why,
+    when it asked for workers, and runs in one process (logged) when it did not."""
+    asked = spec.runtime_options.workers
+    workers = default_workers() if asked is None else asked
     slots = max((vertex.parallelism for vertex in graph.vertices), default=1)
     if workers == 1 or slots == 1:
         return None
-    _check_runs_on_workers(spec)
+    reason = _why_not_on_workers(spec, graph, check_travel=asked is None)
+    if reason is not None:
+        if asked is not None:
+            raise InvalidProgramError(f"configure(workers={asked}): {reason}")
+        _log.info("job '%s' runs in one process, not on %d worker processes: %s", spec.job_name,
+                  min(workers, slots), reason)
+        return None
     scopes = loop_scopes(graph)
     for count in range(min(workers, slots), 1, -1):
         placement = _placed(graph, scopes, count, slots)
@@ -94,12 +130,20 @@ def _load(graph: JobGraph, placement: Placement) -> Counter[int]:
                    for subtask in range(vertex.parallelism))
 
 
-def _check_runs_on_workers(spec: JobSpec) -> None:
-    """What worker processes cannot run is refused at planning, not half run."""
+def _why_not_on_workers(spec: JobSpec, graph: JobGraph, check_travel: bool) -> str | None:
+    """Why worker processes cannot run this job, if they cannot: a manual clock lives in the driver;
+    and (``check_travel``) a job that cannot be pickled (a source holding an open iterator, a
+    function holding a lock) cannot be sent. A job that asked for workers learns the latter when
+    its run starts, as it is pickled then anyway."""
     clock = spec.runtime_options.clock
     if clock is not None and clock.is_manual():
-        raise InvalidProgramError(f"configure(workers={spec.runtime_options.workers}): a manual clock lives in "
-                                  "the driver process and cannot drive worker processes; use workers=1 with it")
+        return "a manual clock lives in the driver process and cannot drive worker processes; use workers=1 with it"
+    if check_travel:
+        try:
+            cloudpickle.dumps((spec, graph), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - whatever pickling raises, the job stays in this process
+            return f"it cannot be sent to worker processes ({type(exc).__name__}: {exc})"
+    return None
 
 
-__all__ = ["Placement", "loop_scopes", "place_subtasks"]
+__all__ = ["WORKERS_VARIABLE", "Placement", "default_workers", "loop_scopes", "place_subtasks"]

@@ -354,7 +354,7 @@ def _pickled_job(job: WorkerJob) -> bytes:
         data: bytes = cloudpickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         raise InvalidProgramError(f"job '{job.spec.job_name}' cannot be sent to worker processes "
-                                  f"(configure(workers={job.spec.runtime_options.workers})): "
+                                  f"(on {job.placement.workers} workers): "
                                   f"{type(exc).__name__}: {exc}") from exc
     return data
 

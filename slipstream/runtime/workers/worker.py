@@ -34,7 +34,7 @@ from typing import Any
 
 import cloudpickle
 
-from slipstream.datastream.connectors.sinks import CollectSink, FunctionSink
+from slipstream.datastream.connectors.sinks import CollectSink, RelayedSink
 from slipstream.datastream.job_spec import JobSpec
 from slipstream.datastream.transformations import SinkTransformation
 from slipstream.runtime.checkpoint.coordinator import LocalTasks
@@ -68,8 +68,8 @@ class WorkerJob:
     restore_path: str | None
 
 
-DriverSink = CollectSink | FunctionSink
-"""A sink whose records end in the driver's process: collected there, or given to a callable there."""
+DriverSink = CollectSink | RelayedSink
+"""A sink whose records end in the driver's process: collected there, printed or given to a callable there."""
 
 
 def driver_sinks(graph: JobGraph) -> list[tuple[DriverSink, StreamNode]]:
@@ -79,7 +79,7 @@ def driver_sinks(graph: JobGraph) -> list[tuple[DriverSink, StreamNode]]:
     for vertex in graph.vertices:
         for node in vertex.nodes:
             sink = getattr(node.transformation, "sink", None)
-            if isinstance(node.transformation, SinkTransformation) and isinstance(sink, CollectSink | FunctionSink) \
+            if isinstance(node.transformation, SinkTransformation) and isinstance(sink, CollectSink | RelayedSink) \
                     and all(sink is not seen for seen, _ in sinks):
                 sinks.append((sink, node))
     return sinks
@@ -156,7 +156,7 @@ class Worker:
         self.sinks = [sink for sink, _ in driver_sinks(job.graph)]
         for sink in self.sinks:
             sink.take_collected()  # the copy came with what the driver's sink held: not this worker's
-            if isinstance(sink, FunctionSink):
+            if isinstance(sink, RelayedSink):
                 sink.relay_to_driver()
         self._shipped_commits: list[dict[int, int]] = [{} for _ in self.sinks]
         self._finished_sent = False

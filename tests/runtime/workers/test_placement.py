@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+
 import pytest
 
 from slipstream.datastream import StreamExecutionEnvironment
@@ -11,11 +15,11 @@ from slipstream.errors import InvalidProgramError
 from slipstream.runtime.executor import JobRun
 from slipstream.runtime.job_graph import EdgeKind
 from slipstream.runtime.planner import plan_job
-from slipstream.runtime.workers.placement import Placement, loop_scopes, place_subtasks
+from slipstream.runtime.workers.placement import Placement, default_workers, loop_scopes, place_subtasks
 from slipstream.testing import ManualClock
 
 
-def planned(parallelism: int, workers: int, sink_parallelism: int = 1, chaining: bool = True):
+def planned(parallelism: int, workers: int | None, sink_parallelism: int = 1, chaining: bool = True):
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
     if not chaining:
         env.disable_operator_chaining()
@@ -153,3 +157,44 @@ def test_no_worker_is_started_without_a_subtask_to_run():
     assert placement is not None and placement.workers == 2
     assert {placement.worker_of(vertex.id, i) for vertex in graph.vertices for i in range(vertex.parallelism)} \
         == {0, 1}
+
+
+def test_without_a_worker_count_a_job_takes_a_worker_per_core_capped_by_its_parallelism(monkeypatch):
+    monkeypatch.delenv("SLIPSTREAM_WORKERS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert default_workers() == cores
+    graph, spec = planned(parallelism=8, workers=None, sink_parallelism=8)
+    expected = min(cores, 8)
+    assert (place_subtasks(graph, spec) or Placement(1, 8)).workers == expected
+    assert place_subtasks(*planned(parallelism=1, workers=None)) is None  # parallelism 1: this process
+    monkeypatch.setenv("SLIPSTREAM_WORKERS", "3")
+    assert place_subtasks(*planned(parallelism=8, workers=None, sink_parallelism=8)) == Placement(workers=3, slots=8)
+    assert place_subtasks(*planned(parallelism=8, workers=1)) is None  # a count configured wins
+    monkeypatch.setenv("SLIPSTREAM_WORKERS", "two")
+    with pytest.raises(InvalidProgramError, match="SLIPSTREAM_WORKERS must be a positive integer, got 'two'"):
+        place_subtasks(*planned(parallelism=8, workers=None))
+
+
+def test_a_job_that_did_not_ask_for_workers_and_cannot_run_on_them_runs_in_this_process_and_says_why(
+        monkeypatch, caplog):
+    monkeypatch.setenv("SLIPSTREAM_WORKERS", "2")
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.configure(clock=ManualClock())
+    results: list[int] = []
+    env.from_collection([1, 2, 3]).key_by(lambda x: x).map(lambda x: x * 10).add_sink(results.append)
+    with caplog.at_level(logging.INFO, logger="slipstream.workers"):
+        env.execute("manual clock, no worker count")
+    assert sorted(results) == [10, 20, 30]
+    assert any("runs in one process" in r.getMessage() and "manual clock" in r.getMessage() for r in caplog.records)
+
+    lock = threading.Lock()  # a function holding a lock cannot be pickled, so cannot be sent
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    results.clear()
+    env.from_collection([1, 2, 3]).key_by(lambda x: x).map(lambda x, held=lock: x + 1).add_sink(results.append)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="slipstream.workers"):
+        result = env.execute("a lock, no worker count")
+    assert sorted(results) == [2, 3, 4]
+    assert "workers_ready_ms" not in result.get_all_accumulator_results().get("job", {})
+    assert any("cannot be sent to worker processes" in r.getMessage() for r in caplog.records)
+

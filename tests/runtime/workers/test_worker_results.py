@@ -20,6 +20,7 @@ from worker_jobs import (
     worker_processes,
 )
 
+from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.errors import UserFunctionError
 from slipstream.testing import CollectingSink
 
@@ -125,4 +126,29 @@ def test_what_operators_log_on_workers_reaches_the_driver_s_logging_at_the_drive
         records = [r for r in caplog.records if r.name == "tests.worker_logs"]
         assert sorted(r.getMessage() for r in records) == sorted(expected), logging.getLevelName(level)
         assert all(r.processName.startswith("worker ") for r in records)
+    assert worker_processes() == []
+
+
+def test_a_job_that_configures_no_worker_count_runs_on_the_default_workers(monkeypatch):
+    monkeypatch.setenv("SLIPSTREAM_WORKERS", "2")  # as on a two-core machine with nothing set
+    seen: list[int] = []
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.from_collection(list(range(200))).key_by(lambda x: x % 5).map(lambda x: x * 2).add_sink(seen.append)
+    result = env.execute("default workers")
+    assert result.get_all_accumulator_results()["job"]["workers_ready_ms"] > 0
+    assert sorted(seen) == [x * 2 for x in range(200)]
+    assert worker_processes() == []
+
+
+def test_print_on_two_workers_prints_in_the_driver_as_one_process_does(capsys):
+    printed = []
+    for workers in (1, 2):
+        env = environment(2, workers)
+        env.from_collection(list(range(50))).key_by(lambda x: x % 3).map(lambda x: x + 1).print("out")
+        env.execute("print")
+        lines = capsys.readouterr().out.splitlines()  # sys.stdout of this process: a worker's copy relays
+        assert all(line.startswith(("out:1> ", "out:2> ")) for line in lines), lines[:3]
+        printed.append(sorted(lines))
+    assert sorted(int(line.split("> ")[1]) for line in printed[0]) == list(range(1, 51))
+    assert printed[1] == printed[0]  # each key's records on the same subtask, so the same prefixes
     assert worker_processes() == []
