@@ -17,6 +17,7 @@ from slipstream.runtime.job_client import JobClient, submit_job
 from slipstream.runtime.job_graph import execution_plan_json
 from slipstream.runtime.plan_formats import FORMATS, render_plan
 from slipstream.runtime.planner import plan_job
+from slipstream.runtime.workers.placement import describe_placement
 
 if TYPE_CHECKING:
     from slipstream.datastream.connectors.sinks import CollectSink
@@ -75,7 +76,9 @@ def explain(spec: JobSpec, format: str = "text") -> str:
         return text
     if format not in FORMATS:
         raise InvalidProgramError(f"explain's format must be one of {', '.join(FORMATS)}, got {format!r}")
-    return render_plan(plan_job(spec), format)
+    graph = plan_job(spec)
+    plan = render_plan(graph, format)
+    return f"{plan}\n{describe_placement(graph, spec)}" if format == "text" else plan
 
 
 def execution_plan(spec: JobSpec) -> str:

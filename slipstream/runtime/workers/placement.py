@@ -79,24 +79,48 @@ def place_subtasks(graph: JobGraph, spec: JobSpec) -> Placement | None:
     :func:`default_workers`); None for one process: one worker, a job whose largest parallelism is
     1, or one that a single worker would run whole. A job workers cannot run is refused, naming why,
     when it asked for workers, and runs in one process (logged) when it did not."""
+    placement, why, fell_back = _decide(graph, spec)
+    if fell_back:
+        _log.info("job '%s' runs in one process, %s", spec.job_name, why)
+    return placement
+
+
+def describe_placement(graph: JobGraph, spec: JobSpec) -> str:
+    """Where the job's subtasks run and why, in a sentence (the end of ``explain()``)."""
+    try:
+        placement, why, fell_back = _decide(graph, spec)
+    except InvalidProgramError as refused:
+        return f"Refused on worker processes: {refused}"
+    if placement is None:
+        return f"Runs in this process{', ' if fell_back else ': '}{why}"
+    return f"Runs on {placement.workers} worker processes: {why}"
+
+
+def _decide(graph: JobGraph, spec: JobSpec) -> tuple[Placement | None, str, bool]:
+    """The placement (None: one process), why, and whether the job runs in one process because it
+    cannot run on the workers it did not ask for."""
     asked = spec.runtime_options.workers
     workers = default_workers() if asked is None else asked
+    count = f"configure(workers={asked})" if asked is not None else \
+        f"{WORKERS_VARIABLE}={workers}" if os.environ.get(WORKERS_VARIABLE, "").strip() else \
+        f"one per core, {workers} here"
     slots = max((vertex.parallelism for vertex in graph.vertices), default=1)
-    if workers == 1 or slots == 1:
-        return None
+    if workers == 1:
+        return None, f"one worker ({count})", False
+    if slots == 1:
+        return None, f"its largest parallelism is 1 (workers: {count})", False
     reason = _why_not_on_workers(spec, graph, check_travel=asked is None)
     if reason is not None:
         if asked is not None:
             raise InvalidProgramError(f"configure(workers={asked}): {reason}")
-        _log.info("job '%s' runs in one process, not on %d worker processes: %s", spec.job_name,
-                  min(workers, slots), reason)
-        return None
+        return None, f"not on {min(workers, slots)} worker processes: {reason}", True
     scopes = loop_scopes(graph)
-    for count in range(min(workers, slots), 1, -1):
-        placement = _placed(graph, scopes, count, slots)
-        if len(_load(graph, placement)) == count:
-            return placement
-    return None
+    for used in range(min(workers, slots), 1, -1):
+        placement = _placed(graph, scopes, used, slots)
+        if len(_load(graph, placement)) == used:
+            return placement, (f"{count}, at most the largest parallelism ({slots}); subtask i of every task "
+                               "in slot i, each loop or iteration whole on one worker"), False
+    return None, "one worker would run every subtask (its loops and iterations hold them all)", False
 
 
 def loop_scopes(graph: JobGraph) -> dict[StreamScope, list[JobVertex]]:
@@ -146,4 +170,4 @@ def _why_not_on_workers(spec: JobSpec, graph: JobGraph, check_travel: bool) -> s
     return None
 
 
-__all__ = ["WORKERS_VARIABLE", "Placement", "default_workers", "loop_scopes", "place_subtasks"]
+__all__ = ["WORKERS_VARIABLE", "Placement", "default_workers", "describe_placement", "loop_scopes", "place_subtasks"]

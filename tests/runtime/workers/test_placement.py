@@ -198,3 +198,22 @@ def test_a_job_that_did_not_ask_for_workers_and_cannot_run_on_them_runs_in_this_
     assert "workers_ready_ms" not in result.get_all_accumulator_results().get("job", {})
     assert any("cannot be sent to worker processes" in r.getMessage() for r in caplog.records)
 
+
+
+def test_explain_ends_with_where_the_subtasks_run_and_why(monkeypatch):
+    monkeypatch.setenv("SLIPSTREAM_WORKERS", "2")
+
+    def last_line(parallelism: int, **options) -> str:
+        env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+        env.configure(**options)
+        env.from_collection([1, 2, 3]).key_by(lambda x: x).map(lambda x: x).print()
+        return env.explain().splitlines()[-1]
+
+    assert last_line(4).startswith("Runs on 2 worker processes: SLIPSTREAM_WORKERS=2, at most the largest "
+                                   "parallelism (4)")
+    assert last_line(4, workers=3).startswith("Runs on 3 worker processes: configure(workers=3)")
+    assert last_line(1) == "Runs in this process: its largest parallelism is 1 (workers: SLIPSTREAM_WORKERS=2)"
+    assert last_line(4, workers=1) == "Runs in this process: one worker (configure(workers=1))"
+    assert last_line(4, clock=ManualClock()).startswith(
+        "Runs in this process, not on 2 worker processes: a manual clock")
+    assert last_line(4, workers=2, clock=ManualClock()).startswith("Refused on worker processes: configure(workers=2)")
