@@ -27,6 +27,7 @@ runs in one process, and the log says why.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -61,6 +62,12 @@ class Placement:
 
 WORKERS_VARIABLE = "SLIPSTREAM_WORKERS"
 """The environment variable that sets the worker count of the jobs that configure none."""
+
+
+def spec_for_workers(spec: JobSpec) -> JobSpec:
+    """The job as its workers get it: without its progress listeners, which watch the job in the
+    driver (a worker's copies would report to no one, and a listener need not be picklable)."""
+    return dataclasses.replace(spec, runtime_options=dataclasses.replace(spec.runtime_options, progress_listeners=[]))
 
 
 def default_workers() -> int:
@@ -164,10 +171,11 @@ def _why_not_on_workers(spec: JobSpec, graph: JobGraph, check_travel: bool) -> s
         return "a manual clock lives in the driver process and cannot drive worker processes; use workers=1 with it"
     if check_travel:
         try:
-            cloudpickle.dumps((spec, graph), protocol=pickle.HIGHEST_PROTOCOL)
+            cloudpickle.dumps((spec_for_workers(spec), graph), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - whatever pickling raises, the job stays in this process
             return f"it cannot be sent to worker processes ({type(exc).__name__}: {exc})"
     return None
 
 
-__all__ = ["WORKERS_VARIABLE", "Placement", "default_workers", "describe_placement", "loop_scopes", "place_subtasks"]
+__all__ = ["WORKERS_VARIABLE", "Placement", "default_workers", "describe_placement", "loop_scopes", "place_subtasks",
+           "spec_for_workers"]

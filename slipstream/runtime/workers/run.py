@@ -15,7 +15,6 @@ strategy takes over. However the run ends, every worker process it ran on is end
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import pickle
@@ -44,7 +43,7 @@ from slipstream.runtime.latency import LatencyHistogram
 from slipstream.runtime.task import StreamTask
 from slipstream.runtime.workers import spares
 from slipstream.runtime.workers.logs import driver_levels, log_in_driver
-from slipstream.runtime.workers.placement import Placement
+from slipstream.runtime.workers.placement import Placement, spec_for_workers
 from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
 from slipstream.runtime.workers.worker import WorkerJob, driver_sinks
 
@@ -158,10 +157,7 @@ class WorkerRun:
         count = self.placement.workers
         links = {(a, b): socket.socketpair() for a in range(count) for b in range(a + 1, count)}
         config = self.spec.checkpoint_config
-        # listeners watch the job in the driver: the workers' copies would report to no one
-        spec = dataclasses.replace(self.spec, runtime_options=dataclasses.replace(
-            self.spec.runtime_options, progress_listeners=[]))
-        job = _pickled_job(WorkerJob(spec, self.graph, self.placement, self._attempt,
+        job = _pickled_job(WorkerJob(spec_for_workers(self.spec), self.graph, self.placement, self._attempt,
                                      config.is_checkpointing_enabled(),
                                      config.get_checkpointing_mode() is CheckpointingMode.EXACTLY_ONCE,
                                      self._restore_path))

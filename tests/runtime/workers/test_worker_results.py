@@ -4,7 +4,9 @@ keyed state, event-time windows, co_group at the end of input, and the backlog s
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
+from typing import Any
 
 import pytest
 from worker_jobs import (
@@ -21,6 +23,7 @@ from worker_jobs import (
 )
 
 from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.datastream.progress_listener import JobProgressListener
 from slipstream.errors import UserFunctionError
 from slipstream.testing import CollectingSink
 
@@ -152,3 +155,26 @@ def test_print_on_two_workers_prints_in_the_driver_as_one_process_does(capsys):
     assert sorted(int(line.split("> ")[1]) for line in printed[0]) == list(range(1, 51))
     assert printed[1] == printed[0]  # each key's records on the same subtask, so the same prefixes
     assert worker_processes() == []
+
+
+class _LockedListener(JobProgressListener):
+    """A listener holding a lock, which cannot be pickled: it watches from the driver, never sent."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ended: list[str] = []
+
+    def on_job_terminated(self, event: Any) -> None:
+        with self.lock:
+            self.ended.append(event.job_name)
+
+
+def test_a_progress_listener_that_cannot_be_pickled_keeps_a_job_on_the_default_workers(monkeypatch):
+    monkeypatch.setenv("SLIPSTREAM_WORKERS", "2")
+    listener = _LockedListener()
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.add_progress_listener(listener)
+    env.from_collection(list(range(100))).key_by(lambda x: x % 3).map(lambda x: x).add_sink(lambda _: None)
+    result = env.execute("listened")
+    assert result.get_all_accumulator_results()["job"]["workers_ready_ms"] > 0
+    assert listener.ended == ["listened"]
