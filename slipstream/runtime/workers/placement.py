@@ -73,12 +73,20 @@ def spec_for_workers(spec: JobSpec) -> JobSpec:
 def default_workers() -> int:
     """The worker count of a job that configures none: ``SLIPSTREAM_WORKERS`` when set, else the
     cores this process may run on (as Flink's local environment takes a slot per core)."""
+    return _worker_count(None)[0]
+
+
+def _worker_count(asked: int | None) -> tuple[int, str]:
+    """The worker count for ``configure(workers=asked)`` (None: the default), and where it came from."""
+    if asked is not None:
+        return asked, f"configure(workers={asked})"
     value = os.environ.get(WORKERS_VARIABLE, "").strip()
     if value:
         if not value.isdigit() or int(value) < 1:
             raise InvalidProgramError(f"{WORKERS_VARIABLE} must be a positive integer, got {value!r}")
-        return int(value)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return int(value), f"{WORKERS_VARIABLE}={value}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores, f"one per core, {cores} here"
 
 
 def place_subtasks(graph: JobGraph, spec: JobSpec) -> Placement | None:
@@ -107,10 +115,7 @@ def _decide(graph: JobGraph, spec: JobSpec) -> tuple[Placement | None, str, bool
     """The placement (None: one process), why, and whether the job runs in one process because it
     cannot run on the workers it did not ask for."""
     asked = spec.runtime_options.workers
-    workers = default_workers() if asked is None else asked
-    count = f"configure(workers={asked})" if asked is not None else \
-        f"{WORKERS_VARIABLE}={workers}" if os.environ.get(WORKERS_VARIABLE, "").strip() else \
-        f"one per core, {workers} here"
+    workers, count = _worker_count(asked)
     slots = max((vertex.parallelism for vertex in graph.vertices), default=1)
     if workers == 1:
         return None, f"one worker ({count})", False

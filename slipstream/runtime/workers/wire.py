@@ -39,7 +39,7 @@ class FromWorker(enum.Enum):
     STATUS = "status"  # (figures): the heartbeat
     ACK = "ack"  # (task, checkpoint id, snapshots): a subtask's snapshot
     DECLINE = "decline"  # (checkpoint id, reason): a checkpoint this worker cannot take
-    COLLECTED = "collected"  # (sink, records, committed): what a collect sink's copy here took
+    COLLECTED = "collected"  # (sink, records, committed): what a driver sink's copy here took
     BYE = "bye"  # (metrics): every subtask here finished
     FAILED = "failed"  # (pickled exception or None, its type, its text): the worker is going
     LOG = "log"  # (a log record's fields): for the driver's logging
