@@ -40,21 +40,31 @@ def committed_output(directory: str) -> Counter:
     return lines
 
 
+def newest_complete_id(checkpoints: str) -> int:
+    """The id of the newest complete checkpoint in the directory (0: none yet)."""
+    ids = CheckpointStorage(checkpoints).complete_ids() if os.path.isdir(checkpoints) else []
+    return ids[-1] if ids else 0
+
+
 def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kills: int,
                    async_writes: bool = False, after_kill: Callable[[str], None] = lambda checkpoints: None,
                    delays: tuple[float, float] = (0.3, 0.8),
-                   kill_after: Callable[[str], bool] = lambda checkpoints: True) -> int:
+                   kill_after: Callable[[str], bool] | None = None) -> int:
     """Run the job, killing it after a random delay (seconds, within ``delays``, counted from when
-    ``kill_after`` first holds of the checkpoint directory) up to ``max_kills`` times
-    (``after_kill`` sees the checkpoint directory after each); returns the kills."""
+    ``kill_after`` first holds of the checkpoint directory; by default, from the first checkpoint
+    this start completed, so that every kill lands in a running job that restored the last one, not
+    in an interpreter still importing) up to ``max_kills`` times (``after_kill`` sees the checkpoint
+    directory after each); returns the kills."""
     out, checkpoints = os.path.join(workdir, "out"), os.path.join(workdir, "chk")
     env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest", PYTHONFAULTHANDLER="1",
                CRASH_JOB_ASYNC_WRITES="1" if async_writes else "0")
     kills = 0
     while True:
+        baseline = newest_complete_id(checkpoints)
+        ready = kill_after or (lambda checkpoints: newest_complete_id(checkpoints) > baseline)  # noqa: B023
         process = subprocess.Popen([sys.executable, JOB, kind, out, checkpoints, str(n)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        while kills < max_kills and process.poll() is None and not kill_after(checkpoints):
+        while kills < max_kills and process.poll() is None and not ready(checkpoints):
             time.sleep(0.02)
         if kills < max_kills:
             try:
