@@ -1,9 +1,12 @@
 """Soak test of exactly-once recovery: hundreds of SIGKILL/restart cycles across several jobs.
 
 Each round runs one job of ``tests/checkpoint/crash_job.py`` in a child process with a
-file sink and checkpoints, SIGKILLs it after a random delay (from during start-up and
-restore to deep into a run, so kills land during backlog, streaming, checkpoint writes
-and commits), restarts it from its checkpoint directory (``SLIPSTREAM_RESTORE_FROM=latest``)
+file sink and checkpoints, SIGKILLs it at a random moment: a fifth of the kills at a delay
+from the start (during imports, restore and the first records), the rest at a delay from the
+first checkpoint the start completed (so they land in a running job that restored the last one:
+during backlog, streaming, checkpoint writes and commits; a job's first checkpoint comes a second
+or two after its start, most of it imports), restarts it from its checkpoint directory
+(``SLIPSTREAM_RESTORE_FROM=latest``)
 and repeats a random number of times before letting it finish; then the committed output
 is compared with the job's oracle: nothing lost, nothing duplicated. Rounds cycle through
 the jobs until the time is up.
@@ -12,8 +15,9 @@ Usage::
 
     python benchmarks/checkpoint_soak.py --minutes 6 [--seed 1] [--jobs counts,union,windows,bad,hybrid,iteration,iteration_loop]
 
-Prints one line per round and a summary (kills, restarts, input records, committed output
-lines, verification); exits 1 if any round's output differed from its oracle.
+Prints one line per round and a summary (kills, those that hit a running job — one that
+completed a checkpoint since its start —, restarts, input records, committed output lines,
+verification); exits 1 if any round's output differed from its oracle.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ sys.path.insert(0, TESTS)
 
 from crash_job import oracle  # noqa: E402
 
+from slipstream.runtime.checkpoint.storage import CheckpointStorage  # noqa: E402
+
 JOB = os.path.join(TESTS, "crash_job.py")
 SIZES = {"counts": 1_000_000, "union": 500_000, "windows": 150_000, "bad": 200_000, "hybrid": 1_000_000,
          "iteration": 300_000, "iteration_loop": 100_000}
@@ -51,36 +57,52 @@ def committed_output(directory: str) -> Counter:
     return lines
 
 
+def newest_complete_id(checkpoints: str) -> int:
+    """The newest complete checkpoint's id (0: none yet)."""
+    ids = CheckpointStorage(checkpoints).complete_ids() if os.path.isdir(checkpoints) else []
+    return ids[-1] if ids else 0
+
+
 def run_round(kind: str, n: int, workdir: str, rng: random.Random, kills_wanted: int) -> dict:
     """Run ``kind`` to completion with ``kills_wanted`` SIGKILLs on the way; the figures of the round."""
     out, checkpoints = os.path.join(workdir, "out"), os.path.join(workdir, "chk")
     env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest")
-    kills = starts = 0
+    kills = starts = running_kills = 0
     started = time.perf_counter()
     while True:
         starts += 1
+        baseline = newest_complete_id(checkpoints)
         process = subprocess.Popen([sys.executable, JOB, kind, out, checkpoints, str(n)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         if kills < kills_wanted:
-            # Mostly mid-run, sometimes during start-up and restore, sometimes late.
-            roll = rng.random()
-            delay = rng.uniform(0.05, 0.4) if roll < 0.3 else rng.uniform(0.4, 1.2) if roll < 0.9 else \
-                rng.uniform(1.2, 3.0)
+            # A fifth during start-up and restore; the rest once the start took a checkpoint, mostly soon after it,
+            # sometimes late.
+            in_start_up = rng.random() < 0.2
+            if in_start_up:
+                delay = rng.uniform(0.05, 2.0)
+            else:
+                while process.poll() is None and newest_complete_id(checkpoints) <= baseline:
+                    time.sleep(0.01)
+                delay = rng.uniform(0.0, 0.8) if rng.random() < 0.9 else rng.uniform(0.8, 3.0)
             try:
                 process.wait(timeout=delay)
             except subprocess.TimeoutExpired:
+                running = newest_complete_id(checkpoints) > baseline
                 process.send_signal(signal.SIGKILL)
                 process.communicate()
                 kills += 1
+                running_kills += running
                 continue
         _, stderr = process.communicate(timeout=600)
         if process.returncode != 0:
-            return {"kind": kind, "kills": kills, "starts": starts, "ok": False, "records": n, "lines": 0,
+            return {"kind": kind, "kills": kills, "running_kills": running_kills, "starts": starts, "ok": False,
+                    "records": n, "lines": 0,
                     "seconds": time.perf_counter() - started,
                     "error": stderr.decode(errors="replace").strip().splitlines()[-1:]}
         got, expected = committed_output(out), oracle(kind, n)
         missing, extra = expected - got, got - expected
-        return {"kind": kind, "kills": kills, "starts": starts, "ok": not missing and not extra,
+        return {"kind": kind, "kills": kills, "running_kills": running_kills, "starts": starts,
+                "ok": not missing and not extra,
                 "records": n, "lines": sum(got.values()), "seconds": time.perf_counter() - started,
                 "error": None if not missing and not extra else
                 f"{sum(missing.values())} lost, {sum(extra.values())} duplicated"}
@@ -115,17 +137,20 @@ def main() -> int:
         else:
             print(f"failed rounds kept in {root}")
     print()
-    print(f"{'job':8s} {'rounds':>6s} {'kills':>6s} {'restarts':>8s} {'input records':>14s} "
+    print(f"{'job':8s} {'rounds':>6s} {'kills':>6s} {'running':>8s} {'restarts':>8s} {'input records':>14s} "
           f"{'output lines':>13s} {'verified':>9s}")
     for kind in kinds:
         mine = [r for r in rounds if r["kind"] == kind]
         if mine:
             print(f"{kind:8s} {len(mine):6d} {sum(r['kills'] for r in mine):6d} "
+                  f"{sum(r['running_kills'] for r in mine):8d} "
                   f"{sum(r['starts'] - 1 for r in mine):8d} {sum(r['records'] for r in mine):14,d} "
                   f"{sum(r['lines'] for r in mine):13,d} {sum(r['ok'] for r in mine):4d}/{len(mine):<4d}")
     total_kills = sum(r["kills"] for r in rounds)
     failed = [r for r in rounds if not r["ok"]]
-    print(f"\n{len(rounds)} rounds, {total_kills} SIGKILLs, {sum(r['starts'] - 1 for r in rounds)} restarts from "
+    running = sum(r["running_kills"] for r in rounds)
+    print(f"\n{len(rounds)} rounds, {total_kills} SIGKILLs ({running} of a job that had completed a checkpoint since "
+          f"its start), {sum(r['starts'] - 1 for r in rounds)} restarts from "
           f"checkpoints, {sum(r['records'] for r in rounds):,} input records: "
           + ("every committed output equals its oracle (nothing lost, nothing duplicated)" if not failed
              else f"{len(failed)} round(s) FAILED"))
