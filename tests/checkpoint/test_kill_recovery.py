@@ -50,21 +50,21 @@ def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kill
                    async_writes: bool = False, after_kill: Callable[[str], None] = lambda checkpoints: None,
                    delays: tuple[float, float] = (0.3, 0.8),
                    kill_after: Callable[[str], bool] | None = None) -> int:
-    """Run the job, killing it after a random delay (seconds, within ``delays``, counted from when
-    ``kill_after`` first holds of the checkpoint directory; by default, from the first checkpoint
-    this start completed, so that every kill lands in a running job that restored the last one, not
-    in an interpreter still importing) up to ``max_kills`` times (``after_kill`` sees the checkpoint
-    directory after each); returns the kills."""
+    """Run the job, killing it after a random delay (seconds, within ``delays``, counted from the
+    first checkpoint this start completed, once ``kill_after`` holds of the checkpoint directory too)
+    up to ``max_kills`` times (``after_kill`` sees the checkpoint directory after each); returns the
+    kills. Every kill lands in a running job that restored the last checkpoint, not in an
+    interpreter still importing or restoring."""
     out, checkpoints = os.path.join(workdir, "out"), os.path.join(workdir, "chk")
     env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest", PYTHONFAULTHANDLER="1",
                CRASH_JOB_ASYNC_WRITES="1" if async_writes else "0")
     kills = 0
     while True:
         baseline = newest_complete_id(checkpoints)
-        ready = kill_after or (lambda checkpoints: newest_complete_id(checkpoints) > baseline)  # noqa: B023
         process = subprocess.Popen([sys.executable, JOB, kind, out, checkpoints, str(n)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        while kills < max_kills and process.poll() is None and not ready(checkpoints):
+        while kills < max_kills and process.poll() is None and not (
+                newest_complete_id(checkpoints) > baseline and (kill_after is None or kill_after(checkpoints))):
             time.sleep(0.02)
         if kills < max_kills:
             try:
