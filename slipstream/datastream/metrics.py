@@ -32,7 +32,7 @@ from typing import Any
 
 from slipstream.errors import InvalidProgramError
 
-__all__ = ["Counter", "Distribution", "Gauge", "Meter", "Metric", "MetricGroup", "OperatorMetricGroup"]
+__all__ = ["Counter", "Distribution", "Gauge", "Meter", "Metric", "MetricGroup", "OperatorMetricGroup", "merge_reports"]
 
 REPORT_KEY = "metrics"
 """Where an operator's user metrics are reported in its entry of the job result."""
@@ -230,6 +230,32 @@ class _Registry:
         if existing is None:
             existing = self.metrics[key] = make()
         return existing
+
+
+def merge_reports(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """One operator's user metrics as two processes reported them (each for its own subtasks),
+    as one process reporting every subtask would: counters, meters' counts and rates and
+    distributions' figures combined, each gauge's list holding every subtask's value."""
+    merged = dict(first)
+    for key, value in second.items():
+        mine = merged.get(key)
+        if mine is None:
+            merged[key] = copy.deepcopy(value)
+            continue
+        kind = _report_kind(value)
+        if kind == "gauge":
+            merged[key] = [theirs if theirs is not None else ours for ours, theirs in zip(mine, value)]
+        elif kind == "meter":
+            merged[key] = {"count": mine["count"] + value["count"], "rate": mine["rate"] + value["rate"]}
+        elif kind == "distribution":
+            count, total = mine["count"] + value["count"], mine["sum"] + value["sum"]
+            extremes = [v for v in (mine["min"], value["min"]) if v is not None], \
+                [v for v in (mine["max"], value["max"]) if v is not None]
+            merged[key] = {"count": count, "sum": total, "min": min(extremes[0], default=None),
+                           "max": max(extremes[1], default=None), "mean": total / count if count else None}
+        else:
+            merged[key] = mine + value
+    return merged
 
 
 def _report_kind(value: Any) -> str:

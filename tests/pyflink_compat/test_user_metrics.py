@@ -35,10 +35,12 @@ class Measured(MapFunction):
         return self.subtask, value
 
 
-@pytest.mark.parametrize("parallelism,seed", [(1, 0), (2, 3), (4, 7)])
-def test_counters_distributions_meters_and_gauges_are_reported_per_operator(parallelism: int, seed: int) -> None:
+@pytest.mark.parametrize("parallelism,seed,workers", [(1, 0, 1), (2, 3, 1), (4, 7, 1), (2, 3, 2), (4, 7, 2)])
+def test_counters_distributions_meters_and_gauges_are_reported_per_operator(parallelism: int, seed: int,
+                                                                            workers: int) -> None:
+    """In one process and on two worker processes (each reports its subtasks; the driver combines them)."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism) \
-        .configure(scheduler_seed=seed, batch_size=7)
+        .configure(scheduler_seed=seed, batch_size=7, workers=workers)
     data = list(range(1, 101))
     out: list[tuple[int, int]] = []
     env.from_collection(data).map(Measured()).name("measured").add_sink(out.append)
@@ -51,7 +53,8 @@ def test_counters_distributions_meters_and_gauges_are_reported_per_operator(para
     assert metrics["last"] == [last_per_subtask.get(i) for i in range(parallelism)]
 
 
-def test_a_keyed_process_function_counts_too() -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_keyed_process_function_counts_too(workers: int) -> None:
     class PerKey(KeyedProcessFunction):
         def open(self, runtime_context: RuntimeContext) -> None:
             self.keys = runtime_context.get_metrics_group().add_group("key", "all").counter("records")
@@ -61,7 +64,7 @@ def test_a_keyed_process_function_counts_too() -> None:
             self.keys.dec()
             yield value
 
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).configure(workers=workers)
     env.from_collection(["a", "b", "a"]).key_by(lambda v: v).process(PerKey()).name("per key").print()
     assert env.execute().get_accumulator_result("per key")["metrics"] == {"key.all.records": 3}
 

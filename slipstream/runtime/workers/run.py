@@ -30,6 +30,7 @@ from typing import Any
 
 import cloudpickle
 
+from slipstream.datastream import metrics
 from slipstream.datastream.checkpoint_config import CheckpointingMode
 from slipstream.datastream.connectors.sinks import RelayedWriteError
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
@@ -385,6 +386,8 @@ def _merged(key: str, old: Any, new: Any) -> Any:
         return max(old, new)
     if isinstance(old, LatencyHistogram):
         return old.merged(new)
+    if key == metrics.REPORT_KEY:
+        return metrics.merge_reports(old, new)
     if isinstance(old, (int, float)) and isinstance(new, (int, float)) and not isinstance(old, bool):
         return old + new
     return old
