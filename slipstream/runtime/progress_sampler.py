@@ -73,6 +73,12 @@ def run_operators(run: Run) -> list[_Operator]:
     return list(operators.values())
 
 
+def finished_subtasks(run: Run) -> dict[str, int]:
+    """How many subtasks of each operator this process ran to their end (by metrics name): what a
+    worker reports, as the driver runs none of its subtasks."""
+    return {operator.name: sum(1 for s in operator.subtasks if s.task.finished) for operator in run_operators(run)}
+
+
 def _metrics_key(run: Run, node: StreamNode) -> str:
     """The name ``node``'s metrics go by (as :meth:`JobRun._metrics_for` gives it)."""
     entry = run.metrics.get(node.name)
@@ -105,7 +111,9 @@ class ProgressSampler:
         now = time.time()
         if run is not self._run:
             self._run, self._operators, self._last = run, run_operators(run) if run is not None else [], {}
-        operators = [self._operator(op, now) for op in self._operators]
+        # on worker processes the subtasks run elsewhere: their workers count the finished ones
+        elsewhere = run.finished_elsewhere() if run is not None else {}
+        operators = [self._operator(op, now, elsewhere) for op in self._operators]
         checkpoints = run.checkpoint_coordinator if run is not None else None
         figures = checkpoints.metrics if checkpoints is not None else {}
         return JobProgress(
@@ -115,7 +123,7 @@ class ProgressSampler:
             checkpoints_completed=figures.get("completed", 0), checkpoints_failed=figures.get("failed", 0),
             checkpoints_skipped=figures.get("skipped", 0))
 
-    def _operator(self, operator: _Operator, now: float) -> OperatorProgress:
+    def _operator(self, operator: _Operator, now: float, elsewhere: dict[str, int]) -> OperatorProgress:
         assert self._run is not None  # sampled only with a run
         # by name: a run on worker processes replaces its entries with every report
         values = dict(self._run.metrics.get(operator.name, operator.metrics))
@@ -132,7 +140,7 @@ class ProgressSampler:
             records_in=records_in, records_out=records_out,
             records_in_per_second=rate_in, records_out_per_second=rate_out,
             watermark=_watermark(subtasks), back_pressured=_back_pressured(subtasks),
-            finished_subtasks=sum(1 for s in subtasks if s.task.finished),
+            finished_subtasks=sum(1 for s in subtasks if s.task.finished) + elsewhere.get(operator.name, 0),
             backlog_phase=values.get("backlog_phase"), backlog_records=values.get("backlog_records", 0),
             spilled_bytes=values.get("spilled_bytes", 0), batch_engine=values.get("batch_engine"),
             memory_bytes=sum(value for name, value in values.items() if name.startswith("memory_bytes.")),

@@ -44,9 +44,9 @@ class Slow:
         return x
 
 
-def job(parallelism: int, seed: int, listener: JobProgressListener) -> StreamExecutionEnvironment:
+def job(parallelism: int, seed: int, listener: JobProgressListener, workers: int = 1) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    env.configure(scheduler_seed=seed, batch_size=100, show_progress=False, progress_interval=0.01)
+    env.configure(scheduler_seed=seed, batch_size=100, show_progress=False, progress_interval=0.01, workers=workers)
     env.add_progress_listener(listener)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda x, _: x)
     (env.from_source(NumberSequenceSource(1, N), strategy, "numbers").uid("numbers")
@@ -56,10 +56,11 @@ def job(parallelism: int, seed: int, listener: JobProgressListener) -> StreamExe
     return env
 
 
-@pytest.mark.parametrize("parallelism, seed", [(1, 0), (2, 1), (4, 2)])
-def test_the_last_report_counts_what_each_operator_received_and_emitted(parallelism, seed, capsys):
+@pytest.mark.parametrize("parallelism, seed, workers", [(1, 0, 1), (2, 1, 1), (4, 2, 1), (4, 2, 2)])
+def test_the_last_report_counts_what_each_operator_received_and_emitted(parallelism, seed, workers, capsys):
+    """In one process and on two workers (which report their finished subtasks)."""
     listener = Recorder()
-    job(parallelism, seed, listener).execute("counted")
+    job(parallelism, seed, listener, workers).execute("counted")
     kinds = listener.kinds()
     assert kinds[0] == "started" and kinds[-1] == "terminated" and "progress" in kinds
     final = listener.events[-1][1]

@@ -129,6 +129,14 @@ class WorkerRun:
     def in_backlog(self) -> bool:
         return any(worker.status.get("in_backlog", True) for worker in self.workers)
 
+    def finished_elsewhere(self) -> dict[str, int]:
+        """Finished subtasks per operator, as the workers' latest reports count them."""
+        counts: dict[str, int] = {}
+        for worker in self.workers:
+            for name, finished in worker.status.get("finished_subtasks", {}).items():
+                counts[name] = counts.get(name, 0) + finished
+        return counts
+
     def open(self) -> None:
         """Start the workers, wait until every one restored its subtasks, then let them all start."""
         self._started = time.perf_counter()

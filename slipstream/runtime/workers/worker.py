@@ -48,6 +48,7 @@ from slipstream.runtime.checkpoint.snapshot import (
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.runtime.executor import JobRun
 from slipstream.runtime.job_graph import JobGraph, StreamNode
+from slipstream.runtime.progress_sampler import finished_subtasks
 from slipstream.runtime.workers.links import WorkerLinks
 from slipstream.runtime.workers.logs import ToDriver, apply_levels
 from slipstream.runtime.workers.placement import Placement
@@ -264,7 +265,8 @@ class Worker:
                               "blocked": participants.blocked_reason(),
                               "source_records": participants.source_records(),
                               "sources_in_backlog": participants.sources_in_backlog(),
-                              "metrics": self.run.metrics}))
+                              "metrics": self.run.metrics,
+                              "finished_subtasks": finished_subtasks(self.run)}))
 
 
 def main() -> None:
