@@ -37,9 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.join(os.path.dirname(HERE), "tests", "checkpoint")
 sys.path.insert(0, TESTS)
 
-from crash_job import oracle  # noqa: E402
-
-from slipstream.runtime.checkpoint.storage import CheckpointStorage  # noqa: E402
+from crash_job import newest_complete_id, oracle  # noqa: E402
 
 JOB = os.path.join(TESTS, "crash_job.py")
 SIZES = {"counts": 1_000_000, "union": 500_000, "windows": 150_000, "bad": 200_000, "hybrid": 1_000_000,
@@ -55,12 +53,6 @@ def committed_output(directory: str) -> Counter:
                 with open(os.path.join(directory, name)) as handle:
                     lines.update(handle.read().splitlines())
     return lines
-
-
-def newest_complete_id(checkpoints: str) -> int:
-    """The newest complete checkpoint's id (0: none yet)."""
-    ids = CheckpointStorage(checkpoints).complete_ids() if os.path.isdir(checkpoints) else []
-    return ids[-1] if ids else 0
 
 
 def run_round(kind: str, n: int, workdir: str, rng: random.Random, kills_wanted: int) -> dict:

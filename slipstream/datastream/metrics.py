@@ -249,10 +249,10 @@ def merge_reports(first: dict[str, Any], second: dict[str, Any]) -> dict[str, An
             merged[key] = {"count": mine["count"] + value["count"], "rate": mine["rate"] + value["rate"]}
         elif kind == "distribution":
             count, total = mine["count"] + value["count"], mine["sum"] + value["sum"]
-            extremes = [v for v in (mine["min"], value["min"]) if v is not None], \
-                [v for v in (mine["max"], value["max"]) if v is not None]
-            merged[key] = {"count": count, "sum": total, "min": min(extremes[0], default=None),
-                           "max": max(extremes[1], default=None), "mean": total / count if count else None}
+            lows = [low for low in (mine["min"], value["min"]) if low is not None]
+            highs = [high for high in (mine["max"], value["max"]) if high is not None]
+            merged[key] = {"count": count, "sum": total, "min": min(lows, default=None),
+                           "max": max(highs, default=None), "mean": total / count if count else None}
         else:
             merged[key] = mine + value
     return merged

@@ -217,6 +217,12 @@ class SumRulesCountNumbers(KeyedBroadcastProcessFunction):
         yield f"{ctx.get_current_key()},{count},{ctx.get_broadcast_state(RULE_SUMS).get(ctx.get_current_key())}"
 
 
+def newest_complete_id(checkpoints: str) -> int:
+    """The id of the newest complete checkpoint in the directory ``checkpoints`` (0: none yet)."""
+    ids = CheckpointStorage(checkpoints).complete_ids() if os.path.isdir(checkpoints) else []
+    return ids[-1] if ids else 0
+
+
 def oracle(kind: str, n: int) -> Counter:
     if kind == "broadcast":
         return broadcast_lines(n)

@@ -21,7 +21,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from crash_job import oracle  # noqa: E402
+from crash_job import newest_complete_id, oracle  # noqa: E402
 
 from slipstream.runtime.checkpoint.storage import CheckpointStorage  # noqa: E402
 
@@ -38,12 +38,6 @@ def committed_output(directory: str) -> Counter:
             with open(os.path.join(directory, name)) as handle:
                 lines.update(handle.read().splitlines())
     return lines
-
-
-def newest_complete_id(checkpoints: str) -> int:
-    """The id of the newest complete checkpoint in the directory (0: none yet)."""
-    ids = CheckpointStorage(checkpoints).complete_ids() if os.path.isdir(checkpoints) else []
-    return ids[-1] if ids else 0
 
 
 def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kills: int,
