@@ -20,6 +20,7 @@ barrier on until the trigger came (:attr:`WorkerLinks.triggered`); every worker 
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -32,6 +33,13 @@ from slipstream.runtime.checkpoint.barriers import CheckpointBarrier
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.wire import CREDIT, decode_credits, decode_element, encode_credits, encode_element
+
+RECEIVING_SWITCH_INTERVAL_S = 0.0005
+"""The worker's interpreter switch interval (Python's default: 5 ms). A receiving thread holds a
+message until it gets the interpreter, which the task thread, busy, yields only when the interval
+is up: so every batch and every credit between workers waited up to 5 ms, and producers ran out of
+credits while the consumer's next input sat in a socket. The keyed job of ``benchmarks/scaling.py``
+on two workers ran at 1.58 M rec/s with 5 ms, 2.18 M with 0.5 ms (0.27 M with 50 ms)."""
 
 
 class OutboundChannel(Channel):
@@ -89,7 +97,9 @@ class WorkerLinks:
         self.triggered = 0  # the latest checkpoint triggered on this worker
 
     def start(self) -> None:
-        """Start receiving from every peer."""
+        """Start receiving from every peer (and let the receiving threads in quickly, see
+        :data:`RECEIVING_SWITCH_INTERVAL_S`)."""
+        sys.setswitchinterval(RECEIVING_SWITCH_INTERVAL_S)
         for peer, connection in self.peers.items():
             threading.Thread(target=self._receive, args=(peer, connection), name=f"from worker {peer}",
                              daemon=True).start()
