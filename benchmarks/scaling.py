@@ -17,21 +17,32 @@ same run, alone and then in as many processes at once as workers: the work those
 against one alone, is the speed-up this machine allows at all. On a machine with fewer cores than workers the speed-up is bounded by the cores:
 the figures for more workers are a projection of how the job partitions, not of a faster machine.
 
+Then the latency aim's half (``--latency-rate``, records/s; 0 skips it): the keyed job fed at that fixed
+rate for ``--latency-seconds`` from one unbounded source, at parallelism 1 in one process and at
+parallelism 2 on two workers (the source's records cross to the other worker by key). Each record
+carries the instant it was due; the sink writes how long ago that was when the record reached it
+(wall clock, which both processes share) to a file per subtask, and the run prints p50, p99, p99.9
+and max over every record after the first second.
+
 A run on workers takes the spare processes the run before it left (``configure(worker_spares=N)``,
 :mod:`slipstream.runtime.workers.spares`); a pause before each lets them finish starting, as
 between a driver's jobs, and the time a driver's first run waits for fresh processes is printed apart.
 
-Run: ``python benchmarks/scaling.py [--records N] [--keys K] [--workers 1,2,4] [--jobs keyed,co_group,window]``
+Run: ``python benchmarks/scaling.py [--records N] [--keys K] [--workers 1,2,4] [--jobs keyed,co_group,window]
+[--latency-rate R] [--latency-seconds S]``
 (defaults are small, for a quick run; the figures in the README come from ``--records 2000000``).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import multiprocessing
+import os
 import resource
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from slipstream.datastream import (
@@ -40,6 +51,7 @@ from slipstream.datastream import (
     ValueStateDescriptor,
 )
 from slipstream.datastream.connectors.base import Sink, SinkWriter
+from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.connectors.number_seq import NumberSequenceSource
 from slipstream.datastream.time import Time
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
@@ -164,12 +176,88 @@ def machine_ceiling(records: int, keys: int, processes: int) -> float:
     return processes * one / slowest
 
 
+class Paced:
+    """An unbounded source's iterator factory: ``rate`` numbered records a second for ``seconds``,
+    each ``(number, the wall-clock ns it was due)`` — a producer held up does not hide a delay."""
+
+    def __init__(self, rate: int, seconds: float) -> None:
+        self.rate, self.seconds = rate, seconds
+
+    def __call__(self) -> Iterator[tuple[int, int]]:
+        start, step = time.time_ns(), 1_000_000_000 // self.rate
+        for number in range(int(self.rate * self.seconds)):
+            due = start + number * step
+            wait = due - time.time_ns()
+            if wait > 0:
+                time.sleep(wait / 1e9)
+            yield number, due
+
+
+class LatencySink(Sink):
+    """Writes each record's age on arrival (ms since it was due) to a file per subtask in ``directory``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def default_name(self) -> str:
+        return "Latency"
+
+    def create_writer(self) -> SinkWriter:
+        return _LatencyWriter(self.directory)
+
+
+class _LatencyWriter(SinkWriter):
+    def __init__(self, directory: str) -> None:
+        self.directory, self.ages_ms, self.subtask = directory, [], 0
+
+    def open(self, subtask_index: int, parallelism: int) -> None:
+        self.subtask = subtask_index
+
+    def write(self, values: list, timestamps: list | None) -> None:
+        now = time.time_ns()
+        self.ages_ms.extend(((now - due) / 1e6, number) for number, due in values)
+
+    def close(self) -> None:
+        with open(os.path.join(self.directory, f"ages-{self.subtask}.txt"), "w") as out:
+            out.writelines(f"{age} {number}\n" for age, number in self.ages_ms)
+
+
+class AgeOf(KeyedProcessFunction):
+    """The keyed job's work (a running count and sum per key in value state) on a timed record."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.state = runtime_context.get_state(ValueStateDescriptor("count-sum"))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        count, total = self.state.value() or (0, 0)
+        self.state.update((count + 1, total + value[1][0]))
+        yield value[1]
+
+
+def latency_run(rate: int, seconds: float, keys: int, parallelism: int, workers: int) -> list[float]:
+    """Each record's ms from due to sink in one paced run of the keyed job, the first second left out."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.configure(workers=workers, worker_spares=workers if workers > 1 else 0, show_progress=False)
+    with tempfile.TemporaryDirectory(prefix="slipstream-scaling-") as directory:
+        (env.from_source(IteratorSource(Paced(rate, seconds), bounded=False), None, "paced").set_parallelism(1)
+         .map(lambda r: (r[0] % keys, r)).key_by(lambda p: p[0]).process(AgeOf()).sink_to(LatencySink(directory)))
+        env.execute(f"latency-{workers}")
+        rows = [line.split() for path in glob.glob(os.path.join(directory, "ages-*.txt")) for line in open(path)]
+    return sorted(float(age) for age, number in rows if int(number) >= rate)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--jobs", default=",".join(JOBS))
+    parser.add_argument("--latency-rate", type=int, default=10_000, help="records/s of the latency runs; 0: none")
+    parser.add_argument("--latency-seconds", type=float, default=6.0)
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
     wall, cpu = plain_loop(args.records, args.keys)
@@ -193,6 +281,14 @@ def main() -> None:
                 print(f"{job:9s} p={workers} workers={in_process}: {args.records / wall:12,.0f} rec/s  "
                       f"wall {wall:6.2f} s  cpu {cpu:6.2f} s  speed-up {base / wall:4.2f}x"
                       + (f"  (workers ready after {ready:4.2f} s)" if in_process > 1 else ""))
+    if args.latency_rate:
+        for parallelism, workers in ((1, 1), (2, 2)):
+            time.sleep(SPARES_START_S)
+            ages = latency_run(args.latency_rate, args.latency_seconds, args.keys, parallelism, workers)
+            print(f"latency at {args.latency_rate:,} rec/s, p={parallelism} workers={workers}: "
+                  + "  ".join(f"{name} {percentile(ages, q):7.2f} ms" for name, q in
+                              (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0)))
+                  + f"  ({len(ages):,} records)")
 
 
 if __name__ == "__main__":

@@ -263,6 +263,8 @@ class JobRun:
         each task deploys (opens its operators) on its first turn."""
         self._started = time.perf_counter()
         self._gc_policy = gc_policy.job_started()
+        if self._gc_policy:
+            gc_policy.freeze_now()  # the imports and the job: they outlive the run, no collection need walk them
 
     @property
     def started_at(self) -> float:

@@ -21,10 +21,14 @@ the next full collection walks — and cleans — everything. When the last runn
 ends, everything is unfrozen. A process that froze objects itself (a server before
 ``fork``) keeps its own arrangement: then slipstream leaves the collector alone.
 
-When a job switches from its backlog to streaming, everything is frozen at once
-(:func:`freeze_now`, which costs nothing) and the quarter's growth is counted from
-there: the state the backlog built is never walked while the job streams, at the
-price of keeping the backlog's cyclic garbage, if it left any, until that growth.
+When a job starts, what the process holds then (its imports, the job itself) is frozen:
+otherwise the first full collection of a run walked all of it — in a fresh worker process
+22–25 ms, after about 1.5 s of a stream at 10^4 records/s, a worker's longest pause
+(``benchmarks/scaling.py``'s latency runs). When a job switches from its backlog to
+streaming, everything is frozen at once again (:func:`freeze_now`, which costs nothing)
+and the quarter's growth is counted from there: the state the backlog built is never
+walked while the job streams, at the price of keeping the backlog's cyclic garbage, if it
+left any, until that growth.
 """
 
 from __future__ import annotations

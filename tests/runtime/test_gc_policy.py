@@ -109,6 +109,18 @@ def test_the_state_a_backlog_left_is_frozen_once_the_job_switched_to_streaming()
     assert gc.get_freeze_count() == 0
 
 
+def test_what_the_process_holds_when_a_job_starts_is_frozen_so_no_full_collection_walks_it() -> None:
+    held = [[i] for i in range(10_000)]  # as the imports and the job are when a worker starts its run
+    frozen_during_the_run: list[int] = []
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.configure(show_progress=False)
+    env.from_collection([1, 2, 3]).map(lambda x: frozen_during_the_run.append(gc.get_freeze_count()) or x) \
+        .add_sink(lambda _: None)
+    env.execute("frozen at the start")
+    assert min(frozen_during_the_run) >= len(held)
+    assert gc.get_freeze_count() == 0  # the job ended: everything unfrozen
+
+
 def test_a_bounded_job_never_switches_and_never_walks_the_heap_for_it() -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.configure(show_progress=False)
