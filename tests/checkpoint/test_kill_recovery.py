@@ -1,7 +1,9 @@
 """Fault injection: SIGKILL a job in a child process at random moments, restart it from its
 checkpoint directory, repeat until it finishes; the committed output must equal the oracle.
 
-Across the four jobs at least 20 kills happen in every run of the suite (asserted).
+Each of the four jobs is killed until its target (8, 7, 6 and 5: 26 kills on each state backend,
+every one after the start's first checkpoint) is reached, asserted by its own test — a count
+summed across tests would need them in one process, which pytest-xdist does not give.
 The child restores through the command-line route (``SLIPSTREAM_RESTORE_FROM=latest``).
 """
 
@@ -82,13 +84,12 @@ def run_until_done(kind: str, n: int, workdir: str, rng: random.Random, max_kill
 
 @pytest.mark.parametrize("kind,n,target", [("counts", 300_000, 8), ("union", 160_000, 7), ("windows", 40_000, 6),
                                            ("broadcast", 100_000, 5)])
-def test_sigkill_and_restart_gives_exactly_once_output(tmp_path, kind, n, target, kill_counter):
+def test_sigkill_and_restart_gives_exactly_once_output(tmp_path, kind, n, target):
     rng = random.Random(f"kill-{kind}")
     kills = rounds = 0
     while kills < target:
         kills += run_until_done(kind, n, str(tmp_path / f"round{rounds}"), rng, target - kills)
         rounds += 1
-    kill_counter[kind] = kills
     assert kills >= target
 
 
@@ -128,17 +129,3 @@ def test_sigkill_in_the_middle_of_writing_a_checkpoint_in_the_background_restore
                                check=False)
     assert restarted.returncode == 0, restarted.stderr.decode()
     assert committed_output(out) == oracle(kind, n)
-
-
-_KILLS: dict[str, int] = {}
-
-
-@pytest.fixture
-def kill_counter() -> dict[str, int]:
-    return _KILLS
-
-
-def test_at_least_twenty_kills_across_the_jobs():
-    if len(_KILLS) < 4:
-        pytest.skip("runs after the four kill tests (run the whole module)")
-    assert sum(_KILLS.values()) >= 20, _KILLS
