@@ -24,10 +24,10 @@ workers: on a cluster, slipstream must be installed where the executors run Pyth
 the first such function is sent, one small job checks that the workers' interpreter imports
 slipstream, pyarrow and polars (:func:`check_python_workers`), and says what to do if not.
 
-Examples:
-    >>> engine = SparkBatchEngine(master="local[2]")  # doctest: +SKIP
-    >>> engine.sort(pa.table({"k": [2, 1]}), ["k"]).column("k").to_pylist()  # doctest: +SKIP
-    [1, 2]
+Example (not a doctest: it starts a Spark session; ``tests/spark`` runs the engine)::
+
+    engine = SparkBatchEngine(master="local[2]")
+    engine.sort(pa.table({"k": [2, 1]}), ["k"]).column("k").to_pylist()  # [1, 2]
 """
 
 from __future__ import annotations
