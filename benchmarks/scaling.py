@@ -43,6 +43,7 @@ import resource
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from slipstream.datastream import (
@@ -56,6 +57,7 @@ from slipstream.datastream.connectors.number_seq import NumberSequenceSource
 from slipstream.datastream.time import Time
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
 from slipstream.datastream.window import EndOfStreamWindows, TumblingEventTimeWindows
+from slipstream.runtime.latency import quantile
 
 
 class Discard(Sink):
@@ -242,12 +244,9 @@ def latency_run(rate: int, seconds: float, keys: int, parallelism: int, workers:
         (env.from_source(IteratorSource(Paced(rate, seconds), bounded=False), None, "paced").set_parallelism(1)
          .map(lambda r: (r[0] % keys, r)).key_by(lambda p: p[0]).process(AgeOf()).sink_to(LatencySink(directory)))
         env.execute(f"latency-{workers}")
-        rows = [line.split() for path in glob.glob(os.path.join(directory, "ages-*.txt")) for line in open(path)]
+        rows = [line.split() for path in glob.glob(os.path.join(directory, "ages-*.txt"))
+                for line in Path(path).read_text().splitlines()]
     return sorted(float(age) for age, number in rows if int(number) >= rate)
-
-
-def percentile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:
@@ -286,7 +285,7 @@ def main() -> None:
             time.sleep(SPARES_START_S)
             ages = latency_run(args.latency_rate, args.latency_seconds, args.keys, parallelism, workers)
             print(f"latency at {args.latency_rate:,} rec/s, p={parallelism} workers={workers}: "
-                  + "  ".join(f"{name} {percentile(ages, q):7.2f} ms" for name, q in
+                  + "  ".join(f"{name} {quantile(ages, q):7.2f} ms" for name, q in
                               (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0)))
                   + f"  ({len(ages):,} records)")
 
