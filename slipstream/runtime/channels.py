@@ -16,13 +16,14 @@ from slipstream.operators.spill_file import SpillFile
 
 
 class Channel:
-    __slots__ = ("capacity", "name", "producer_finished", "queue")
+    __slots__ = ("capacity", "consumer_finished", "name", "producer_finished", "queue")
 
     def __init__(self, capacity: int, name: str = "") -> None:
         self.queue: deque[Any] = deque()
         self.capacity = capacity
         self.name = name
         self.producer_finished = False  # the producer sent its end of input: nothing more will come
+        self.consumer_finished = False  # the consumer will never read again: what comes is dropped
 
     def is_full(self) -> bool:
         return len(self.queue) >= self.capacity
@@ -32,7 +33,17 @@ class Channel:
         return False
 
     def push(self, element: Any) -> None:
+        if self.consumer_finished:
+            return
         self.queue.append(element)
+
+    def finish_consumer(self) -> None:
+        """Its consumer was restored as finished and never reads again (an iteration that had
+        ended): drop what waits and what comes, so a producer restored before it (a source
+        re-sending its end of input, barriers) is never held back by a channel nobody empties."""
+        self.consumer_finished = True
+        while self.queue:
+            self.pop()
 
     def pop(self) -> Any:
         return self.queue.popleft()
@@ -96,6 +107,8 @@ class SpillingChannel(Channel):
             self._in_memory_bytes >= self.memory_budget_bytes
 
     def push(self, element: Any) -> None:
+        if self.consumer_finished:
+            return
         if type(element) is not RecordBatch:
             self._admit(element, 0, 0)
             return

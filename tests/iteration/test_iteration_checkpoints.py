@@ -651,3 +651,33 @@ def test_an_iteration_that_had_ended_restores_at_another_parallelism(tmp_path: P
     per_key = Counter(x % KEYS for x in range(numbers))
     assert_same(committed(tmp_path / "counts"),
                 Counter(f"c,{k},{i}" for k, count in per_key.items() for i in range(1, count + 1)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_checkpoint_right_after_restoring_an_ended_iteration_does_not_hold_its_sources_back(tmp_path: Path,
+                                                                                             seed: int) -> None:
+    """Restored with its training ended, the iteration's tasks never read again, while the sources
+    feeding it run once more to send their end of input. A checkpoint triggered before a source's
+    first turn put its barrier behind its start in a channel nobody empties: full, the source could
+    never end and the job never finished (it hung, as the worker kill test did)."""
+    n, numbers = 200, 3000
+
+    def job(env: StreamExecutionEnvironment) -> None:
+        env.configure(backlog_sorting=False)
+        epochs_job(env, n, None, tmp_path)
+        counts = (env.from_collection(list(range(numbers))).map(FailOnce(lambda x: x == numbers - 100))
+                  .key_by(lambda x: x % KEYS).process(CountPerKey()))
+        sink(counts, tmp_path / "counts")
+
+    env = make_env(tmp_path, 2, seed, interval=None, records=500, restarts=0)
+    job(env)
+    with pytest.raises(UserFunctionError, match="injected failure"):
+        env.execute("first")
+    env = make_env(tmp_path, 2, seed, interval=1, records=None)
+    job(env)
+    stats = env.execute("restored", restore_from="latest").get_accumulator_result("checkpoints")
+    assert stats["restored_from"] is not None and stats["completed"] > 0
+    assert_same(committed(tmp_path), epoch_lines(n))
+    per_key = Counter(x % KEYS for x in range(numbers))
+    assert_same(committed(tmp_path / "counts"),
+                Counter(f"c,{k},{i}" for k, count in per_key.items() for i in range(1, count + 1)))

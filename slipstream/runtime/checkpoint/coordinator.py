@@ -242,12 +242,16 @@ class LocalTasks:
                 task.deploy()
                 task.flush()
 
-    def blocked_reason(self) -> str | None:
-        """Why FLIP-327 forbids a checkpoint now, or None."""
+    def blocked_reason(self, as_if_deployed: bool = False) -> str | None:
+        """Why FLIP-327 forbids a checkpoint now, or None.
+
+        ``as_if_deployed``: answer for the moment after ``deploy_ready`` - what a worker reports to
+        the driver, whose trigger deploys the tasks that merely have not had their first turn.
+        """
         for task in self.tasks:
             if task.finished:
                 continue
-            if not getattr(task, "deployed", True):
+            if not getattr(task, "deployed", True) and not (as_if_deployed and task.is_deployable()):
                 return f"task {task} is not deployed yet (not started, or waiting behind a BLOCKING edge)"
             for channel in task.inputs:
                 if getattr(channel, "blocking", False) and not channel.ended:

@@ -254,6 +254,8 @@ def _end_restored(task: StreamTask, scope: StreamScope) -> None:
     """A task restored as finished: what follows the iteration starts afresh, so it gets the task's
     final watermark and end of input again."""
     task.finished = True
+    for input_channel in task.inputs:
+        input_channel.channel.finish_consumer()
     for writer in _leaving(task, scope):
         writer.broadcast_event(MAX_WATERMARK)
         writer.finish()

@@ -262,7 +262,7 @@ class Worker:
         self._status_at = now
         participants = self.participants
         self.send((FromWorker.STATUS, {"finished": finished, "in_backlog": self.run.in_backlog(),
-                              "blocked": participants.blocked_reason(),
+                              "blocked": participants.blocked_reason(as_if_deployed=True),
                               "source_records": participants.source_records(),
                               "sources_in_backlog": participants.sources_in_backlog(),
                               "metrics": self.run.metrics,

@@ -9,10 +9,11 @@ import sys
 import time
 
 import pytest
-from worker_jobs import Fault, check_keyed, environment, keyed_job, worker_processes, workers_left
+from worker_jobs import CountAndSum, Fault, check_keyed, environment, keyed_job, worker_processes, workers_left
 
 from slipstream.datastream import RestartStrategies
 from slipstream.datastream.configuration import Configuration
+from slipstream.datastream.connectors.number_seq import NumberSequenceSource
 from slipstream.errors import WorkerLostError
 from slipstream.testing import CollectingSink
 
@@ -78,6 +79,25 @@ def test_closing_the_collect_iterator_cancels_the_job_and_ends_its_workers():
     assert next(results) is not None
     results.close()
     assert worker_processes() == []
+
+
+
+def slowly_none(x: int) -> bool:
+    time.sleep(0.002)
+    return False
+
+
+def test_a_task_that_has_not_had_its_first_turn_does_not_stop_checkpoints_on_workers(tmp_path):
+    """The keyed tasks after a filter that passes nothing never get a turn of their own; a trigger
+    deploys them (their state is the restored one), so a worker must not report them as blocking
+    (they did: every checkpoint of this job was skipped as "not deployed yet")."""
+    env = environment(2, 2)
+    env.get_checkpoint_config().set_checkpoint_interval(30).set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    numbers = env.from_source(NumberSequenceSource(1, 600), None, "slow")
+    numbers.filter(slowly_none).key_by(lambda x: x % 7).process(CountAndSum()).sink_to(CollectingSink())
+    stats = env.execute("never-fed").get_accumulator_result("checkpoints")
+    assert stats["completed"] >= 2, stats
+    assert not any("not deployed" in reason for reason in stats["skip_reasons"]), stats
 
 
 DRIVER = """
