@@ -33,7 +33,8 @@ from typing import Any, BinaryIO
 
 from slipstream.errors import DiskFullError, InvalidProgramError
 
-__all__ = ["FileSystem", "RemoteFileSystem", "copy_directory", "filesystem_of", "normalize", "resolve"]
+__all__ = ["FileSystem", "RemoteFileSystem", "apply_fsspec_settings", "copy_directory", "filesystem_of",
+           "fsspec_settings", "normalize", "resolve"]
 
 
 class FileSystem:
@@ -363,3 +364,24 @@ def copy_directory(source: str, target: str) -> None:
         target_fs.write_file(os.path.join(target, name), source_fs.read_file(os.path.join(source, name)),
                              what="savepoint file")
     target_fs.fsync_dir(target)
+
+
+def fsspec_settings() -> dict[str, Any] | None:
+    """What this process set in ``fsspec.config.conf`` (credentials, endpoints), for a worker process
+    to apply (:func:`apply_fsspec_settings`); None when fsspec was never imported here."""
+    import sys
+    if "fsspec" not in sys.modules:
+        return None
+    import copy
+
+    import fsspec
+    return copy.deepcopy(dict(fsspec.config.conf))
+
+
+def apply_fsspec_settings(settings: dict[str, Any] | None) -> None:
+    """Make this process's fsspec configuration the driver's (:func:`fsspec_settings`)."""
+    if settings is None:
+        return
+    import fsspec
+    fsspec.config.conf.clear()
+    fsspec.config.conf.update(settings)

@@ -3,6 +3,7 @@ read, written and restored through fsspec, never turned into local paths."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 
 import fsspec
@@ -71,6 +72,21 @@ def test_a_file_source_reads_every_visible_remote_line_once(store: str, parallel
                     None, "lines").add_sink(out.append)
     env.execute("remote-read")
     assert Counter(out) == expected
+
+
+
+def test_worker_processes_reach_s3_with_the_settings_the_driver_gave_fsspec(s3_endpoint: str) -> None:
+    """The moto endpoint and keys are set in ``fsspec.config.conf`` in this process only; a job on
+    two workers reads and writes S3 with them (it failed with NoCredentialsError)."""
+    store = f"s3://slipstream-tests/{uuid.uuid4().hex}"
+    lines = [f"line-{i}" for i in range(300)]
+    put(f"{store}/in/part-0.txt", ("\n".join(lines) + "\n").encode())
+    env = new_env(2).configure(workers=2)
+    env.from_source(FileSource.for_record_stream_format(StreamFormat.text_line_format(), f"{store}/in").build(),
+                    None, "lines").map(str.upper).sink_to(
+        FileSink.for_row_format(f"{store}/out", Encoder.simple_string_encoder()).build())
+    env.execute("remote-on-workers")
+    assert visible_lines(f"{store}/out") == Counter(line.upper() for line in lines)
 
 
 def test_parquet_row_groups_are_read_from_a_remote_store(store: str) -> None:

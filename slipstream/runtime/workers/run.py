@@ -35,6 +35,7 @@ from slipstream.datastream.checkpoint_config import CheckpointingMode
 from slipstream.datastream.connectors.sinks import RelayedWriteError
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
 from slipstream.errors import InvalidProgramError, JobExecutionError, UserFunctionError, WorkerLostError
+from slipstream.filesystem import fsspec_settings
 from slipstream.runtime.checkpoint.barriers import CheckpointListener
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator, CheckpointParticipants
 from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
@@ -176,7 +177,7 @@ class WorkerRun:
                 ends = {b if a == index else a: pair[0 if a == index else 1]
                         for (a, b), pair in links.items() if index in (a, b)}
                 boot = pickle.dumps({"sys_path": list(sys.path), "cwd": os.getcwd(), "environ": dict(os.environ),
-                                     "log_levels": driver_levels(),
+                                     "fsspec": fsspec_settings(), "log_levels": driver_levels(),
                                      "peers": list(ends), "worker": index})
                 try:
                     socket.send_fds(spare.control, [b"B"], [end.fileno() for end in ends.values()])
@@ -228,13 +229,19 @@ class WorkerRun:
             raise self._lost(worker) from None
 
     def _take_messages(self, worker: WorkerProcess) -> None:
-        try:
-            while worker.control.poll():
-                self._handle(worker, pickle.loads(worker.control.recv_bytes()))
-        except (EOFError, OSError):
-            worker.gone = True
-            if worker.final_metrics is None:
-                raise self._lost(worker) from None
+        """Handle what ``worker`` sent. Only the socket's own errors mean it died: a failure it
+        reports may be an ``OSError`` too (a file not found), and is raised as what it is."""
+        while True:
+            try:
+                if not worker.control.poll():
+                    return
+                data = worker.control.recv_bytes()
+            except (EOFError, OSError):
+                worker.gone = True
+                if worker.final_metrics is None:
+                    raise self._lost(worker) from None
+                return
+            self._handle(worker, pickle.loads(data))
 
     def _root_cause(self, reporting: WorkerProcess) -> WorkerLostError | None:
         """Another worker killed by a signal, if one was: a worker failing because a peer's socket broke

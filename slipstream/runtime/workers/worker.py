@@ -37,6 +37,7 @@ import cloudpickle
 from slipstream.datastream.connectors.sinks import CollectSink, RelayedSink
 from slipstream.datastream.job_spec import JobSpec
 from slipstream.datastream.transformations import SinkTransformation
+from slipstream.filesystem import apply_fsspec_settings
 from slipstream.runtime.checkpoint.coordinator import LocalTasks
 from slipstream.runtime.checkpoint.snapshot import (
     OperatorSnapshot,
@@ -270,7 +271,8 @@ class Worker:
 
 
 def main() -> None:
-    """The worker process's entry (see the module docstring): a spare until a run gives it work."""
+    """The worker process's entry (see the module docstring): a spare until a run gives it work.
+    It takes the driver's path, directory, environment and fsspec settings (credentials set in code)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the driver's to handle: it stops the workers
     waiting = socket.socket(fileno=int(sys.argv[1]))
     given, fds, _, _ = socket.recv_fds(waiting, 1, MAX_PEERS)  # a spare waits here, its imports done
@@ -282,6 +284,7 @@ def main() -> None:
     os.chdir(boot["cwd"])
     os.environ.clear()
     os.environ.update(boot["environ"])
+    apply_fsspec_settings(boot["fsspec"])
     apply_levels(boot["log_levels"])
     peers = {peer: Connection(fd) for peer, fd in zip(boot["peers"], fds, strict=True)}
     worker: Worker | None = None

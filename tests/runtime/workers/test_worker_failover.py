@@ -8,12 +8,16 @@ import subprocess
 import sys
 import time
 
+import fsspec
 import pytest
 from worker_jobs import CountAndSum, Fault, check_keyed, environment, keyed_job, worker_processes, workers_left
 
 from slipstream.datastream import RestartStrategies
 from slipstream.datastream.configuration import Configuration
+from slipstream.datastream.connectors.errors import SourcePathNotFoundError
+from slipstream.datastream.connectors.file_system import FileSource
 from slipstream.datastream.connectors.number_seq import NumberSequenceSource
+from slipstream.datastream.formats.base import StreamFormat
 from slipstream.errors import WorkerLostError
 from slipstream.testing import CollectingSink
 
@@ -80,6 +84,20 @@ def test_closing_the_collect_iterator_cancels_the_job_and_ends_its_workers():
     results.close()
     assert worker_processes() == []
 
+
+
+
+def test_a_failure_that_is_an_os_error_is_reported_as_itself_not_as_a_lost_worker(tmp_path):
+    """A worker that fails with an ``OSError`` (here the source's missing path: the file is in the
+    driver's memory file system only) reports it; the driver took it for the worker dying."""
+    directory = f"memory://only-in-the-driver/{tmp_path.name}"
+    fsspec.filesystem("memory").pipe_file(f"{directory}/part-0.txt", b"1\n2\n")
+    env = environment(2, 2)
+    env.from_source(FileSource.for_record_stream_format(StreamFormat.text_line_format(), directory).build(),
+                    None, "lines").add_sink(CollectingSink())
+    with pytest.raises(SourcePathNotFoundError, match="only-in-the-driver"):
+        env.execute("path-elsewhere")
+    assert worker_processes() == []
 
 
 def slowly_none(x: int) -> bool:
