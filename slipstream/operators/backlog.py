@@ -382,7 +382,7 @@ class BacklogSortingOperator(StreamOperator):
     def _count_processing_time_timers(self, count: int) -> None:
         if self.ctx.batch_mode or not count:
             return
-        count_and_warn(self.ctx.metrics, PROCESSING_TIME_TIMERS_METRIC, count, lambda: (
+        count_and_warn(self.ctx, PROCESSING_TIME_TIMERS_METRIC, count, lambda: (
             f"operator '{self.ctx.name}' registered {count} processing-time timer(s) while it replayed its "
             "sorted backlog: they follow the clock at the switch, not at the records' arrival, so results "
             "that depend on them differ from streaming the backlog (env.configure(backlog_sorting=False) "

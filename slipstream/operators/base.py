@@ -474,13 +474,19 @@ class StreamOperator(ABC):
             return fn(*args)
 
 
-def count_and_warn(metrics: dict[str, Any], name: str, count: int, warning: Callable[[], str]) -> None:
-    """Add ``count`` to the metric ``name`` (shared by an operator's subtasks) and log ``warning()``
+WARNED_ONCE = "slipstream_warned_once"
+"""The log record attribute naming a warning given once per operator and metric: worker processes
+each give it once, and the driver passes on the first of them only."""
+
+
+def count_and_warn(ctx: OperatorContext, name: str, count: int, warning: Callable[[], str]) -> None:
+    """Add ``count`` to the operator's metric ``name`` (shared by its subtasks) and log ``warning()``
     when the metric first grows, so that what a job loses or gets differently is never silent."""
+    metrics = ctx.metrics
     before = metrics.get(name, 0)
     metrics[name] = before + count
     if not before and count:
-        log.warning(warning())
+        log.warning(warning(), extra={WARNED_ONCE: f"{ctx.uid or ctx.name}/{name}"})
 
 
 def operator_attributes(transformation: Transformation) -> OperatorAttributes:

@@ -416,7 +416,7 @@ def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _
 
 def _count_late(operator: WindowOperator, late: int) -> None:
     if late:
-        count_and_warn(operator.ctx.metrics, LATE_DROPPED_METRIC, late, lambda: (
+        count_and_warn(operator.ctx, LATE_DROPPED_METRIC, late, lambda: (
             f"window operator '{operator.ctx.name}' dropped {late} late record(s) of its backlog; late records "
             f"are counted in {LATE_DROPPED_METRIC} (set allowed_lateness, or side_output_late_data to keep them)"))
 

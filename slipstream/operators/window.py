@@ -380,7 +380,7 @@ class WindowOperator(ColumnarBacklog):
 
     def _late(self, value: Any, timestamp: int | None) -> None:
         if self.late_data_tag is None:
-            count_and_warn(self.ctx.metrics, LATE_DROPPED_METRIC, 1, lambda: (
+            count_and_warn(self.ctx, LATE_DROPPED_METRIC, 1, lambda: (
                 f"window operator '{self.ctx.name}' dropped a late record ({value!r} @ {timestamp}, watermark "
                 f"{self.timers.current_watermark}); late records are counted in {LATE_DROPPED_METRIC} (set "
                 "allowed_lateness, or side_output_late_data to keep them)"))

@@ -331,7 +331,12 @@ def test_any_out_of_order_history_gives_the_same_timers_and_windows(events: list
 
 
 # -- what is counted, logged and explained --------------------------------------------------------------
-def test_a_late_drop_is_counted_warned_once_and_reported_per_operator(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_late_drop_is_counted_warned_once_and_reported_per_operator(caplog: pytest.LogCaptureFixture,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      workers: str) -> None:
+    """Once per operator in one process, and on two workers (each warned, the driver passed one on)."""
+    monkeypatch.setenv("SLIPSTREAM_WORKERS", workers)
     events = history(200, seed=5)
     with caplog.at_level(logging.WARNING, logger="slipstream.operators"):
         _, metrics = run(lambda env: windowed(env, events, "tumbling", 0, False), 2, 0, True)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from slipstream.operators.base import WARNED_ONCE
 from slipstream.runtime.workers.wire import FromWorker
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -60,8 +61,15 @@ class ToDriver(logging.Handler):
             self.handleError(record)
 
 
-def log_in_driver(fields: dict[str, Any]) -> None:
-    """Hand a worker's record (:func:`portable`) to the driver's logger of its name."""
+def log_in_driver(fields: dict[str, Any], warned: set[str]) -> None:
+    """Hand a worker's record (:func:`portable`) to the driver's logger of its name; a warning given
+    once per operator (:data:`~slipstream.operators.base.WARNED_ONCE`) only if no worker of this run
+    gave it yet (``warned``: what the run's workers gave), as one process gives it once."""
+    once = fields.get(WARNED_ONCE)
+    if once is not None:
+        if once in warned:
+            return
+        warned.add(once)
     record = logging.makeLogRecord(fields)
     logger = logging.getLogger(record.name)
     if logger.isEnabledFor(record.levelno):

@@ -97,6 +97,7 @@ class WorkerRun:
         self._restore_path: str | None = None
         self._participants: WorkerTasks | None = None
         self._sinks = driver_sinks(graph)
+        self._warned: set[str] = set()  # the warnings given once per operator that a worker gave
         self._timeout_s = options.heartbeat_timeout_ms / 1000
         self._wake_read, self._wake_write = os.pipe()
         self._started = 0.0
@@ -287,7 +288,7 @@ class WorkerRun:
                 raise self._killing_all(UserFunctionError(node.name, exc.subtask, exc.parallelism, exc.record,
                                                           exc.cause, uid=node.uid, what="write of")) from exc.cause
         elif kind is FromWorker.LOG:
-            log_in_driver(message[1])
+            log_in_driver(message[1], self._warned)
         elif kind is FromWorker.READY:
             worker.ready = True
         elif kind is FromWorker.BYE:
