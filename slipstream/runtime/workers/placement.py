@@ -34,6 +34,7 @@ import pickle
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import cloudpickle
 
@@ -174,12 +175,27 @@ def _why_not_on_workers(spec: JobSpec, graph: JobGraph, check_travel: bool) -> s
     clock = spec.runtime_options.clock
     if clock is not None and clock.is_manual():
         return "a manual clock lives in the driver process and cannot drive worker processes; use workers=1 with it"
+    in_memory = _in_memory_paths(spec, graph)
+    if in_memory:
+        return (f"'{in_memory[0]}' is on fsspec's memory file system, which lives in the driver process: worker "
+                "processes would not see it; use workers=1 with it")
     if check_travel:
         try:
             cloudpickle.dumps((spec_for_workers(spec), graph), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - whatever pickling raises, the job stays in this process
             return f"it cannot be sent to worker processes ({type(exc).__name__}: {exc})"
     return None
+
+
+def _in_memory_paths(spec: JobSpec, graph: JobGraph) -> list[str]:
+    """The job's file source paths, file sink base paths and checkpoint directory that are on
+    fsspec's ``memory://`` file system (one per process)."""
+    paths: list[Any] = [spec.checkpoint_config.get_checkpoint_storage_dir()]
+    for vertex in graph.vertices:
+        for node in vertex.nodes:
+            paths += getattr(getattr(node.transformation, "source", None), "paths", None) or []
+            paths.append(getattr(getattr(node.transformation, "sink", None), "base_path", None))
+    return [path for path in paths if isinstance(path, str) and path.startswith("memory://")]
 
 
 __all__ = ["WORKERS_VARIABLE", "Placement", "default_workers", "describe_placement", "loop_scopes", "place_subtasks",

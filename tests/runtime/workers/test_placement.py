@@ -6,10 +6,13 @@ import logging
 import os
 import threading
 
+import fsspec
 import pytest
 
 from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.configuration import Configuration
+from slipstream.datastream.connectors.file_system import FileSink, FileSource
+from slipstream.datastream.formats.base import Encoder, StreamFormat
 from slipstream.datastream.transformations import Partitioning
 from slipstream.errors import InvalidProgramError
 from slipstream.runtime.executor import JobRun
@@ -92,6 +95,38 @@ def test_a_manual_clock_is_refused_on_workers():
     env.from_collection([1, 2]).key_by(lambda x: x).map(lambda x: x).print()
     with pytest.raises(InvalidProgramError, match="manual clock"):
         env.execute("manual")
+
+
+
+@pytest.mark.parametrize("where", ["source", "sink", "checkpoints"])
+def test_a_job_on_the_memory_file_system_runs_in_this_process_or_is_refused_on_workers(monkeypatch, where):
+    """fsspec's ``memory://`` lives in the driver: on workers a file source found nothing there
+    ("path does not exist") and a file sink wrote where nobody reads. Asked for workers, the job is
+    refused naming the path; with the default worker count it runs here."""
+    fs = fsspec.filesystem("memory")
+    root = f"memory://placement/{where}"
+    fs.pipe_file(f"{root}/in/part-0.txt", b"1\n2\n3\n")
+    local = os.path.join(os.path.dirname(__file__), "worker_jobs.py")
+
+    def job(env: StreamExecutionEnvironment) -> None:
+        lines = env.from_source(FileSource.for_record_stream_format(
+            StreamFormat.text_line_format(), f"{root}/in" if where == "source" else local).build(), None, "lines")
+        sink = f"{root}/out" if where == "sink" else os.path.join(os.path.dirname(local), "never-written")
+        if where == "checkpoints":
+            env.get_checkpoint_config().set_checkpoint_interval(50).set_checkpoint_storage_dir(f"{root}/chk")
+        lines.key_by(len).map(str.upper).sink_to(FileSink.for_row_format(sink, Encoder.simple_string_encoder())
+                                                   .build())
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).configure(workers=2)
+    job(env)
+    with pytest.raises(InvalidProgramError, match=f"configure.workers=2.: 'memory:///placement/{where}/.*' is on "
+                                                  "fsspec's memory file system"):
+        env.execute("memory on workers")
+    monkeypatch.setenv("SLIPSTREAM_WORKERS", "2")
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    job(env)
+    assert env.explain().splitlines()[-1].startswith("Runs in this process, not on 2 worker processes: "
+                                                     f"'memory:///placement/{where}")
 
 
 def planned_loops(parallelism: int, workers: int, loops: int = 1, nested: bool = False):

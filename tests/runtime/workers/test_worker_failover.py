@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import fsspec
 import pytest
 from worker_jobs import CountAndSum, Fault, check_keyed, environment, keyed_job, worker_processes, workers_left
 
@@ -88,15 +87,14 @@ def test_closing_the_collect_iterator_cancels_the_job_and_ends_its_workers():
 
 
 def test_a_failure_that_is_an_os_error_is_reported_as_itself_not_as_a_lost_worker(tmp_path):
-    """A worker that fails with an ``OSError`` (here the source's missing path: the file is in the
-    driver's memory file system only) reports it; the driver took it for the worker dying."""
-    directory = f"memory://only-in-the-driver/{tmp_path.name}"
-    fsspec.filesystem("memory").pipe_file(f"{directory}/part-0.txt", b"1\n2\n")
+    """A worker that fails with an ``OSError`` (here the source's missing path, a FileNotFoundError)
+    reports it; the driver took it for the worker dying ("worker 1 exited with code 1")."""
     env = environment(2, 2)
-    env.from_source(FileSource.for_record_stream_format(StreamFormat.text_line_format(), directory).build(),
+    missing = str(tmp_path / "missing")
+    env.from_source(FileSource.for_record_stream_format(StreamFormat.text_line_format(), missing).build(),
                     None, "lines").add_sink(CollectingSink())
-    with pytest.raises(SourcePathNotFoundError, match="only-in-the-driver"):
-        env.execute("path-elsewhere")
+    with pytest.raises(SourcePathNotFoundError, match="missing' does not exist"):
+        env.execute("path-missing")
     assert worker_processes() == []
 
 
