@@ -166,6 +166,11 @@ class Worker:
         self._status_at = 0.0
         # its status (the heartbeat) carries what the coordinator reads: source records, backlog, FLIP-327
         self._interval_s = job.spec.runtime_options.heartbeat_interval_ms / 1000
+        # and goes early once its sources read their share of a checkpoint interval in records, so a
+        # job checkpointing every N records is not checkpointed only once a heartbeat interval
+        every = job.spec.checkpoint_config.get_checkpoint_interval_records() if job.checkpointing else None
+        self._records_step = 0 if every is None else max(1, every // job.placement.workers)
+        self._records_reported = 0
 
     def _wake(self) -> None:
         self.run.wake()
@@ -258,10 +263,12 @@ class Worker:
         if finished and not self._finished_sent:
             self._finished_sent = True
             self._status_at = 0.0
-        if now - self._status_at < self._interval_s:
+        participants = self.participants
+        records = participants.source_records() if self._records_step else 0
+        if now - self._status_at < self._interval_s and records - self._records_reported < self._records_step:
             return
         self._status_at = now
-        participants = self.participants
+        self._records_reported = records
         self.send((FromWorker.STATUS, {"finished": finished, "in_backlog": self.run.in_backlog(),
                               "blocked": participants.blocked_reason(as_if_deployed=True),
                               "source_records": participants.source_records(),
