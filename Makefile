@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test docs bench clean browser
+.PHONY: run test test-workers docs bench clean browser
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ run: $(BIN)/.installed
 # (or `-n 0`) runs the suite in one process, as a debugger needs.
 test: $(BIN)/.installed browser
 	$(BIN)/python -m pytest -n auto --maxprocesses=4
+
+# The suite again with every job that configures no worker count on two worker processes (tests of
+# one-process mechanics are marked one_process and stay in it): about twice `make test`'s time.
+test-workers: $(BIN)/.installed browser
+	SLIPSTREAM_WORKERS=2 $(BIN)/python -m pytest -n auto --maxprocesses=4
 
 docs: $(BIN)/.installed
 	$(BIN)/python -m mkdocs build --strict

@@ -41,7 +41,10 @@ second): give the axis to end-to-end tests that cover a feature, not to every va
 A job that configures no worker count runs on one worker per core (capped by its parallelism):
 the suite sets ``SLIPSTREAM_WORKERS=1`` unless it is set already, so its tests keep the process
 they check (their fault injectors and counters live in it) and ask for workers where they test
-them; ``SLIPSTREAM_WORKERS=2 pytest ...`` runs every other job on two workers.
+them; ``SLIPSTREAM_WORKERS=2 pytest ...`` runs every other job on two workers. A test (or module)
+whose check lives in this process — a fault injector failing once by an attribute, a counter in
+a function, a monkeypatched module, a seed's exact interleaving, one task manager's memory — is
+marked ``one_process(reason)`` and keeps its jobs here even then (``make test-workers``).
 """
 
 from __future__ import annotations
@@ -142,6 +145,18 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "fixture (the closest marker's value of each option wins)")
     config.addinivalue_line("markers", "zipped(**axes): the env fixture's axes named here vary together (their "
                                        "i-th values make one run), not as a product")
+    config.addinivalue_line("markers", "one_process(reason): the test's jobs that configure no worker count run in "
+                                       "this process even under SLIPSTREAM_WORKERS=N (what it checks lives here)")
+
+
+@pytest.fixture(autouse=True)
+def _one_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``one_process(reason)`` keeps its jobs in this process (see the module docstring)."""
+    marker = request.node.get_closest_marker("one_process")
+    if marker is not None:
+        if not marker.args:
+            pytest.fail(f"{request.node.nodeid}: one_process needs its reason", pytrace=False)
+        monkeypatch.setenv("SLIPSTREAM_WORKERS", "1")
 
 
 def _zipped(node: pytest.Function) -> dict[str, tuple[Any, ...]]:

@@ -16,6 +16,9 @@ from slipstream.datastream import RestartStrategies
 from slipstream.runtime.checkpoint.fs import FileSystem
 from slipstream.runtime.driver import JobDriver
 
+pytestmark = pytest.mark.one_process("its fault injector fails once by an attribute of its function, which a restarted "
+                                     "worker gets afresh")
+
 
 class Counting:
     """An identity step counting the records that passed it."""

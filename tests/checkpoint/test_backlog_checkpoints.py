@@ -212,6 +212,7 @@ def test_a_co_group_restored_mid_backlog_goes_on_with_its_columnar_buffers(budge
 
 
 # -- in process: a failure mid-backlog --------------------------------------------------------------------
+@pytest.mark.one_process("its FailOnce fails once by an attribute of its function, which a restarted worker has afresh")
 @pytest.mark.parametrize("kind", ["reduce", "process", "window"])
 @pytest.mark.parametrize("parallelism", [1, 2])
 @pytest.mark.parametrize("budget", [500, 1_000_000], ids=["spilled", "in-memory"])
@@ -219,6 +220,7 @@ def test_a_failure_mid_backlog_resumes_from_the_backlog_checkpoint_exactly_once(
     fail_mid_backlog_and_check(tmp_path, kind, parallelism, budget)
 
 
+@pytest.mark.one_process("its FailOnce fails once by an attribute of its function, which a restarted worker has afresh")
 @pytest.mark.parametrize("seed", [3, 17])
 def test_a_failure_mid_backlog_at_parallelism_four_resumes_exactly_once_whatever_the_schedule(tmp_path, seed):
     fail_mid_backlog_and_check(tmp_path, "window", 4, 300, seed)

@@ -22,6 +22,9 @@ from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.runtime.driver import JobDriver
 from test_kill_recovery import committed_output
 
+pytestmark = pytest.mark.one_process("it watches and corrupts what this process reads and writes (monkeypatched file "
+                                     "access)")
+
 N = 4_000
 
 

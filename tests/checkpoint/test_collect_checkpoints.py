@@ -18,6 +18,9 @@ from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.connectors.sinks import CollectSink
 from slipstream.errors import CheckpointError, UserFunctionError
 
+pytestmark = pytest.mark.one_process("its fault injector is one instance shared by every attempt in this process "
+                                     "(__deepcopy__ returns it)")
+
 KEYS = 7
 N = 3_000
 

@@ -13,6 +13,9 @@ import pytest
 
 from slipstream.datastream import StreamExecutionEnvironment
 
+pytestmark = pytest.mark.one_process("its fault injector fails once by an attribute of its function, which a restarted "
+                                     "worker gets afresh")
+
 
 class FailOnceAt:
     """Raises the first time it sees ``record`` (the same object keeps its memory across restarts)."""

@@ -104,6 +104,8 @@ def check_online(kind: str, n: int, out: str, checkpoints: str, kills: list) -> 
     np.testing.assert_allclose(np.array([w for _, w in versions]), np.array(expected), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.one_process("its target (three kills restoring records in flight in six rounds) is reached in one process;"
+                         " on workers the checkpoints hold fewer (2 of 3 here)")
 @pytest.mark.parametrize("state_backend", ["hashmap"], indirect=True)  # its state is in the functions' attributes
 def test_sigkills_while_training_online_commit_each_model_version_once(tmp_path):
     """The offline-then-online example, killed while its unbounded iteration trains on live samples

@@ -17,6 +17,9 @@ from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.runtime.driver import JobDriver
 from test_kill_recovery import committed_output
 
+pytestmark = pytest.mark.one_process("its fault injectors fail once by attributes of their functions and count what "
+                                     "they saw there, in this process")
+
 
 class FailOnce:
     """Raises the first ``times`` times it sees ``value``."""

@@ -30,6 +30,7 @@ class ColumnarCounter(Sink):
         return Writer()
 
 
+@pytest.mark.one_process("it counts rows in the sink object, in the process that runs the sink")
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
 def test_arrow_source_reaches_a_columnar_sink_without_rows(parallelism: int) -> None:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)

@@ -129,6 +129,7 @@ def _counting_job(out: str, checkpoints: str, n: int, parallelism: int, fail: Fa
     return env
 
 
+@pytest.mark.one_process("its FailOnce fails once by an attribute of its function, which a restarted worker has anew")
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
 def test_a_file_sink_on_a_remote_store_is_exactly_once_across_a_restart(store: str, parallelism: int) -> None:
     n = 3000
@@ -139,6 +140,7 @@ def test_a_file_sink_on_a_remote_store_is_exactly_once_across_a_restart(store: s
     assert not [name for name in names_under(f"{store}/out") if ".inprogress." in name]
 
 
+@pytest.mark.one_process("its FailOnce fails once by an attribute of its function, which a restarted worker has anew")
 def test_a_job_restores_latest_from_checkpoints_stored_remotely(store: str) -> None:
     n, out, chk = 3000, f"{store}/out", f"{store}/chk"
     with pytest.raises(UserFunctionError, match="injected failure"):

@@ -108,6 +108,7 @@ def test_a_checkpoint_mid_backlog_restores_the_frames_and_the_stream_goes_on_fro
     assert [tuple(v) for v, _ in second.output.records] == oracle(backlog, live)
 
 
+@pytest.mark.one_process("it counts the bootstrap function's calls in a class attribute, in this process")
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
 @pytest.mark.parametrize("seed", [0, 5])
 def test_a_hybrid_job_bootstraps_each_subtasks_keys(parallelism: int, seed: int) -> None:

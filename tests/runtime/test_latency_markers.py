@@ -152,6 +152,7 @@ def committed(directory) -> Counter:
     return lines
 
 
+@pytest.mark.one_process("its FailOnce fails once by an attribute of its function, which a restarted worker has anew")
 @pytest.mark.parametrize("parallelism", [1, 2])
 def test_a_loop_fed_by_a_streaming_source_ends_and_restores_exactly_once_with_markers_on(tmp_path, parallelism):
     env = streaming_env(interval_ms=1).set_parallelism(parallelism)

@@ -50,6 +50,7 @@ def accumulating_job(n: int, parallelism: int, seed: int = 0, **memory: Any) -> 
     return env
 
 
+@pytest.mark.one_process("the budget is one task manager's task heap; each worker process has its own")
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
 def test_keyed_state_past_its_task_heap_budget_fails_naming_the_operator_and_the_budget(parallelism):
     env = accumulating_job(20_000, parallelism, task_heap_memory="2 mb")

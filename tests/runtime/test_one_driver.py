@@ -97,6 +97,7 @@ def run_with(client: str, env: StreamExecutionEnvironment, stream: Any) -> None:
             assert job.get_job_status() is (JobStatus.FAILED if job._driver.error else JobStatus.FINISHED)
 
 
+@pytest.mark.one_process("it counts the attempts in its injector's attribute, in this process")
 @pytest.mark.parametrize("client", ["execute", "collect", "async"])
 def test_every_client_fails_the_same_way_after_the_same_restarts(tmp_path: Any, client: str) -> None:
     env = make_env(2, str(tmp_path / "chk"), restarts=2)
@@ -121,6 +122,7 @@ def test_every_client_takes_checkpoints_and_ends_finished(tmp_path: Any, client:
     assert [event.status for event in endings.events] == ["FINISHED"]
 
 
+@pytest.mark.one_process("its injector fails once by an attribute of its function, which a restarted worker has anew")
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
 def test_collect_restores_from_the_latest_checkpoint_after_an_injected_failure(tmp_path: Any,
                                                                              parallelism: int) -> None:

@@ -62,6 +62,7 @@ def oracle(n: int) -> Counter:
     return Counter((value, value - KEYS if value >= KEYS else None) for value in range(n))
 
 
+@pytest.mark.one_process("the budget is one task manager's managed memory; each worker process has its own")
 @pytest.mark.parametrize("parallelism,seed", [(1, 0), (2, 1), (4, 2)])
 def test_state_past_the_managed_budget_goes_to_disk_on_rocksdb_and_fails_on_the_heap(parallelism, seed):
     n = 2 * KEYS

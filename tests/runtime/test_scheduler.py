@@ -33,6 +33,7 @@ def word_count(seed: int, parallelism: int = 3) -> list[tuple[str, int]]:
                 .execute_and_collect())
 
 
+@pytest.mark.one_process("a seed fixes the interleaving of one process's scheduler, not of processes")
 def test_the_same_seed_gives_the_same_output_order() -> None:
     assert word_count(seed=5) == word_count(seed=5)
 

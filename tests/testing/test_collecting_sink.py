@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
 from slipstream.testing import CollectedRecord, CollectingSink
@@ -26,6 +28,7 @@ def test_every_record_is_collected_once_with_its_timestamp_and_subtask(env: Stre
     assert all(isinstance(record, CollectedRecord) for record in sink.records)
 
 
+@pytest.mark.one_process("it watches the sink object's commit calls, made in the process that runs the sink")
 def test_with_checkpoints_records_are_collected_when_their_checkpoint_completes(tmp_path: Any) -> None:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).configure(batch_size=8)
     env.get_checkpoint_config().set_checkpoint_interval_records(40).set_checkpoint_storage_dir(str(tmp_path))

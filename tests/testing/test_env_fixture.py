@@ -121,3 +121,34 @@ def test_a_workers_marker_on_a_test_of_parallelism_one_is_refused(pytester: pyte
     result.stdout.fnmatch_lines(["*test_only_at_parallelism_one: its workers marker asks for worker processes, "
                                  "but it runs only at parallelism 1*"])
     assert result.ret != 0
+
+
+def test_the_one_process_marker_keeps_a_test_s_jobs_here_under_slipstream_workers(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SLIPSTREAM_WORKERS=2`` puts a job of parallelism 2 on two workers, except in a test marked
+    ``one_process(reason)``; the marker without its reason fails the test."""
+    monkeypatch.setenv("SLIPSTREAM_WORKERS", "2")
+    pytester.makeconftest(Path(__file__).parent.parent.joinpath("conftest.py").read_text())
+    pytester.makepyfile(test_pinned="""
+        import pytest
+        from slipstream.datastream import StreamExecutionEnvironment
+
+        def last_line():
+            env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+            env.from_collection([1, 2]).key_by(lambda n: n).map(lambda n: n).print()
+            return env.explain().splitlines()[-1]
+
+        def test_unmarked():
+            assert last_line().startswith("Runs on 2 worker processes")
+
+        @pytest.mark.one_process("counts in this process")
+        def test_marked():
+            assert last_line().startswith("Runs in this process: one worker")
+
+        @pytest.mark.one_process
+        def test_marked_without_a_reason():
+            pass
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*test_marked_without_a_reason: one_process needs its reason*"])
