@@ -223,9 +223,12 @@ class WorkerRun:
         self.send_bytes(worker, dumps(message))
 
     def send_bytes(self, worker: WorkerProcess, data: bytes) -> None:
+        """Send to ``worker``; one whose socket broke ended: what it reported before (its failure,
+        unread yet) is raised as the run's failure, else that it was lost."""
         try:
             worker.control.send_bytes(data)
         except OSError:
+            self._take_messages(worker)
             worker.gone = True
             raise self._lost(worker) from None
 

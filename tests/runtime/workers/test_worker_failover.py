@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from multiprocessing import Pipe
 
 import pytest
 from worker_jobs import CountAndSum, Fault, check_keyed, environment, keyed_job, worker_processes, workers_left
@@ -18,6 +19,10 @@ from slipstream.datastream.connectors.file_system import FileSource
 from slipstream.datastream.connectors.number_seq import NumberSequenceSource
 from slipstream.datastream.formats.base import StreamFormat
 from slipstream.errors import WorkerLostError
+from slipstream.runtime.planner import plan_job
+from slipstream.runtime.workers.placement import place_subtasks
+from slipstream.runtime.workers.run import WorkerProcess, WorkerRun
+from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
 from slipstream.testing import CollectingSink
 
 N = 6000
@@ -96,6 +101,28 @@ def test_a_failure_that_is_an_os_error_is_reported_as_itself_not_as_a_lost_worke
     with pytest.raises(SourcePathNotFoundError, match="missing' does not exist"):
         env.execute("path-missing")
     assert worker_processes() == []
+
+
+
+def test_a_failure_a_worker_reported_before_a_send_to_it_broke_is_the_run_s_failure():
+    """The worker failed, said so and exited while the driver wrote a checkpoint; the driver's next
+    send to it (the checkpoint's completion) broke before it read the report, and the run failed
+    with 'worker 0 exited with code 1' instead of the worker's own error."""
+
+    env = environment(2, 2)
+    env.from_collection([1, 2, 3]).key_by(lambda x: x).map(lambda x: x).print()
+    spec = env._job_spec(list(env._transformations), "reported")
+    graph = plan_job(spec)
+    run = WorkerRun(spec, graph, place_subtasks(graph, spec))
+    ours, theirs = Pipe()
+    process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    failure = RuntimeError("injected failure at 7")
+    theirs.send_bytes(dumps((FromWorker.FAILED, dumps(failure), ("builtins", "RuntimeError"), str(failure))))
+    theirs.close()
+    process.wait()
+    run.workers.append(WorkerProcess(0, process, ours))
+    with pytest.raises(RuntimeError, match="injected failure at 7"):
+        run.send(run.workers[0], (ToWorker.COMPLETE, 3))
 
 
 def slowly_none(x: int) -> bool:
