@@ -258,10 +258,11 @@ class JobRun:
         """Have ``work`` done, a step per call, whenever no task is runnable (it says whether some is left)."""
         self.scheduler.idle_work = work
 
-    def open(self) -> None:
-        """Start the clock and the garbage collection policy of :mod:`~slipstream.runtime.gc_policy`;
-        each task deploys (opens its operators) on its first turn."""
-        self._started = time.perf_counter()
+    def open(self, started_at: float | None = None) -> None:
+        """Start the clock (at ``started_at``, a worker's: its driver's start) and the garbage collection
+        policy of :mod:`~slipstream.runtime.gc_policy`; each task deploys (opens its operators) on its
+        first turn."""
+        self._started = time.perf_counter() if started_at is None else started_at
         self._gc_policy = gc_policy.job_started()
         if self._gc_policy:
             gc_policy.freeze_now()  # the imports and the job: they outlive the run, no collection need walk them

@@ -335,10 +335,10 @@ class StreamTask:
             if self.iteration is not None:
                 self.iteration.on_terminated(operator)
             operator.finish()
+        self.finished_at = time.perf_counter()  # before downstream hears: a consumer elsewhere may start at once
         for writer in self.writers:
             writer.finish()
         self.finished = True
-        self.finished_at = time.perf_counter()
 
 
 class SourceTask(StreamTask):

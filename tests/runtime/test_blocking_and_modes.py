@@ -50,9 +50,12 @@ def test_output_on_eof_operator_gets_blocking_unchained_output() -> None:
     assert "emits only at end of input" in graph.explain()
 
 
-@pytest.mark.parametrize("parallelism", [1, 2])
-def test_downstream_of_blocking_edge_starts_after_its_producer_finished(parallelism: int) -> None:
+@pytest.mark.parametrize("parallelism,workers", [(1, 1), (2, 1), (2, 2)])
+def test_downstream_of_blocking_edge_starts_after_its_producer_finished(parallelism: int, workers: int) -> None:
+    """On workers too: their deployed_ms and finished_ms count from the driver's start (each worker
+    counted from its own, so the consumer looked deployed 2.5 ms before its producer finished)."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.configure(workers=workers)
     lines = [f"w{i} x{i}" for i in range(200)]
     # rebalance: every consumer subtask reads every producer subtask, so each waits for all of
     # them (over a forward edge a consumer subtask waits only for its own producer subtask)

@@ -147,7 +147,7 @@ class WorkerRun:
             self.pump(TURN_WAIT_S)
         self._ready_ms = (time.perf_counter() - self._started) * 1000
         for worker in self.workers:
-            self.send(worker, (ToWorker.START,))
+            self.send(worker, (ToWorker.START, self._started))  # perf_counter: the machine's monotonic clock
 
     def run_turn(self) -> bool:
         """Take in what the workers reported (waiting a little for it); False once all finished."""

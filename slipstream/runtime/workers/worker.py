@@ -164,6 +164,7 @@ class Worker:
         self._finished_sent = False
         self._stopping = False
         self._status_at = 0.0
+        self._driver_started: float | None = None
         # its status (the heartbeat) carries what the coordinator reads: source records, backlog, FLIP-327
         self._interval_s = job.spec.runtime_options.heartbeat_interval_ms / 1000
         # and goes early once its sources read their share of a checkpoint interval in records, so a
@@ -202,16 +203,19 @@ class Worker:
             self._report(False)  # the heartbeat, while other workers restore
             self.run.scheduler.idle_wait(self.run.clock.now_ms(), self._interval_s)
         if not self._stopping:
-            self.run.open()
+            self.run.open(started_at=self._driver_started)
             self._loop()
         self.run.close()
         self._ship_collected()
         self.send((FromWorker.BYE, self.run.result().metrics))
 
     def _started(self) -> bool:
+        """Whether the driver said start; the run's clock then starts at the driver's start (times in
+        the metrics, such as an operator's deployed_ms, are ms since it: comparable across workers)."""
         while self._control_inbox:
             message = self._control_inbox.popleft()
             if message[0] is ToWorker.START:
+                self._driver_started = message[1]
                 return True
             self._stopping = message[0] is ToWorker.SHUTDOWN
         return False
