@@ -17,6 +17,9 @@ from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from test_checkpoint_storage import biggest_state_file, located
 from test_kill_recovery import committed_output
 
+pytestmark = pytest.mark.one_process("it crashes this process's commits and reads (a monkeypatched file system), "
+                                       "which worker processes do not share")
+
 N = 6_000
 EVERY = 500  # records between checkpoints
 

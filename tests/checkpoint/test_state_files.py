@@ -321,7 +321,7 @@ def test_a_jobs_value_state_is_checkpointed_as_arrow(union_job):
     assert sorted(counts) == list(range(13))
 
 
-
+@pytest.mark.one_process("its failure comes at a count its function's list keeps, which a restarted worker has anew")
 def test_arrow_state_restores_after_a_failure(tmp_path):
     """The job's counts come back from the Arrow files: a lost or doubled count breaks the oracle."""
     from slipstream.datastream import RestartStrategies
@@ -457,6 +457,7 @@ def test_a_jobs_list_and_map_state_is_checkpointed_as_arrow(buffers_job):
     assert last[0] == [N - 2 * KEYS - N % KEYS, N - KEYS - N % KEYS, N - N % KEYS]  # the last three of key 0
 
 
+@pytest.mark.one_process("it records the state files this process decodes (monkeypatched)")
 def test_list_and_map_state_restore_from_arrow_after_a_failure(tmp_path, monkeypatch):
     """The restart reads the lists and maps back from Arrow files; a changed, lost or doubled entry
     changes the emitted lines and breaks the oracle."""
