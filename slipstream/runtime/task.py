@@ -223,8 +223,9 @@ class StreamTask:
         return self.has_input() or (deadline is not None and deadline <= now)
 
     def next_deadline(self) -> int | None:
-        """When this task next has something to do without new input (None: only on input)."""
-        return self.timers.next_deadline()
+        """When this task next has something to do without new input (None: only on input, or
+        once its output has room: a full output is not waited out by polling)."""
+        return self.timers.next_deadline() if self.can_write() else None
 
     def step(self) -> None:
         """One turn: due timers, then up to ``quantum`` input elements, then flush."""
@@ -369,7 +370,7 @@ class SourceTask(StreamTask):
         return self.available or now >= self._retry_at or (deadline is not None and deadline <= now)
 
     def next_deadline(self) -> int | None:
-        if self.finished:
+        if self.finished or not self.can_write():
             return None
         deadline = self.timers.next_deadline()
         return self._retry_at if deadline is None else min(deadline, self._retry_at)

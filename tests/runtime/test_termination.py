@@ -25,6 +25,7 @@ from slipstream.runtime.executor import JobRun
 from slipstream.runtime.job_graph import EdgeKind
 from slipstream.runtime.loop_task import LoopHeadTask
 from slipstream.runtime.planner import plan_job
+from slipstream.runtime.task import StreamTask
 from slipstream.runtime.termination import (
     BatonAligner,
     HeadControl,
@@ -294,11 +295,23 @@ def _countdown(numbers):  # type: ignore[no-untyped-def]
     return stepped.filter(lambda r: r[1] > 0), stepped.filter(lambda r: r[1] <= 0)
 
 
-def _region_records(run: JobRun, scope: StreamScope) -> int:
-    """Records queued on any channel read by a task of ``scope`` or of a loop nested in it."""
+def _region_records(run: JobRun, scope: StreamScope, head: StreamTask) -> int:
+    """Records queued on any channel read by a task of ``scope`` (or of a loop nested in it) from
+    which ``head`` can be reached: records that may still come round. One on its way to the loop's
+    exit (past its last feedback branch) is leaving, and may still be queued when the loop ends."""
+    readers = {id(input_channel.channel): task for task in run.tasks for input_channel in task.inputs}
+    reaches_head: set[int] = set()
+    frontier = [head]
+    while frontier:  # walk upstream from the head, within the scope
+        consumer = frontier.pop()
+        for task in run.tasks:
+            if id(task) not in reaches_head and lies_within(task.head.transformation.scope, scope) and any(
+                    readers.get(id(channel)) is consumer for writer in task.writers for channel in writer.channels):
+                reaches_head.add(id(task))
+                frontier.append(task)
     count = 0
     for task in run.tasks:
-        if not lies_within(task.head.transformation.scope, scope):
+        if id(task) not in reaches_head:
             continue
         for input_channel in task.inputs:
             channel = input_channel.channel
@@ -319,7 +332,7 @@ def run_checked(env: StreamExecutionEnvironment) -> tuple[JobRun, list[Any]]:
             for head in heads:
                 if head.scope_terminated and id(head) not in ended:
                     ended.add(id(head))
-                    assert _region_records(run, head.control.scope) == 0, f"{head} ended with records inside"
+                    assert _region_records(run, head.control.scope, head) == 0, f"{head} ended with records inside"
     finally:
         run.close_quietly()
     assert len(ended) == len(heads)
