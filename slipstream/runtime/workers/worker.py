@@ -268,14 +268,17 @@ class Worker:
             self._finished_sent = True
             self._status_at = 0.0
         participants = self.participants
-        records = participants.source_records() if self._records_step else 0
-        if now - self._status_at < self._interval_s and records - self._records_reported < self._records_step:
+        records = participants.source_records() if self._records_step else None
+        if now - self._status_at < self._interval_s and (
+                records is None or records - self._records_reported < self._records_step):
             return
+        if records is None:
+            records = participants.source_records()
         self._status_at = now
         self._records_reported = records
         self.send((FromWorker.STATUS, {"finished": finished, "in_backlog": self.run.in_backlog(),
                               "blocked": participants.blocked_reason(as_if_deployed=True),
-                              "source_records": participants.source_records(),
+                              "source_records": records,
                               "sources_in_backlog": participants.sources_in_backlog(),
                               "metrics": self.run.metrics,
                               "finished_subtasks": finished_subtasks(self.run)}))
