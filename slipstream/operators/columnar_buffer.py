@@ -83,9 +83,13 @@ def canonical_keys(column: Any, kind: str) -> Any:
 
 
 def partition_ids(column: Any, kind: str, count: int) -> Any:
-    """The partition (0 ≤ id < count) of each key: a numpy array; equal keys, equal ids."""
+    """The partition (0 ≤ id < count) of each key: a numpy array of the narrowest unsigned type that
+    holds ``count`` values (numpy sorts 8- and 16-bit integers stably by radix, ten times faster than
+    64-bit ones); equal keys, equal ids."""
+    import polars as pl
     keys = canonical_keys(column, kind)
-    return (keys.hash(seed=_HASH_SEED) % count).to_numpy()
+    narrow = pl.UInt8 if count <= 1 << 8 else pl.UInt16 if count <= 1 << 16 else pl.UInt32
+    return (keys.hash(seed=_HASH_SEED) % count).cast(narrow).to_numpy()
 
 
 def split_by_partition(table: pa.Table, key_name: str, kind: str, count: int) -> list[pa.Table]:
