@@ -114,20 +114,22 @@ def window_pairs(frame: pl.DataFrame, seen: np.ndarray, size: int, slide: int, o
 
 
 def evaluate_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, offset: int, held: list[int],
-                     batch_mode: bool) -> tuple[pl.DataFrame, pl.DataFrame, int] | None:
+                     batch_mode: bool, keys_in_arrival_order: bool = False,
+                     ) -> tuple[pl.DataFrame, pl.DataFrame, int] | None:
     """Fired windows, open windows and the count of late records (see the module docstring);
     None when a record has no timestamp (the replay reports it).
 
     Both frames have ``key`` (id), ``start``, ``value`` (the aggregated field, or null for
     ``min_by``/``max_by``) and ``pick`` (the arrival number of the record the result is based
-    on); fired windows also :data:`FIRE_COLUMN`.
+    on); fired windows also :data:`FIRE_COLUMN`. ``keys_in_arrival_order``: each key's records are in
+    arrival order already (see :func:`_in_order`).
     """
     if frame["ts"].null_count():
         return None
     marks = np.asarray(held, dtype=np.int64)
     seen = np.full(frame.height, marks[0]) if batch_mode else marks[frame["interval"].to_numpy()]
     pairs, late = window_pairs(frame, seen, size, slide, offset)
-    pairs, by, names = _window_ids(_in_order(pairs, ["ts", "seq"] if batch_mode else ["seq"]), slide)
+    pairs, by, names = _window_ids(_in_order(pairs, batch_mode, keys_in_arrival_order), slide)
     folded, values = _fold(pairs, kind, by)
     registered = [pl.col("ts").first().alias("first_ts")] if batch_mode else []  # BATCH orders timers by time
     windows = folded.group_by(by).agg(*values, *registered, pl.col("seq").first().alias("first_seq"),
@@ -182,14 +184,14 @@ def _firing_marks(last: np.ndarray, marks: np.ndarray, step: int | None) -> np.n
     return np.searchsorted(marks, last, side="left")
 
 
-def evaluate_sessions(frame: pl.DataFrame, kind: str, *, gap: int, held: list[int],
-                      batch_mode: bool) -> tuple[pl.DataFrame, pl.DataFrame, int] | None:
+def evaluate_sessions(frame: pl.DataFrame, kind: str, *, gap: int, held: list[int], batch_mode: bool,
+                      keys_in_arrival_order: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, int] | None:
     """Fired sessions, open sessions and the count of late records, as :func:`evaluate_windows` gives
     them (``start`` is the session's first timestamp, ``last`` its ``max_timestamp()``); None when a
     record has no timestamp or a key's records go back in time in fold order (the replay merges those)."""
     if frame["ts"].null_count():
         return None
-    frame = _in_order(frame, ["ts", "seq"] if batch_mode else ["seq"]).sort("key", maintain_order=True)
+    frame = _in_order(frame, batch_mode, keys_in_arrival_order).sort("key", maintain_order=True)
     keys, stamps = frame["key"].to_numpy(), frame["ts"].to_numpy()
     if np.any((keys[1:] == keys[:-1]) & (stamps[1:] < stamps[:-1])):
         return None
@@ -212,8 +214,8 @@ def evaluate_sessions(frame: pl.DataFrame, kind: str, *, gap: int, held: list[in
     return fired, still_open, len(on_time) - len(stamps)
 
 
-def evaluate_count_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int,
-                           batch_mode: bool) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def evaluate_count_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, batch_mode: bool,
+                           keys_in_arrival_order: bool = False) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Count windows of each key's records in their fold order (arrival; BATCH: timestamp, then
     arrival): window ``i`` holds records ``i*slide .. i*slide+size-1`` and fires as its last arrives.
 
@@ -221,7 +223,7 @@ def evaluate_count_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: 
     :data:`FIRE_COLUMN` — the interval of the record that fills it — and ``last``, the window's
     timestamp) in the replay's order, the open windows (with their ``count``) and each key's
     number of records (``key``, ``count``)."""
-    frame = _in_order(frame, ["ts", "seq"] if batch_mode else ["seq"])
+    frame = _in_order(frame, batch_mode, keys_in_arrival_order)
     frame = frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("key").alias("n"))
     numbers = frame["n"].to_numpy()
     steps = -(-size // slide)
@@ -253,9 +255,9 @@ def _sort_order(frame: pl.DataFrame, by: list[str], descending: str | None = Non
                 rows: np.ndarray | None = None) -> np.ndarray:
     """The rows of ``frame`` (or of ``rows`` of it) in the order of the integer columns ``by`` (nulls
     first; the column ``descending`` in descending order), stably. Columns whose ranges multiply within
-    an int64 are folded into one sort key and sorted by numpy's quicksort (its order is the stable one
-    when no two keys are equal, which is checked), several times faster than a multi-column sort or
-    numpy's lexsort (the rest)."""
+    an int64 are folded into one sort key and sorted by polars (any sort's order is the stable one when
+    no two keys are equal, which is checked), several times faster than a multi-column sort or numpy's
+    lexsort (the rest)."""
     if rows is None:
         rows = np.arange(frame.height)
     columns = []
@@ -272,7 +274,7 @@ def _sort_order(frame: pl.DataFrame, by: list[str], descending: str | None = Non
             ordered: np.ndarray = rows[np.lexsort(columns[::-1])]
             return ordered
         combined, span = combined * width + (values - low), span * width
-    order = np.argsort(combined)
+    order = pl.Series(combined).arg_sort().to_numpy()  # on every core (numpy's quicksort takes one)
     keys = combined[order]
     if np.any(keys[1:] == keys[:-1]):  # equal keys: keep their order
         order = np.argsort(combined, kind="stable")
@@ -280,11 +282,15 @@ def _sort_order(frame: pl.DataFrame, by: list[str], descending: str | None = Non
     return ordered
 
 
-def _in_order(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """``frame`` sorted by ``by`` (records without a timestamp first), unless it already is by arrival."""
-    if by == ["seq"] and frame["seq"].is_sorted():
+def _in_order(frame: pl.DataFrame, batch_mode: bool, keys_in_arrival_order: bool) -> pl.DataFrame:
+    """``frame`` with each key's records in the order they fold: arrival in STREAMING mode; timestamp
+    (records without one first), then arrival, in BATCH mode. Only each key's order matters (windows
+    and counts are per key), so in STREAMING mode a frame in arrival order as a whole, or whose keys'
+    records are (``keys_in_arrival_order``: a columnar buffer's key partitions one after another),
+    is not sorted."""
+    if not batch_mode and (keys_in_arrival_order or frame["seq"].is_sorted()):
         return frame
-    return frame.sort(by, nulls_last=False)
+    return frame.sort(["ts", "seq"] if batch_mode else ["seq"], nulls_last=False)
 
 
 def _fold(frame: pl.DataFrame, kind: str, window: list[str]) -> tuple[pl.DataFrame, list[pl.Expr]]:
@@ -362,7 +368,7 @@ def run_window_aggregation(operator: WindowOperator, buffer: SortBuffer) -> bool
         return False
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
-    return _run(operator, frame, _RowResults(buffer, operator))
+    return _run(operator, frame, _RowResults(buffer, operator), keys_in_arrival_order=False)
 
 
 def run_columnar_window_aggregation(operator: WindowOperator, columns: IntervalColumns,
@@ -377,13 +383,16 @@ def run_columnar_window_aggregation(operator: WindowOperator, columns: IntervalC
         frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(TS_COLUMN))
     table = frame.select(pl.col(SEQ_COLUMN).min().over(key).alias("key"), pl.col(INTERVAL_COLUMN).alias("interval"),
                          pl.col(TS_COLUMN).alias("ts"), pl.col(SEQ_COLUMN).alias("seq"), pl.col(field).alias("field"))
-    return _run(operator, table, _ColumnResults(frame, key, field, columns.kind))
+    # each of ``frames`` is a key partition in arrival order (ColumnarBuffer.partition_tables)
+    return _run(operator, table, _ColumnResults(frame, key, field, columns.kind), keys_in_arrival_order=True)
 
 
-def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _ColumnResults) -> bool:
+def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _ColumnResults, *,
+         keys_in_arrival_order: bool) -> bool:
     """Emit the windows that fire where the replay would, count the late records, install the open
     windows' contents, trigger state and timers. False (nothing done) for a record without a
-    timestamp (time windows), or windows, timers or counts the operator already holds."""
+    timestamp (time windows), or windows, timers or counts the operator already holds.
+    ``keys_in_arrival_order``: each key's records in ``table`` are in arrival order."""
     assigner: Any = operator.assigner  # a count or time assigner (_count_windows, _time_windows): its sizes
     kind = operator.columnar_aggregation()[0]  # type: ignore[index]
     batch_mode = operator.ctx.batch_mode
@@ -394,15 +403,17 @@ def _run(operator: WindowOperator, table: pl.DataFrame, results: _RowResults | _
         if list(operator.backend.keys(assigner._counter.name)):
             return False
         fired, still_open, totals = evaluate_count_windows(table, kind, size=assigner.size, slide=slide,
-                                                           batch_mode=batch_mode)
+                                                           batch_mode=batch_mode,
+                                                           keys_in_arrival_order=keys_in_arrival_order)
         operator.backend.bulk_load(assigner._counter, *results.keys_and_values(totals, "count"))
     else:
         if _session_windows(operator.assigner, operator.trigger, operator.allowed_lateness):
             evaluated = evaluate_sessions(table, kind, gap=assigner.gap, held=operator.held_watermarks,
-                                          batch_mode=batch_mode)
+                                          batch_mode=batch_mode, keys_in_arrival_order=keys_in_arrival_order)
         else:
             evaluated = evaluate_windows(table, kind, size=assigner.size, slide=slide, offset=assigner.offset,
-                                         held=operator.held_watermarks, batch_mode=batch_mode)
+                                         held=operator.held_watermarks, batch_mode=batch_mode,
+                                         keys_in_arrival_order=keys_in_arrival_order)
         if evaluated is None:
             return False
         fired, still_open, late = evaluated
