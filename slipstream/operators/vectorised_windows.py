@@ -202,14 +202,20 @@ def evaluate_sessions(frame: pl.DataFrame, kind: str, *, gap: int, held: list[in
     opens = np.ones(len(stamps), dtype=bool)
     # a new session: another key, beyond the gap, or the previous record's session fired before this arrived
     opens[1:] = (keys[1:] != keys[:-1]) | (stamps[1:] > stamps[:-1] + gap) | (seen[1:] >= stamps[:-1] + (gap - 1))
-    frame = frame.with_columns(pl.Series("session", np.cumsum(opens), dtype=pl.Int64))
+    sessions = np.cumsum(opens)
+    # The first record that reached its session's end registered the session's timer. A session's
+    # records are consecutive rows whose times never go back, so those at its end are a suffix of them.
+    last_rows = np.append(np.flatnonzero(opens)[1:] - 1, len(stamps) - 1) if len(stamps) else opens.nonzero()[0]
+    at_end = stamps == stamps[last_rows][sessions - 1]
+    registered = pl.Series(at_end & (opens | ~np.roll(at_end, 1)))
+    frame = frame.with_columns(pl.Series("session", sessions, dtype=pl.Int64),
+                               pl.when(registered).then(pl.col("seq")).alias("end_seq"),
+                               pl.when(registered).then(pl.col("interval")).alias("end_interval"))
     folded, values = _fold(frame, kind, ["session"])
-    ends = pl.col("ts") == pl.col("ts").last()  # the records that reached the session's end: the first registered it
-    windows = folded.group_by("session").agg(
+    windows = folded.group_by("session").agg(  # simple aggregations only: polars' fast path
         *values, pl.col("key").first(), pl.col("ts").first().alias("start"),
         (pl.col("ts").last() + (gap - 1)).alias("last"), pl.col("ts").last().alias("first_ts"),
-        pl.col("seq").filter(ends).first().alias("first_seq"),
-        pl.col("interval").filter(ends).first().alias("first_interval"))
+        pl.col("end_seq").max().alias("first_seq"), pl.col("end_interval").max().alias("first_interval"))
     fired, still_open = _fired_and_open(windows, marks, batch_mode)
     return fired, still_open, len(on_time) - len(stamps)
 
