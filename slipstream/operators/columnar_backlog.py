@@ -69,6 +69,10 @@ class ColumnarBacklog(BacklogSortingOperator):
         """The built-in ``(kind, field)`` to keep the backlog as columns for; None: keep rows."""
         return None
 
+    def combines_backlog(self) -> bool:
+        """Whether only each key's final value counts, so the columns may be combined past their budget."""
+        return False
+
     def run_columns(self, columns: IntervalColumns, frames: list[pl.DataFrame]) -> bool:
         """Run the columnar backlog; False (nothing done) to have it run as rows."""
         return False
@@ -80,7 +84,8 @@ class ColumnarBacklog(BacklogSortingOperator):
         if aggregation is not None and isinstance(selector, FieldKey) and getattr(ctx.batch_engine, "in_process", True):
             self._columns = IntervalColumns(selector.field, aggregation[1], aggregation[0],
                                             memory_budget=columnar_buffer_bytes(ctx),
-                                            spill_dir=ctx.spill_dir, metrics=ctx.metrics, name=ctx.name)
+                                            spill_dir=ctx.spill_dir, metrics=ctx.metrics, name=ctx.name,
+                                            combine=self.combines_backlog())
 
     def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:
         columns = self._columns
@@ -130,13 +135,21 @@ class IntervalColumns:
     and arrival number (so the switch can replay interval by interval on columns)."""
 
     def __init__(self, key_field: int | str, value_field: int | str, kind: str, *, memory_budget: int,
-                 spill_dir: str | None, metrics: dict[str, Any], name: str) -> None:
+                 spill_dir: str | None, metrics: dict[str, Any], name: str, combine: bool = False) -> None:
+        """``combine``: only each key's final value counts (a BATCH reduce), so past the budget the
+        records are combined rather than spilled where that is exact (:meth:`_combined`)."""
         self.buffer = ColumnarBuffer(key_field, memory_budget=memory_budget, spill_dir=spill_dir,
                                      metrics=metrics, name=name)
+        if combine:
+            self.buffer.compact = self._combined
         self.value_field = value_field
         self.kind = kind
         self.field: str | None = None
         self._seq = 0
+
+    def _combined(self, table: pa.Table) -> pa.Table | None:
+        from slipstream.operators.vectorised_reduce import combined_records
+        return combined_records(table, self.key_name(), self.field, self.kind)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
         return len(self.buffer)

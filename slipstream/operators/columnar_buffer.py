@@ -9,7 +9,9 @@ How records are held:
 
 * the batches as they arrived, in arrival order, plus — once any record came with a
   timestamp — a timestamp column (:data:`TS_COLUMN`, int64, null for records without one);
-* past ``memory_budget`` bytes the in-memory batches are *spilled*: split by a hash of
+* past ``memory_budget`` bytes the in-memory batches are first given to ``compact`` when the
+  owner set one (a combiner: fewer records that stand for them), and kept if that brought them
+  within half the budget; otherwise they are *spilled*: split by a hash of
   the key into :data:`SPILL_PARTITIONS` partitions, each part written as an Arrow IPC file
   of its own (in a private directory, mode 0700, that :meth:`ColumnarBuffer.close` removes;
   a spilled file never changes, so a checkpoint stores it once: :meth:`ColumnarBuffer.snapshot`).
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -155,6 +157,8 @@ class ColumnarBuffer:
         self._spills = 0
         self._segments = TailSegments(self._spill_directory)
         self._closed = False
+        self.compact: Callable[[pa.Table], pa.Table | None] | None = None
+        """Folds the in-memory records, in arrival order, into fewer in the same schema (None: cannot)."""
 
     def __len__(self) -> int:
         return self._count
@@ -215,8 +219,21 @@ class ColumnarBuffer:
             offset += length
         self._count += rows
         self.metrics["backlog_records"] += rows
-        if self._bytes > self.memory_budget:
+        if self._bytes > self.memory_budget and not self._compacted():
             self._spill()
+        return True
+
+    def _compacted(self) -> bool:
+        """Whether :attr:`compact` brought the in-memory records within half the budget (then nothing
+        spills). Once it cannot (too many keys, a field it does not fold), it is not tried again."""
+        if self.compact is None or self.spilled:
+            return False
+        table = self.compact(self._memory_table())
+        if table is None or table.nbytes > self.memory_budget // 2:
+            self.compact = None
+            return False
+        self._batches, self._bytes = table.to_batches(), table.nbytes
+        self._segments.clear()  # other batches now: the next checkpoint writes them anew
         return True
 
     def _memory_table(self) -> pa.Table:

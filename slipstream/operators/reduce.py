@@ -138,6 +138,10 @@ class KeyedReduceOperator(ColumnarBacklog):
     def columnar_aggregation(self) -> tuple[str, int | str] | None:
         return self.transformation.aggregation
 
+    def combines_backlog(self) -> bool:
+        """BATCH mode emits each key's final value only."""
+        return self.ctx.batch_mode
+
     def run_columns(self, columns: IntervalColumns, frames: list[Any]) -> bool:
         """A columnar backlog runs as one polars query when its field allows."""
         return self._aggregate_columns(columns, frames, in_arrival_order=len(frames) == 1)
@@ -158,7 +162,7 @@ class KeyedReduceOperator(ColumnarBacklog):
         assert field is not None  # named by the first batch the columns took
         if not vectorisable_field(frame[field], kind) or self._has_accumulators(frame[key]):
             return False
-        self.count_vectorised(frame.height)
+        self.count_vectorised(len(columns))  # the records taken, some combined into others (BATCH)
         if self.ctx.batch_mode:
             finals = final_values(frame, key, field, kind, in_arrival_order=in_arrival_order)
             if self.ctx.checkpointing:

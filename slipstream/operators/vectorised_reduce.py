@@ -13,7 +13,9 @@ with one polars query what the rolling reduce would have emitted record by recor
   each interval key by key (keys in first-seen order), each key's in arrival order;
 * BATCH (:func:`final_values`): each key's final value over its records in timestamp order
   (records without one first, then arrival), carrying its latest timestamp, keys in
-  first-seen order.
+  first-seen order. Past its memory budget a BATCH backlog without timestamps is combined
+  (:func:`combined_records`) rather than spilled, as a map-side combiner does: each key's
+  records fold to the one or two that give the same final value.
 
 Only what polars computes exactly as Python does is taken (:func:`vectorisable_field`):
 integer fields (no nulls; a sum that stays within int64 and fits the field's type) and
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from slipstream.operators.columnar_backlog import EXTRA_COLUMNS, INTERVAL_COLUMN, RANK_COLUMN, SEQ_COLUMN
 from slipstream.operators.columnar_buffer import TS_COLUMN
@@ -95,6 +98,37 @@ def final_values(frame: pl.DataFrame, key: str, field: str, kind: str, *,
     if not in_order:
         final = final.sort(RANK_COLUMN)
     return final.select(records + [RANK_COLUMN] + ([TS_COLUMN] if stamped else []))
+
+
+def combined_records(table: pa.Table, key: str, field: str, kind: str) -> pa.Table | None:
+    """Buffered records (``table``, in arrival order) replaced by fewer that give every key the same
+    final value, first-seen order and other fields in BATCH mode: for ``sum``, ``min`` and ``max`` the
+    key's first record carrying the aggregate; for ``min_by`` and ``max_by`` the key's first record and
+    the record it picks so far (real records both, so the final pick is the same). In arrival order,
+    with the table's schema. None where that would not be exact: records with timestamps (their
+    order is not arrival), a float sum (addition order), a field polars does not fold as Python
+    (:func:`vectorisable_field`) or a sum outside the field's type."""
+    if TS_COLUMN in table.column_names:
+        return None
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    dtype = frame.schema[field]
+    if (kind == "sum" and dtype.is_float()) or not vectorisable_field(frame[field], kind):
+        return None
+    if kind in ("sum", "min", "max"):
+        value = pl.col(field).cast(pl.Int64).sum() if kind == "sum" else getattr(pl.col(field), kind)()
+        others = [pl.col(name).first() for name in frame.columns if name not in (key, field)]
+        folded = frame.group_by(key, maintain_order=True).agg(value, *others)  # keys in first-seen order
+        try:
+            folded = folded.with_columns(pl.col(field).cast(dtype, strict=True))
+        except pl.exceptions.InvalidOperationError:
+            return None
+    else:
+        pick = pl.col(field).arg_min() if kind == "min_by" else pl.col(field).arg_max()  # the earliest on ties
+        rows = frame.with_row_index(POSITION_COLUMN).group_by(key).agg(
+            pl.col(POSITION_COLUMN).first().alias("first"), pl.col(POSITION_COLUMN).get(pick).alias("picked"))
+        folded = frame[np.unique(np.concatenate([rows["first"].to_numpy(), rows["picked"].to_numpy()]))]
+    return folded.select(frame.columns).to_arrow().cast(table.schema)
 
 
 def _rolling(frame: pl.DataFrame, key: str, field: str, kind: str) -> pl.DataFrame:
