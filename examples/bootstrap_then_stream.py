@@ -34,11 +34,11 @@ import polars as pl
 
 from slipstream.datastream import (
     KeyedProcessFunction,
+    KeyedStateBootstrapFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
     ValueStateDescriptor,
 )
-from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
 from slipstream.datastream.connectors.file_system import FileSource
 from slipstream.datastream.connectors.hybrid import HybridSource
 from slipstream.datastream.connectors.iterator import IteratorSource

@@ -1,5 +1,6 @@
 """The user API: a PyFlink-style DataStream API (``pyflink.datastream`` names and behaviour)."""
 
+from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
 from slipstream.datastream.checkpoint_config import (
     CheckpointConfig,
     CheckpointingMode,
@@ -151,6 +152,7 @@ __all__ = [
     "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
+    "KeyedStateBootstrapFunction",
     "KeyedStream",
     "ListState",
     "ListStateDescriptor",

@@ -14,8 +14,7 @@ import pyarrow as pa
 import pytest
 from test_backlog_switch import sorting_harness, transformation_of
 
-from slipstream.datastream import StreamExecutionEnvironment
-from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
+from slipstream.datastream import KeyedStateBootstrapFunction, StreamExecutionEnvironment  # where a user finds it
 from slipstream.datastream.connectors.hybrid import HybridSource
 from slipstream.datastream.connectors.iterator import CollectionSource, IteratorSource
 from slipstream.datastream.functions import KeyedProcessFunction
