@@ -18,8 +18,9 @@ against one alone, is the speed-up this machine allows at all. On a machine with
 the figures for more workers are a projection of how the job partitions, not of a faster machine.
 
 Then the latency aim's half (``--latency-rate``, records/s; 0 skips it): the keyed job fed at that fixed
-rate for ``--latency-seconds`` from one unbounded source, at parallelism 1 in one process and at
-parallelism 2 on two workers (the source's records cross to the other worker by key). Each record
+rate for ``--latency-seconds`` from one unbounded source, at parallelism 1 and 2 in one process and at
+parallelism 2 on two workers (the source's records cross to the other worker by key; parallelism 2 in
+one process has the same exchanges without the sockets). Each record
 carries the instant it was due; the sink writes how long ago that was when the record reached it
 (wall clock, which both processes share) to a file per subtask, and the run prints p50, p99, p99.9
 and max over every record after the first second.
@@ -281,7 +282,7 @@ def main() -> None:
                       f"wall {wall:6.2f} s  cpu {cpu:6.2f} s  speed-up {base / wall:4.2f}x"
                       + (f"  (workers ready after {ready:4.2f} s)" if in_process > 1 else ""))
     if args.latency_rate:
-        for parallelism, workers in ((1, 1), (2, 2)):
+        for parallelism, workers in ((1, 1), (2, 1), (2, 2)):  # p=2 in one process: the same exchanges, no sockets
             time.sleep(SPARES_START_S)
             ages = latency_run(args.latency_rate, args.latency_seconds, args.keys, parallelism, workers)
             print(f"latency at {args.latency_rate:,} rec/s, p={parallelism} workers={workers}: "
