@@ -169,10 +169,10 @@ class TriggerResult(Enum):
     PURGE = (False, True)
 
     def is_fire(self) -> bool:
-        return self.value[0]
+        return self._value_[0]  # not .value: an enum property, a Python call per access
 
     def is_purge(self) -> bool:
-        return self.value[1]
+        return self._value_[1]
 
 
 class Trigger(ABC, Generic[T, W]):
