@@ -205,7 +205,7 @@ def evaluate_sessions(frame: pl.DataFrame, kind: str, *, gap: int, held: list[in
     sessions = np.cumsum(opens)
     # The first record that reached its session's end registered the session's timer. A session's
     # records are consecutive rows whose times never go back, so those at its end are a suffix of them.
-    last_rows = np.append(np.flatnonzero(opens)[1:] - 1, len(stamps) - 1) if len(stamps) else opens.nonzero()[0]
+    last_rows = np.flatnonzero(np.append(opens[1:], len(opens) > 0))  # each followed by an opening row, or the end
     at_end = stamps == stamps[last_rows][sessions - 1]
     registered = pl.Series(at_end & (opens | ~np.roll(at_end, 1)))
     frame = frame.with_columns(pl.Series("session", sessions, dtype=pl.Int64),
