@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from slipstream.datastream.functions import Function, RuntimeContext
 from slipstream.datastream.state import (
@@ -53,12 +53,17 @@ class Window(ABC):
         """The largest timestamp that still belongs to this window."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class TimeWindow(Window):
-    """The time interval ``[start, end)`` in milliseconds; ordered by start, then end."""
-
+class _TimeWindowFields(NamedTuple):
     start: int
     end: int
+
+
+class TimeWindow(_TimeWindowFields, Window):
+    """The time interval ``[start, end)`` in milliseconds; ordered by start, then end. A tuple
+    underneath, so hashing and comparing it (once per record and state access of a window
+    operator) run in C rather than in a dataclass's generated Python methods."""
+
+    __slots__ = ()
 
     def max_timestamp(self) -> int:
         return self.end - 1
@@ -91,11 +96,15 @@ class TimeWindow(Window):
                 callback.merge(members, cover)
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class CountWindow(Window):
-    """A window of a count-window assigner, named by its sequence number per key."""
-
+class _CountWindowFields(NamedTuple):
     id: int
+
+
+class CountWindow(_CountWindowFields, Window):
+    """A window of a count-window assigner, named by its sequence number per key (a tuple
+    underneath, as :class:`TimeWindow`)."""
+
+    __slots__ = ()
 
     def max_timestamp(self) -> int:
         return MAX_TIMESTAMP

@@ -157,12 +157,14 @@ def _fired_and_open(windows: pl.DataFrame, marks: np.ndarray, batch_mode: bool,
     # then key, in STREAMING; key, then time, in BATCH). Windows that fire together are ordered by
     # end, then that; their fire index grows with their end, and two of them never share key and end.
     keys = int(cast(int, windows["key"].max()) or 0) + 1  # the key ids are integers
-    windows = windows.with_columns(pl.Series(FIRE_COLUMN, fire, dtype=pl.Int64),
+    # ends a step apart are sorted by their number (a narrower sort key than the end itself)
+    end = (pl.col("last") // step).alias("end") if step else pl.col("last").alias("end")
+    windows = windows.with_columns(pl.Series(FIRE_COLUMN, fire, dtype=pl.Int64), end,
                                    (pl.col("first_interval") * keys + pl.col("key")).alias("registered"))
     registered = ["key", "first_ts", "first_seq"] if batch_mode else ["registered", "first_seq"]
     fires = fire < len(marks)
     results = windows.select(*RESULT_COLUMNS, FIRE_COLUMN)
-    fired = results[_sort_order(windows, ["last", registered[0]], rows=np.flatnonzero(fires))]
+    fired = results[_sort_order(windows, ["end", registered[0]], rows=np.flatnonzero(fires))]
     still_open = results[_sort_order(windows, [*registered, "start"], descending="start",
                                      rows=np.flatnonzero(~fires))]
     return fired, still_open
@@ -261,9 +263,8 @@ def _sort_order(frame: pl.DataFrame, by: list[str], descending: str | None = Non
                 rows: np.ndarray | None = None) -> np.ndarray:
     """The rows of ``frame`` (or of ``rows`` of it) in the order of the integer columns ``by`` (nulls
     first; the column ``descending`` in descending order), stably. Columns whose ranges multiply within
-    an int64 are folded into one sort key and sorted by polars (any sort's order is the stable one when
-    no two keys are equal, which is checked), several times faster than a multi-column sort or numpy's
-    lexsort (the rest)."""
+    an int64 are folded into one sort key (:func:`stable_order`), several times faster than a
+    multi-column sort or numpy's lexsort (the rest)."""
     if rows is None:
         rows = np.arange(frame.height)
     columns = []
@@ -280,12 +281,27 @@ def _sort_order(frame: pl.DataFrame, by: list[str], descending: str | None = Non
             ordered: np.ndarray = rows[np.lexsort(columns[::-1])]
             return ordered
         combined, span = combined * width + (values - low), span * width
-    order = pl.Series(combined).arg_sort().to_numpy()  # on every core (numpy's quicksort takes one)
-    keys = combined[order]
-    if np.any(keys[1:] == keys[:-1]):  # equal keys: keep their order
-        order = np.argsort(combined, kind="stable")
-    ordered = rows[order]
-    return ordered
+    return cast(np.ndarray, rows[stable_order(combined, span)])
+
+
+def stable_order(keys: np.ndarray, span: int) -> np.ndarray:
+    """The stable argsort of ``keys`` (non-negative int64 below ``span``). When the keys shifted left
+    by the bits of a position still fit an int64, each key carries its position in its low bits and
+    the values are sorted, not their indices: numpy's vectorised sort of values is several times
+    faster than any argsort here (6 ms against 24 for polars' ``arg_sort`` and 75 for numpy's stable
+    one, at 10^6 keys), and equal keys keep their order by position. Otherwise polars sorts the
+    indices (any order is the stable one when no two keys are equal, which is checked)."""
+    bits = max(len(keys) - 1, 1).bit_length()
+    if span << bits < INT64_SPAN:
+        packed = (keys << bits) | np.arange(len(keys), dtype=np.int64)
+        packed.sort()
+        packed &= (1 << bits) - 1
+        return packed
+    order: np.ndarray = pl.Series(keys).arg_sort().to_numpy()
+    ordered = keys[order]
+    if np.any(ordered[1:] == ordered[:-1]):  # equal keys: keep their order
+        order = np.argsort(keys, kind="stable")
+    return order
 
 
 def _in_order(frame: pl.DataFrame, batch_mode: bool, keys_in_arrival_order: bool) -> pl.DataFrame:

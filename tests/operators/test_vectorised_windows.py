@@ -22,7 +22,7 @@ from slipstream.datastream.aggregation import aggregator
 from slipstream.datastream.transformations import Transformation
 from slipstream.datastream.window import EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows
 from slipstream.operators.backlog import VECTORISED_METRIC
-from slipstream.operators.vectorised_windows import WINDOW_ID, _firing_marks, _lexsorted, _window_ids
+from slipstream.operators.vectorised_windows import WINDOW_ID, _firing_marks, _lexsorted, _window_ids, stable_order
 from slipstream.testing import OperatorHarness
 
 KINDS = ["sum", "min", "max", "min_by", "max_by"]
@@ -394,6 +394,14 @@ def test_the_window_sort_orders_as_a_stable_python_sort(spread: int) -> None:
 
     for by, descending in [(["a"], None), (["a", "b"], None), (["b", "a"], "a"), (["a", "c", "b"], "c")]:
         assert _lexsorted(frame, by, descending)["row"].to_list() == oracle(by, descending), (by, descending)
+
+
+@given(st.lists(st.integers(0, 2 ** 62 - 1), max_size=300), st.integers(1, 2 ** 62))
+def test_stable_order_is_numpys_stable_argsort(values: list[int], spread: int) -> None:
+    """Keys packed with their positions (narrow spans) or polars' arg_sort checked for ties (wide
+    ones): the order numpy's stable argsort gives, ties in their original order."""
+    keys = np.array([value % spread for value in values], dtype=np.int64)
+    assert stable_order(keys, spread).tolist() == np.argsort(keys, kind="stable").tolist()
 
 
 def test_windows_whose_key_and_start_do_not_fit_one_integer_are_grouped_by_both() -> None:

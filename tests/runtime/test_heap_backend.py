@@ -427,6 +427,38 @@ def test_install_namespaced_gives_what_adding_entry_by_entry_gives(backend_kind:
                 backend.dispose()
 
 
+@pytest.mark.parametrize("when", ["never frozen", "after a checkpoint", "while frozen"])
+def test_bulk_load_gives_what_updating_key_by_key_gives(when: str) -> None:
+    """A sorted backlog's final values go into a value state in one call: the same entries as making
+    each key current and updating it (a None value leaves its key), and the next checkpoint carries
+    them as changed."""
+    descriptor = ValueStateDescriptor("v")
+    keys, values = [f"k{i}" for i in range(30)], [None if i % 5 == 0 else i for i in range(30)]
+    loaded, updated = HeapKeyedStateBackend(16), HeapKeyedStateBackend(16)
+    for backend in (loaded, updated):
+        backend.set_current_key("k0")
+        backend.get_state(descriptor).update("kept")
+        if when != "never frozen":
+            backend.freeze()
+            if when == "after a checkpoint":
+                backend.release()
+    loaded.bulk_load(descriptor, keys, values)
+    for key, value in zip(keys, values):
+        if value is not None:
+            updated.set_current_key(key)
+            updated.get_state(descriptor).update(value)
+    for backend in (loaded, updated):
+        if when == "while frozen":
+            backend.release()
+        while backend.merging:
+            backend.merge_some(1000)
+    loaded.set_current_key("k0")
+    assert loaded.get_state(descriptor).value() == "kept"
+    assert unordered(loaded.snapshot()) == unordered(updated.snapshot())
+    if when != "never frozen":
+        assert freeze_changes(loaded) == freeze_changes(updated)
+
+
 def freeze_changes(backend) -> dict:  # noqa: ANN001
     """What the next checkpoint writes as changed: per state, the entries changed since the last freeze."""
     view = backend.freeze()

@@ -314,7 +314,16 @@ class HeapKeyedStateBackend(KeyedBackendBase):
 
     def bulk_load(self, descriptor: StateDescriptor[Any], keys: Iterable[Any], values: Iterable[Any]) -> None:
         """Install the final value of a value state for many keys at once (a sorted backlog's
-        result); a None value leaves its key as it is."""
+        result); a None value leaves its key as it is. Written into the state's table at once, as
+        :meth:`install_namespaced` is (entry by entry with a time-to-live, or while a checkpoint is written)."""
+        self.get_state(descriptor)
+        handle = self._states[(descriptor.name, False)]
+        if descriptor.name not in self._ttl and handle._delta is None:
+            entries = [(key, value) for key, value in zip(keys, values) if value is not None]
+            self._tables[descriptor.name].update(entries)
+            if isinstance(handle._dirty, set):
+                handle._dirty.update(key for key, _ in entries)
+            return
         _, put = self.value_accessors(descriptor)
         for key, value in zip(keys, values):
             if value is not None:
