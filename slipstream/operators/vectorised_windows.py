@@ -232,8 +232,8 @@ def evaluate_count_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: 
     timestamp) in the replay's order, the open windows (with their ``count``) and each key's
     number of records (``key``, ``count``)."""
     frame = _in_order(frame, batch_mode, keys_in_arrival_order)
-    frame = frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("key").alias("n"))
-    numbers = frame["n"].to_numpy()
+    numbers, totals = _numbered_per_key(frame["key"].to_numpy())
+    frame = frame.with_columns(pl.Series("n", numbers, dtype=pl.Int64))
     steps = -(-size // slide)
     starts = np.stack([numbers // slide - step for step in range(steps)], axis=1).ravel()
     rows = np.repeat(np.arange(frame.height), steps)
@@ -250,8 +250,24 @@ def evaluate_count_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: 
     if batch_mode:
         fired = fired.with_columns(pl.lit(0, dtype=pl.Int64).alias(FIRE_COLUMN))
     still_open = _lexsorted(windows.filter(pl.col("count") < size), ["key", "start"])
-    totals = frame.group_by("key").agg(pl.len().cast(pl.Int64).alias("count"))
     return fired, still_open, totals
+
+
+def _numbered_per_key(keys: np.ndarray) -> tuple[np.ndarray, pl.DataFrame]:
+    """Each record's number among its key's records (in the order given), and each key's count
+    (``key``, ``count``): from one stable sort by key, in numpy (a polars ``int_range().over()`` of
+    10^6 records took 70-90 ms, this 15)."""
+    keys = keys.astype(np.int64, copy=False)
+    if not len(keys):
+        return keys, pl.DataFrame({"key": keys, "count": keys})
+    low = int(keys.min())
+    order = stable_order(keys - low, int(keys.max()) - low + 1)
+    ordered = keys[order]
+    firsts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    counts = np.diff(np.append(firsts, len(keys)))
+    numbers = np.empty(len(keys), dtype=np.int64)
+    numbers[order] = np.arange(len(keys), dtype=np.int64) - np.repeat(firsts, counts)
+    return numbers, pl.DataFrame({"key": ordered[firsts], "count": counts.astype(np.int64)})
 
 
 def _lexsorted(frame: pl.DataFrame, by: list[str], descending: str | None = None) -> pl.DataFrame:
