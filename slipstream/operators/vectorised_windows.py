@@ -132,9 +132,11 @@ def evaluate_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, o
     pairs, by, names = _window_ids(_in_order(pairs, batch_mode, keys_in_arrival_order), slide)
     folded, values = _fold(pairs, kind, by)
     registered = [pl.col("ts").first().alias("first_ts")] if batch_mode else []  # BATCH orders timers by time
-    windows = folded.group_by(by).agg(*values, *registered, pl.col("seq").first().alias("first_seq"),
-                                      pl.col("interval").first().alias("first_interval"))
-    windows = windows.with_columns(*names).with_columns(last=pl.col("start") + (size - 1))
+    picks_first = kind not in ("min_by", "max_by")  # then the picked record is the first: no second aggregation
+    windows = folded.group_by(by).agg(*values, *registered, pl.col("interval").first().alias("first_interval"),
+                                      *([] if picks_first else [pl.col("seq").first().alias("first_seq")]))
+    windows = windows.with_columns(*names, *([pl.col("pick").alias("first_seq")] if picks_first else [])) \
+        .with_columns(last=pl.col("start") + (size - 1))
     fired, still_open = _fired_and_open(windows, marks, batch_mode, slide)
     return fired, still_open, late
 
