@@ -28,9 +28,12 @@ def test_every_record_is_collected_once_with_its_timestamp_and_subtask(env: Stre
     assert all(isinstance(record, CollectedRecord) for record in sink.records)
 
 
-@pytest.mark.one_process("it watches the sink object's commit calls, made in the process that runs the sink")
-def test_with_checkpoints_records_are_collected_when_their_checkpoint_completes(tmp_path: Any) -> None:
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).configure(batch_size=8)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_with_checkpoints_records_are_collected_when_their_checkpoint_completes(tmp_path: Any, workers: int) -> None:
+    """Each record joins at a commit, and a subclass sees the commits in the driver's process also
+    when the sink's subtasks run on worker processes."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.configure(batch_size=8, workers=workers)
     env.get_checkpoint_config().set_checkpoint_interval_records(40).set_checkpoint_storage_dir(str(tmp_path))
     seen_at_commit: list[int] = []
 

@@ -18,6 +18,9 @@ from typing import Any
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
 from slipstream.errors import CheckpointError
 
+Commit = tuple[int, int, list[Any]]
+"""A sink writer's commit: its subtask, the checkpoint, the records that join the queue."""
+
 
 class RelayedSink(Sink):
     """A sink whose effect belongs to the driver's process: the terminal it prints on, the callable
@@ -39,15 +42,15 @@ class RelayedSink(Sink):
         self._relayed.append(entry)
         return True
 
-    def take_collected(self) -> tuple[list[Any], dict[int, int]]:
+    def take_collected(self) -> tuple[list[Any], list[Commit]]:
         """What this worker's copy was given since it was last asked; nothing is committed (a relayed
         sink is at-least-once, as in one process)."""
         if self._relayed is None:
-            return [], {}
+            return [], []
         relayed, self._relayed = self._relayed, []
-        return relayed, {}
+        return relayed, []
 
-    def add_collected(self, records: list[Any], committed: dict[int, int]) -> None:
+    def add_collected(self, records: list[Any], commits: list[Commit]) -> None:
         """Deliver in the driver what a worker process's copy relayed (:meth:`take_collected`)."""
         for entry in records:
             self.deliver(entry)
@@ -110,6 +113,8 @@ class CollectSink(Sink):
     the job from its start, so what was collected before the failure comes again.
     """
 
+    _relayed_commits: list[Commit] | None = None  # a worker's copy: the commits its writers made, not yet sent
+
     def __init__(self) -> None:
         self.buffer: deque[Any] = deque()
         self._committed: dict[int, int] = {}  # subtask -> the last checkpoint whose records joined the queue
@@ -129,22 +134,41 @@ class CollectSink(Sink):
         return values
 
     def commit(self, subtask: int, checkpoint_id: int, records: list[Any]) -> None:
-        """Checkpoint ``checkpoint_id`` completed: subtask ``subtask``'s records up to it join the queue."""
+        """Checkpoint ``checkpoint_id`` completed: subtask ``subtask``'s records up to it join the queue.
+        Called in the driver's process also when the job runs on workers (a subclass may watch it)."""
         self.buffer.extend(records)
         self._committed[subtask] = checkpoint_id
 
-    def take_collected(self) -> tuple[list[Any], dict[int, int]]:
-        """What this copy of the sink collected since it was last asked, and what each subtask has
-        committed (a worker process's copy, handing it to the driver's: :meth:`add_collected`)."""
+    def relay_to_driver(self) -> None:
+        """This copy runs in a worker process: its writers' commits are kept for the driver's copy,
+        which makes them (:meth:`commit`), as in one process."""
+        self._relayed_commits = []
+
+    def _commit_written(self, subtask: int, checkpoint_id: int, records: list[Any]) -> None:
+        """A writer's commit: made here, or kept for the driver when this copy relays."""
+        if self._relayed_commits is None:
+            self.commit(subtask, checkpoint_id, records)
+            return
+        self._relayed_commits.append((subtask, checkpoint_id, records))
+        self._committed[subtask] = checkpoint_id
+
+    def take_collected(self) -> tuple[list[Any], list[Commit]]:
+        """What this copy of the sink collected without checkpoints since it was last asked, and the
+        commits its writers made (a worker process's copy, handing them to the driver's:
+        :meth:`add_collected`)."""
         records = list(self.buffer)
         self.buffer.clear()
-        return records, dict(self._committed)
+        commits, self._relayed_commits = self._relayed_commits or [], \
+            None if self._relayed_commits is None else []
+        return records, commits
 
-    def add_collected(self, records: list[Any], committed: dict[int, int]) -> None:
-        """Take what a worker process's copy collected (:meth:`take_collected`)."""
+    def add_collected(self, records: list[Any], commits: list[Commit]) -> None:
+        """Take what a worker process's copy collected, and make its writers' commits
+        (:meth:`take_collected`)."""
         self.buffer.extend(records)
-        for subtask, checkpoint_id in committed.items():
-            self._committed[subtask] = max(checkpoint_id, self._committed.get(subtask, 0))
+        for subtask, checkpoint_id, committed in commits:
+            if self._committed.get(subtask, 0) < checkpoint_id:
+                self.commit(subtask, checkpoint_id, committed)
 
     def check_restore(self, subtask: int, checkpoint_id: int) -> None:
         """Refuse to restore checkpoint ``checkpoint_id`` if ``subtask`` already handed out records
@@ -159,7 +183,7 @@ class CollectSink(Sink):
         """A run restores checkpoint ``checkpoint_id`` (checked by :meth:`check_restore`): commit
         what it had pending for ``subtask`` unless an earlier run did already."""
         if self._committed.get(subtask, 0) < checkpoint_id:
-            self.commit(subtask, checkpoint_id, pending)
+            self._commit_written(subtask, checkpoint_id, pending)
 
 
 class _CollectWriter(SinkWriter):
@@ -192,7 +216,7 @@ class _CollectWriter(SinkWriter):
     def commit(self, checkpoint_id: int) -> None:
         done = [records for prepared_id, records in self._prepared if prepared_id <= checkpoint_id]
         self._prepared = [entry for entry in self._prepared if entry[0] > checkpoint_id]
-        self._sink.commit(self._subtask, checkpoint_id, [record for records in done for record in records])
+        self._sink._commit_written(self._subtask, checkpoint_id, [record for records in done for record in records])
 
     def check_commit_state(self, states: list[Any]) -> None:
         for state in states:

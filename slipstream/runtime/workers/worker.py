@@ -158,9 +158,7 @@ class Worker:
         self.sinks = [sink for sink, _ in driver_sinks(job.graph)]
         for sink in self.sinks:
             sink.take_collected()  # the copy came with what the driver's sink held: not this worker's
-            if isinstance(sink, RelayedSink):
-                sink.relay_to_driver()
-        self._shipped_commits: list[dict[int, int]] = [{} for _ in self.sinks]
+            sink.relay_to_driver()
         self._finished_sent = False
         self._stopping = False
         self._status_at = 0.0
@@ -256,10 +254,9 @@ class Worker:
     def _ship_collected(self) -> None:
         """Hand what the driver sinks' copies here collected (and committed) to the driver's."""
         for index, sink in enumerate(self.sinks):
-            records, committed = sink.take_collected()
-            if records or committed != self._shipped_commits[index]:
-                self._shipped_commits[index] = committed
-                self.send((FromWorker.COLLECTED, index, records, committed))
+            records, commits = sink.take_collected()
+            if records or commits:
+                self.send((FromWorker.COLLECTED, index, records, commits))
 
     def _report(self, finished: bool) -> None:
         """The status (the heartbeat) when due; ``finished`` once, when every task here finished."""
