@@ -132,11 +132,13 @@ def evaluate_windows(frame: pl.DataFrame, kind: str, *, size: int, slide: int, o
     pairs, by, names = _window_ids(_in_order(pairs, batch_mode, keys_in_arrival_order), slide)
     folded, values = _fold(pairs, kind, by)
     registered = [pl.col("ts").first().alias("first_ts")] if batch_mode else []  # BATCH orders timers by time
-    picks_first = kind not in ("min_by", "max_by")  # then the picked record is the first: no second aggregation
-    windows = folded.group_by(by).agg(*values, *registered, pl.col("interval").first().alias("first_interval"),
-                                      *([] if picks_first else [pl.col("seq").first().alias("first_seq")]))
-    windows = windows.with_columns(*names, *([pl.col("pick").alias("first_seq")] if picks_first else [])) \
-        .with_columns(last=pl.col("start") + (size - 1))
+    # the first record registered the window's timer; for every kind but min_by/max_by it is the picked one
+    picks_first = kind not in ("min_by", "max_by")
+    first_seq = [] if picks_first else [pl.col("seq").first().alias("first_seq")]
+    windows = folded.group_by(by).agg(*values, *registered, *first_seq,
+                                      pl.col("interval").first().alias("first_interval"))
+    copied = [pl.col("pick").alias("first_seq")] if picks_first else []
+    windows = windows.with_columns(*names, *copied).with_columns(last=pl.col("start") + (size - 1))
     fired, still_open = _fired_and_open(windows, marks, batch_mode, slide)
     return fired, still_open, late
 

@@ -158,8 +158,9 @@ class CollectSink(Sink):
         :meth:`add_collected`)."""
         records = list(self.buffer)
         self.buffer.clear()
-        commits, self._relayed_commits = self._relayed_commits or [], \
-            None if self._relayed_commits is None else []
+        commits: list[Commit] = []
+        if self._relayed_commits is not None:
+            commits, self._relayed_commits = self._relayed_commits, []
         return records, commits
 
     def add_collected(self, records: list[Any], commits: list[Commit]) -> None:
