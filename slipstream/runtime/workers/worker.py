@@ -228,7 +228,7 @@ class Worker:
             links.send_credits()
             self._ship_collected()
             self._report(scheduler.finished)
-            if not ran and not self._control_inbox and not links.pending():
+            if not ran and not self._stopping and not self._control_inbox and not links.pending():
                 scheduler.idle_wait(now, self._interval_s)
 
     def _handle_control(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -178,3 +179,16 @@ def test_a_progress_listener_that_cannot_be_pickled_keeps_a_job_on_the_default_w
     result = env.execute("listened")
     assert result.get_all_accumulator_results()["job"]["workers_ready_ms"] > 0
     assert listener.ended == ["listened"]
+
+
+def test_a_run_on_workers_ends_when_its_workers_finish_not_a_heartbeat_later():
+    """A worker told to shut down goes at once: it used to idle one more heartbeat interval first
+    (100 ms by default, on every job run on workers)."""
+    env = environment(2, 2).configure(heartbeat_interval_ms=30_000, heartbeat_timeout_ms=120_000)
+    sink = CollectingSink()
+    env.from_collection(list(range(100))).map(lambda x: x * 2).sink_to(sink)
+    started = time.monotonic()
+    env.execute("short")
+    assert sorted(sink.values) == [x * 2 for x in range(100)]
+    # with the idle heartbeat the driver waited for the workers' bye until it killed them (10 s)
+    assert time.monotonic() - started < 5
