@@ -50,10 +50,15 @@ def delayed_job(env: StreamExecutionEnvironment, n: int, out: list) -> None:
 
 
 class Latest(JobProgressListener):
+    """Every progress report, the terminated event's last figures at the end."""
+
     def __init__(self) -> None:
         self.progress = []
 
     def on_job_progress(self, event) -> None:
+        self.progress.append(event.progress)
+
+    def on_job_terminated(self, event) -> None:
         self.progress.append(event.progress)
 
 
