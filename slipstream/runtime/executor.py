@@ -38,7 +38,7 @@ from slipstream.runtime.latency import LatencyTracking
 from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach_termination
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
-from slipstream.runtime.scheduler import Scheduler
+from slipstream.runtime.scheduler import Scheduler, Wakeup
 from slipstream.runtime.state import create_keyed_backend
 from slipstream.runtime.task import InputChannel, SourceTask, StreamTask, TaskProcessingTimeService
 
@@ -53,6 +53,11 @@ class ChannelLinks(Protocol):
     def connect(self, edge: StreamEdge, producer: int, consumer: int, channel: Channel) -> Channel:
         """The channel a local end of an edge between two workers uses: ``channel`` itself where the
         consumer is local (it receives), an outbound channel where the producer is local."""
+        ...
+
+    @property
+    def wakeup(self) -> Wakeup:
+        """What the run's scheduler waits on when idle: input from the other workers ends the wait."""
         ...
 
 
@@ -109,7 +114,8 @@ class JobRun:
         self.tasks = self._build_tasks(options)
         for task in self.tasks:
             task.backlog_ended = self._after_backlog_ended
-        self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed)
+        self.scheduler = Scheduler(self.tasks, self.clock, options.scheduler_seed,
+                                   None if links is None else links.wakeup)
         self.idle: threading.Event | None = self.scheduler.idle
         self._closed = False
         self._gc_policy = False

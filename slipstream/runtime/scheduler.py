@@ -13,6 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from slipstream.errors import DeadlockError
 from slipstream.runtime.clock import Clock
@@ -26,12 +27,22 @@ def _no_work() -> bool:
     return False
 
 
+class Wakeup(Protocol):
+    """What an idle scheduler waits on: set from any thread, waited on and cleared by the scheduler's.
+    A :class:`threading.Event` in one process; on a worker, the sockets to the other workers too
+    (:class:`~slipstream.runtime.workers.links.WorkerLinks`), so their input wakes it directly."""
+
+    def set(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+    def clear(self) -> None: ...
+
+
 class Scheduler:
-    def __init__(self, tasks: list[StreamTask], clock: Clock, seed: int) -> None:
+    def __init__(self, tasks: list[StreamTask], clock: Clock, seed: int, wakeup: Wakeup | None = None) -> None:
         self.tasks = tasks
         self.clock = clock
         self._rng = random.Random(seed)
-        self._wake = threading.Event()
+        self._wake: Wakeup = wakeup or threading.Event()
         self.idle = threading.Event()
         """Set while the scheduler waits for the outside world: a background checkpoint writer works then."""
         self.idle_work: Callable[[], bool] = _no_work

@@ -1,16 +1,22 @@
 """Channels between worker processes: a worker's end of every channel whose other end is elsewhere.
 
 Each pair of workers shares one local socket (a socketpair the driver made), carrying the
-elements of every channel between them and the credits coming back. A producer's end
-(:class:`OutboundChannel`) sends each element as it is pushed and counts it; it is full — its
-task is not scheduled, as with a full in-memory channel — while ``capacity`` elements are not yet
-taken by the consumer. The consumer's end is the ordinary :class:`Channel` its task reads; as the
-task takes elements, their credits go back (:meth:`WorkerLinks.send_credits`). BLOCKING channels
-are never full (their consumer spills), as in one process.
+elements of every channel between them and the credits coming back, each message framed by its
+length. A producer's end (:class:`OutboundChannel`) sends each element as it is pushed and counts
+it; it is full — its task is not scheduled, as with a full in-memory channel — while ``capacity``
+elements are not yet taken by the consumer. The consumer's end is the ordinary :class:`Channel`
+its task reads; as the task takes elements, their credits go back
+(:meth:`WorkerLinks.send_credits`). BLOCKING channels are never full (their consumer spills), as
+in one process.
 
-A thread per peer only receives: it appends each message to one inbox and wakes the scheduler, so
-a send never waits on a peer that is itself sending, and every channel is touched by the
-worker's task thread alone (:meth:`WorkerLinks.drain`).
+Only the worker's task thread touches these sockets, and it never blocks on one: what a socket
+cannot take at once waits in its :class:`PeerSocket`'s queue and goes as the peer reads (so a send
+never waits on a peer that is itself sending). When no task can run, the scheduler waits on the
+sockets themselves (:class:`WorkerLinks` is its :class:`~slipstream.runtime.scheduler.Wakeup`),
+and on a pipe that other threads — the control socket's reader, a source's reader — write to wake
+it: a message from another worker wakes the thread that runs its consumer directly. (A thread per
+peer used to receive and then wake the task thread: two thread wake-ups on every hop, and receiving
+threads taking the interpreter from the task thread.)
 
 A checkpoint's trigger reaches the workers on their control sockets, its barriers on these: a
 barrier from a worker that was triggered first may arrive before this worker's own trigger. Its
@@ -20,11 +26,12 @@ barrier on until the trigger came (:attr:`WorkerLinks.triggered`); every worker 
 
 from __future__ import annotations
 
-import sys
-import threading
+import os
+import selectors
+import socket
+import struct
 from collections import deque
-from collections.abc import Callable
-from multiprocessing.connection import Connection
+from itertools import islice
 from typing import Any
 
 from slipstream.operators.elements import EndOfInput
@@ -34,12 +41,80 @@ from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEd
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.wire import CREDIT, decode_credits, decode_element, encode_credits, encode_element
 
-RECEIVING_SWITCH_INTERVAL_S = 0.0005
-"""The worker's interpreter switch interval (Python's default: 5 ms). A receiving thread holds a
-message until it gets the interpreter, which the task thread, busy, yields only when the interval
-is up: so every batch and every credit between workers waited up to 5 ms, and producers ran out of
-credits while the consumer's next input sat in a socket. The keyed job of ``benchmarks/scaling.py``
-on two workers ran at 1.58 M rec/s with 5 ms, 2.18 M with 0.5 ms (0.27 M with 50 ms)."""
+_LENGTH = struct.Struct("<Q")
+RECEIVE_CHUNK = 1 << 18
+"""Bytes read from a socket per call (a larger message arrives over several)."""
+SEND_PIECES = 64
+"""Buffers handed to one ``sendmsg`` at most (well under the system's IOV_MAX)."""
+
+
+class PeerSocket:
+    """The non-blocking socket to another worker: length-framed messages out, queued while the
+    socket is full, and in, taken as whole messages."""
+
+    __slots__ = ("_chunk", "_in", "_out", "closed", "socket", "writing")
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.socket = sock
+        self._out: deque[memoryview] = deque()
+        self._in = bytearray()
+        self._chunk = memoryview(bytearray(RECEIVE_CHUNK))
+        self.closed = False  # the peer's end closed: its run ended or it died
+        self.writing = False  # registered for the socket's room to write (messages queued)
+
+    @property
+    def queued(self) -> bool:
+        """Whether messages wait for room in the socket."""
+        return bool(self._out)
+
+    def send(self, message: bytes) -> None:
+        """Send ``message`` (its length first), queueing what the socket cannot take now; a peer
+        that is gone raises (the run fails over)."""
+        self._out.append(memoryview(_LENGTH.pack(len(message))))
+        self._out.append(memoryview(message))
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what is queued, as much as the socket takes now."""
+        out = self._out
+        while out:
+            try:
+                sent = self.socket.sendmsg(list(islice(out, SEND_PIECES)))
+            except BlockingIOError:
+                return
+            while sent:
+                head = out[0]
+                if sent < len(head):
+                    out[0] = head[sent:]
+                    break
+                sent -= len(head)
+                out.popleft()
+
+    def receive(self, inbox: deque[bytes]) -> None:
+        """Read what the socket holds; each whole message goes to ``inbox``."""
+        buffer, chunk = self._in, self._chunk
+        while True:
+            try:
+                size = self.socket.recv_into(chunk)
+            except BlockingIOError:
+                break
+            except OSError:  # reset: the peer died (the driver, watching every worker, fails the run)
+                size = 0
+            if not size:
+                self.closed = True
+                break
+            buffer += chunk[:size]
+        start, end = 0, len(buffer)
+        while end - start >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(buffer, start)
+            if end - start - _LENGTH.size < length:
+                break
+            start += _LENGTH.size
+            inbox.append(bytes(buffer[start:start + length]))
+            start += length
+        if start:
+            del buffer[:start]
 
 
 class OutboundChannel(Channel):
@@ -47,7 +122,7 @@ class OutboundChannel(Channel):
 
     __slots__ = ("_bounded", "_channel_id", "_peer", "unacknowledged")
 
-    def __init__(self, peer: Connection, channel_id: int, capacity: int, name: str, bounded: bool) -> None:
+    def __init__(self, peer: PeerSocket, channel_id: int, capacity: int, name: str, bounded: bool) -> None:
         super().__init__(capacity, name)
         self._peer = peer
         self._channel_id = channel_id
@@ -58,7 +133,7 @@ class OutboundChannel(Channel):
         return self._bounded and self.unacknowledged >= self.capacity
 
     def push(self, element: Any) -> None:
-        self._peer.send_bytes(encode_element(self._channel_id, element))
+        self._peer.send(encode_element(self._channel_id, element))
         self.unacknowledged += 1
 
     def __len__(self) -> int:
@@ -79,31 +154,81 @@ class _Inbound:
 
 
 class WorkerLinks:
-    """This worker's subtasks (``is_local``) and its ends of the channels to the others."""
+    """This worker's subtasks (``is_local``), its ends of the channels to the others, and the wait
+    of its scheduler (a :class:`~slipstream.runtime.scheduler.Wakeup`: :meth:`set`, :meth:`wait`,
+    :meth:`clear`)."""
 
-    def __init__(self, graph: JobGraph, placement: Placement, worker: int, peers: dict[int, Connection],
-                 wake: Callable[[], None]) -> None:
+    def __init__(self, graph: JobGraph, placement: Placement, worker: int, peers: dict[int, socket.socket]) -> None:
         self.placement = placement
         self.worker = worker
-        self.peers = peers
+        self.peers = {index: PeerSocket(sock) for index, sock in peers.items()}
         self._edge_ids = {id(edge): n for n, edge in enumerate(edge for vertex in graph.vertices
                                                               for edge in vertex.in_edges)}
         self._vertex_of = graph.vertex_of
         self._inbound: dict[int, _Inbound] = {}
         self._outbound: dict[int, OutboundChannel] = {}
         self._inbox: deque[bytes] = deque()
-        self._wake = wake
         self._holding = False  # the inbox starts with a barrier of a checkpoint not triggered here yet
         self.triggered = 0  # the latest checkpoint triggered on this worker
+        self._selector = selectors.DefaultSelector()
+        self._woken_read, self._woken_write = os.pipe()
+        os.set_blocking(self._woken_read, False)
+        os.set_blocking(self._woken_write, False)
+        self._woken = False
+        self._selector.register(self._woken_read, selectors.EVENT_READ, None)
+        for peer in self.peers.values():
+            self._selector.register(peer.socket, selectors.EVENT_READ, peer)
 
-    def start(self) -> None:
-        """Start receiving from every peer (and let the receiving threads in quickly, see
-        :data:`RECEIVING_SWITCH_INTERVAL_S`)."""
-        sys.setswitchinterval(RECEIVING_SWITCH_INTERVAL_S)
-        for peer, connection in self.peers.items():
-            threading.Thread(target=self._receive, args=(peer, connection), name=f"from worker {peer}",
-                             daemon=True).start()
+    # -- the scheduler's wait ---------------------------------------------------------------------
+    def set(self) -> None:
+        """End the task thread's wait (from any thread: something outside the tasks changed)."""
+        if not self._woken:
+            self._woken = True
+            try:
+                os.write(self._woken_write, b"w")
+            except BlockingIOError:  # the pipe is full of wake-ups already
+                pass
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for a wake-up or a message from another worker (taken in);
+        whether either came."""
+        if self._woken:
+            return True
+        received = len(self._inbox)
+        self._poll(timeout)
+        return self._woken or len(self._inbox) > received
+
+    def clear(self) -> None:
+        self._woken = False
+
+    def _poll(self, timeout: float | None) -> None:
+        """Take in what the sockets hold and send what waits for them, waiting up to ``timeout``."""
+        for peer in self.peers.values():
+            if peer.queued is not peer.writing and not peer.closed:
+                peer.writing = peer.queued
+                events = selectors.EVENT_READ | (selectors.EVENT_WRITE if peer.writing else 0)
+                self._selector.modify(peer.socket, events, peer)
+        for key, events in self._selector.select(timeout):
+            peer = key.data
+            if peer is None:
+                self._woken = True
+                try:
+                    os.read(self._woken_read, 4096)
+                except BlockingIOError:
+                    pass
+                continue
+            if events & selectors.EVENT_WRITE:
+                peer.flush()
+            if events & selectors.EVENT_READ:
+                peer.receive(self._inbox)
+                if peer.closed:  # its run ended or it died: the driver, watching every worker, knows
+                    self._selector.unregister(peer.socket)
+
+    @property
+    def wakeup(self) -> WorkerLinks:
+        return self
+
+    # -- channels ---------------------------------------------------------------------------------
     def is_local(self, vertex: JobVertex, subtask: int) -> bool:
         return self.placement.worker_of(vertex.id, subtask) == self.worker
 
@@ -119,23 +244,15 @@ class WorkerLinks:
         self._outbound[channel_id] = outbound
         return outbound
 
-    def _receive(self, peer: int, connection: Connection) -> None:
-        """Take in what ``peer`` sends until its socket closes (then it died or its run ended: the
-        driver, which watches every worker, fails the run over or has ended it)."""
-        try:
-            while True:
-                self._inbox.append(connection.recv_bytes())
-                self._wake()
-        except (EOFError, OSError):
-            return
-
     def pending(self) -> bool:
         """Whether messages wait to be taken in (:meth:`drain`) that can be now."""
         return bool(self._inbox) and not self._holding
 
     def drain(self) -> None:
-        """Put the elements received into their channels; take the credits received (up to a barrier
-        of a checkpoint not triggered here yet)."""
+        """Take in what the sockets hold, send what waits for them; put the elements received into
+        their channels and take the credits received (up to a barrier of a checkpoint not triggered
+        here yet)."""
+        self._poll(0)
         inbox = self._inbox
         self._holding = False
         while inbox:
@@ -168,7 +285,7 @@ class WorkerLinks:
                 by_peer.setdefault(inbound.peer, {})[channel_id] = taken
                 inbound.returned += taken
         for peer, credits in by_peer.items():
-            self.peers[peer].send_bytes(encode_credits(credits))
+            self.peers[peer].send(encode_credits(credits))
 
 
 __all__ = ["OutboundChannel", "WorkerLinks"]

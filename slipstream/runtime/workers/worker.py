@@ -138,14 +138,14 @@ class WorkerCheckpoints:
 class Worker:
     """One worker process's run (see the module docstring)."""
 
-    def __init__(self, job: WorkerJob, index: int, control: Connection, peers: dict[int, Connection]) -> None:
+    def __init__(self, job: WorkerJob, index: int, control: Connection, peers: dict[int, socket.socket]) -> None:
         self.job = job
         self.index = index
         self.control = control
         self._control_inbox: deque[tuple[Any, ...]] = deque()
         self._send_lock = threading.RLock()  # a record logged while a message is pickled is sent first
         logging.getLogger().addHandler(ToDriver(self.send, index))
-        self.links = WorkerLinks(job.graph, job.placement, index, peers, self._wake)
+        self.links = WorkerLinks(job.graph, job.placement, index, peers)
         self.run = JobRun(job.spec, job.graph, links=self.links)
         self.run.job_id = f"worker {index}"
         self.run.set_attempt(job.attempt)
@@ -192,7 +192,6 @@ class Worker:
     def serve(self) -> None:
         """Restore, report ready, wait for the start, run until told to shut down, report bye."""
         threading.Thread(target=self._receive_control, name="control", daemon=True).start()
-        self.links.start()
         if self.job.restore_path is not None:
             storage = CheckpointStorage(os.path.dirname(self.job.restore_path))
             self.run.restore(storage.read_verified(self.job.restore_path, job_fingerprint(self.job.graph)))
@@ -297,7 +296,7 @@ def main() -> None:
     os.environ.update(boot["environ"])
     apply_fsspec_settings(boot["fsspec"])
     apply_levels(boot["log_levels"])
-    peers = {peer: Connection(fd) for peer, fd in zip(boot["peers"], fds, strict=True)}
+    peers = {peer: socket.socket(fileno=fd) for peer, fd in zip(boot["peers"], fds, strict=True)}
     worker: Worker | None = None
     try:
         job: WorkerJob = cloudpickle.loads(control.recv_bytes())

@@ -4,8 +4,9 @@ its consumer's credits (backpressure) — two workers' links over one socketpair
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from multiprocessing.connection import Connection
+from collections import deque
 
 import pyarrow as pa
 
@@ -16,7 +17,7 @@ from slipstream.operators.elements import EndOfInput, RecordAttributes, RecordBa
 from slipstream.runtime.channels import Channel
 from slipstream.runtime.checkpoint.barriers import CheckpointBarrier
 from slipstream.runtime.planner import plan_job
-from slipstream.runtime.workers.links import WorkerLinks
+from slipstream.runtime.workers.links import PeerSocket, WorkerLinks
 from slipstream.runtime.workers.placement import Placement
 from slipstream.runtime.workers.wire import decode_element, encode_element
 
@@ -45,12 +46,10 @@ def two_workers(capacity: int):
                 if edge.partitioning is Partitioning.HASH)
     left, right = socket.socketpair()
     placement = Placement(workers=2, slots=2)
-    producer = WorkerLinks(graph, placement, 0, {1: Connection(left.detach())}, lambda: None)
-    consumer = WorkerLinks(graph, placement, 1, {0: Connection(right.detach())}, lambda: None)
+    producer = WorkerLinks(graph, placement, 0, {1: left})
+    consumer = WorkerLinks(graph, placement, 1, {0: right})
     inbound = consumer.connect(edge, 0, 1, Channel(capacity, "in"))
     outbound = producer.connect(edge, 0, 1, Channel(capacity, "out"))
-    producer.start()
-    consumer.start()
     return producer, consumer, outbound, inbound
 
 
@@ -91,3 +90,39 @@ def test_a_barrier_waits_in_the_inbox_until_its_checkpoint_was_triggered_on_the_
     consumer.triggered = 1
     consumer.drain()
     assert [type(inbound.pop()) for _ in range(2)] == [CheckpointBarrier, RecordBatch]
+
+
+
+def test_a_send_the_socket_cannot_take_waits_in_its_queue_and_goes_as_the_peer_reads():
+    """Two workers each sending the other far more than a socket holds, before either reads: with
+    blocking sends both would wait on each other forever."""
+    left, right = (PeerSocket(end) for end in socket.socketpair())
+    messages = [bytes([n]) * (3 << 20) for n in range(3)]
+    for message in messages:
+        left.send(message)
+        right.send(message)
+    assert left.queued and right.queued
+    to_left: deque[bytes] = deque()
+    to_right: deque[bytes] = deque()
+    deadline = time.monotonic() + 10
+    while (len(to_left) < 3 or len(to_right) < 3) and time.monotonic() < deadline:
+        left.receive(to_left)
+        right.receive(to_right)
+        left.flush()
+        right.flush()
+    assert list(to_left) == messages and list(to_right) == messages
+    assert not left.queued and not right.queued
+
+
+def test_a_message_from_another_worker_ends_the_scheduler_s_wait_and_so_does_a_wake_up():
+    _producer, consumer, outbound, inbound = two_workers(capacity=4)
+    assert not consumer.wait(0.05)  # nothing came
+    outbound.push(RecordBatch([1], None))
+    assert consumer.wait(10)  # the batch woke it, well before the timeout
+    consumer.clear()
+    consumer.drain()
+    assert inbound.pop().values == [1]
+    threading.Timer(0.05, consumer.set).start()  # as a source's reader thread wakes it
+    assert consumer.wait(10)
+    consumer.clear()
+    assert not consumer.wait(0)

@@ -49,6 +49,7 @@ class RecordingLinks:
     def __init__(self, placement: Placement, worker: int) -> None:
         self.placement, self.worker = placement, worker
         self.crossing: list = []
+        self.wakeup = threading.Event()
 
     def is_local(self, vertex, subtask: int) -> bool:
         return self.placement.worker_of(vertex.id, subtask) == self.worker
