@@ -59,6 +59,7 @@ from slipstream.datastream.time import Time
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
 from slipstream.datastream.window import EndOfStreamWindows, TumblingEventTimeWindows
 from slipstream.runtime.latency import quantile
+from slipstream.runtime.workers.fork_server import ended_workers_cpu_seconds
 
 
 class Discard(Sink):
@@ -115,9 +116,10 @@ JOBS: dict[str, Callable[[StreamExecutionEnvironment, int, int], None]] = {
 
 
 def cpu_seconds() -> float:
-    """CPU time of this process and of its children that ended (the workers of finished runs)."""
+    """CPU time of this process, its children that ended, and the workers of finished runs (the
+    children of its fork server, which reports what each used)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return time.process_time() + children.ru_utime + children.ru_stime + ended_workers_cpu_seconds()
 
 
 def measure(job: str, records: int, keys: int, workers: int, parallelism: int) -> tuple[float, float, float]:

@@ -35,8 +35,9 @@ an iteration runs with every task of its scope on one worker); what a worker pri
 a list of the test's, stays in the worker; a source or function holding a lock or a SparkSession
 cannot be sent to one: such tests stay on one process. Progress from workers carries records and
 latency per operator but not the backlog phase and engine of a sorting operator, so the engines
-check runs on the test's runs in one process. Each job on workers starts N interpreters (about a
-second): give the axis to end-to-end tests that cover a feature, not to every variant of it.
+check runs on the test's runs in one process. Each job on workers forks N processes (a few
+milliseconds each once the test process's fork server is up) and sends them the job: give the
+axis to end-to-end tests that cover a feature, not to every variant of it.
 
 A job that configures no worker count runs on one worker per core (capped by its parallelism):
 the suite sets ``SLIPSTREAM_WORKERS=1`` unless it is set already, so its tests keep the process

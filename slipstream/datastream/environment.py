@@ -140,8 +140,8 @@ class StreamExecutionEnvironment:
         largest parallelism: a job at parallelism 1 stays in this process);
         ``heartbeat_interval_ms`` and ``heartbeat_timeout_ms`` are how often a worker reports and
         how long its silence fails the job (Flink's ``heartbeat.interval`` and ``heartbeat.timeout``);
-        ``worker_spares`` worker processes are started ahead when a run ends, for the next run or a
-        restart to take ready (0, the default: no worker process outlives its run)."""
+        ``worker_spares`` worker processes are forked ahead when a run ends, for the next run or a
+        restart to take (0, the default: no worker process outlives its run)."""
         if configuration is not None:
             apply_configuration(self, configuration)
         options = self.runtime_options

@@ -44,6 +44,7 @@ from slipstream.runtime.job_graph import JobGraph
 from slipstream.runtime.latency import LatencyHistogram
 from slipstream.runtime.task import StreamTask
 from slipstream.runtime.workers import spares
+from slipstream.runtime.workers.fork_server import ForkedProcess
 from slipstream.runtime.workers.logs import driver_levels, log_in_driver
 from slipstream.runtime.workers.placement import Placement, spec_for_workers
 from slipstream.runtime.workers.wire import FromWorker, ToWorker, dumps
@@ -60,7 +61,7 @@ STOP_WAIT_S = 10.0
 class WorkerProcess:
     """One worker process as the driver sees it."""
 
-    def __init__(self, index: int, process: subprocess.Popen[bytes], control: Connection) -> None:
+    def __init__(self, index: int, process: ForkedProcess, control: Connection) -> None:
         self.index = index
         self.process = process
         self.control = control

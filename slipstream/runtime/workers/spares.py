@@ -1,10 +1,10 @@
-"""Spare worker processes: fresh interpreters started ahead, their imports done, waiting for a run.
+"""Spare worker processes: forked ahead (:mod:`.fork_server`), waiting for a run.
 
-A worker process spends most of its start importing slipstream and its libraries (0.3–0.5 s
-here, longer than a short job runs). A run takes its processes from the spares the runs before
-it left, and with ``configure(worker_spares=N)`` leaves N new ones when it ends: the next run —
-and the restart after a failure — starts on processes that are ready, as a Flink session
-cluster's task managers outlive a job. By default (0) no worker process outlives its run.
+A run takes its processes from the spares the runs before it left, and with
+``configure(worker_spares=N)`` leaves N new ones when it ends: the next run — and the restart after
+a failure — starts on processes that are there already, as a Flink session cluster's task
+managers outlive a job. By default (0) no worker process outlives its run; the fork server makes
+a new one in milliseconds.
 
 A spare holds no job and never ran one: it waits on its control socket for a run to send it
 its sockets to the other workers (passed with ``SCM_RIGHTS``), then the driver's working
@@ -17,14 +17,12 @@ spares when it exits.
 from __future__ import annotations
 
 import atexit
-import os
 import socket
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 
-import slipstream
+from slipstream.runtime.workers.fork_server import ForkedProcess, fork_worker
 
 MAX_PEERS = 1024
 """The most sockets to other workers a worker is given (one per other worker)."""
@@ -34,7 +32,7 @@ MAX_PEERS = 1024
 class Spare:
     """An idle worker process and the driver's end of its control socket."""
 
-    process: subprocess.Popen[bytes]
+    process: ForkedProcess
     control: socket.socket
 
 
@@ -43,18 +41,8 @@ _lock = threading.Lock()
 
 
 def start() -> Spare:
-    """A fresh interpreter running the worker's entry (never a fork of the driver: see the worker;
-    subprocess execs the interpreter in C right after its fork, no Python runs between)."""
-    ours, theirs = socket.socketpair()
-    env = dict(os.environ)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(slipstream.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    try:
-        process = subprocess.Popen([sys.executable, "-m", "slipstream.runtime.workers", str(theirs.fileno())],
-                                   pass_fds=[theirs.fileno()], env=env)
-    finally:
-        theirs.close()
-    return Spare(process, ours)
+    """A new worker process, waiting on its control socket for a run."""
+    return Spare(*fork_worker())
 
 
 def take(count: int) -> list[Spare]:

@@ -1,12 +1,11 @@
 """A worker process: runs the subtasks of its slots, as the driver's coordinators direct.
 
-Started as ``python -m slipstream.runtime.workers CONTROL_FD`` (a spare, :mod:`.spares`) — a
-fresh interpreter, never a fork: the driver may already run polars' thread pool, a source's
-reader thread or a web server, and a fork copies their locks in whatever state they are (polars
-warns that it can deadlock). A run's :class:`~slipstream.runtime.workers.run.WorkerRun` sends,
-on the control socket, the sockets to the other workers, the driver's ``sys.path``, directory
-and environment, then the job (cloudpickled, so lambdas and closures of the driver's
-``__main__`` come along).
+Forked by the driver's fork server (:mod:`.fork_server`) — never a fork of the driver itself: the
+driver may already run polars' thread pool, a source's reader thread or a web server, and a fork
+copies their locks in whatever state they are (polars warns that it can deadlock). A run's
+:class:`~slipstream.runtime.workers.run.WorkerRun` sends, on the control socket, the sockets to
+the other workers, the driver's ``sys.path``, directory and environment, then the job
+(cloudpickled, so lambdas and closures of the driver's ``__main__`` come along).
 
 The worker builds a :class:`~slipstream.runtime.executor.JobRun` of its subtasks, restores them
 from the checkpoint the driver names, and reports ready; once every worker is ready the driver
@@ -280,11 +279,12 @@ class Worker:
                               "finished_subtasks": finished_subtasks(self.run)}))
 
 
-def main() -> None:
-    """The worker process's entry (see the module docstring): a spare until a run gives it work.
-    It takes the driver's path, directory, environment and fsspec settings (credentials set in code)."""
+def main(control_fd: int) -> None:
+    """The worker process's entry on its control socket (see the module docstring), right after its
+    fork server forked it: a spare until a run gives it work. It takes the driver's path, directory,
+    environment and fsspec settings (credentials set in code)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the driver's to handle: it stops the workers
-    waiting = socket.socket(fileno=int(sys.argv[1]))
+    waiting = socket.socket(fileno=control_fd)
     given, fds, _, _ = socket.recv_fds(waiting, 1, MAX_PEERS)  # a spare waits here, its imports done
     if not given:  # the driver ended without a run for this spare
         _exit(0)

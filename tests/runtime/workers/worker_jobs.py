@@ -23,6 +23,7 @@ from slipstream.datastream.connectors.number_seq import NumberSequenceSource
 from slipstream.datastream.time import Time
 from slipstream.datastream.watermark_strategy import TimestampAssigner, WatermarkStrategy
 from slipstream.datastream.window import EndOfStreamWindows, TumblingEventTimeWindows
+from slipstream.runtime.workers.fork_server import SERVER_NAME, WORKER_NAME
 from slipstream.testing import CollectingSink, TestStream
 
 KEYS = 7
@@ -160,33 +161,51 @@ class Fault:
         return x
 
 
-def worker_processes(parent: int | None = None, marker: str | None = None) -> list[int]:
-    """The pids of worker processes that still exist (zombies too), from /proc: those this process
-    started, or (``marker``) those whose environment holds ``marker``, whoever their parent is now."""
-    parent = os.getpid() if parent is None and marker is None else parent
-    found = []
+def _slipstream_processes() -> dict[int, tuple[str, int, bytes]]:
+    """Every process a fork server of slipstream's is or forked (zombies too), from /proc: its
+    name, its parent and its environment."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
+            with open(f"/proc/{entry}/comm", "rb") as comm:
+                name = comm.read().strip()
+            if name not in (WORKER_NAME, SERVER_NAME):
+                continue
             with open(f"/proc/{entry}/stat") as stat:
                 ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                command = cmdline.read()
             with open(f"/proc/{entry}/environ", "rb") as environ:
                 variables = environ.read()
         except OSError:
             continue
-        if b"slipstream.runtime.workers" in command and (parent is None or ppid == parent) \
-                and (marker is None or marker.encode() in variables):
-            found.append(int(entry))
+        found[int(entry)] = (name.decode(), ppid, variables)
     return found
 
 
+def worker_processes(parent: int | None = None, marker: str | None = None, servers: bool = False) -> list[int]:
+    """The pids of worker processes that still exist: those this process's fork server forked, or
+    (``marker``) those whose environment holds ``marker``, whoever their parent is now; with
+    ``servers``, the fork servers too (a driver's lives as long as the driver). A child forked a
+    moment ago may still bear its server's name: a server's child is a worker whatever its name."""
+    parent = os.getpid() if parent is None and marker is None else parent
+    processes = _slipstream_processes()
+    server = SERVER_NAME.decode()
+
+    def is_server(pid: int) -> bool:
+        name, ppid, _ = processes[pid]
+        return name == server and processes.get(ppid, ("", 0, b""))[0] != server
+
+    return [pid for pid, (_, ppid, variables) in processes.items()
+            if (servers or not is_server(pid)) and (marker is None or marker.encode() in variables)
+            and (parent is None or ppid == parent or processes.get(ppid, ("", 0, b""))[1] == parent)]
+
+
 def workers_left(marker: str, within_s: float = 10.0) -> list[int]:
-    """The worker processes whose environment holds ``marker`` still there after waiting up to
-    ``within_s`` for them to end (they end by themselves once their driver's socket closes)."""
+    """The worker processes and fork servers whose environment holds ``marker`` still there after
+    waiting up to ``within_s`` for them to end (they end by themselves once their driver's socket
+    closes)."""
     deadline = time.monotonic() + within_s
-    while worker_processes(marker=marker) and time.monotonic() < deadline:
+    while worker_processes(marker=marker, servers=True) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return worker_processes(marker=marker)
+    return worker_processes(marker=marker, servers=True)

@@ -1,0 +1,306 @@
+"""The fork server: one process per driver that has imported the worker's code and forks a worker in milliseconds.
+
+A fresh interpreter spends 0.2–0.4 s of CPU importing slipstream, pyarrow and numpy before it can
+run a subtask, so every run on N workers paid N of those starts (and a restart after a failure
+paid them again). The driver starts one fork server the first time it needs a worker: a fresh
+interpreter (``python -m slipstream.runtime.workers --fork-server FD``, never a fork of the
+driver, whose threads and locks a fork would copy in whatever state they are) that imports the
+worker's code, freezes what it holds for the garbage collector, and then forks each worker the
+driver asks for: a child inherits the imports and runs :func:`~slipstream.runtime.workers.worker.main`
+on the control socket the driver sent with the request. The server runs no other thread of
+its own and polars is not imported in it (polars warns that a fork can deadlock its thread pool);
+the threads its imports start — pyarrow's allocator, numpy's BLAS — handle a fork themselves.
+
+Its workers are its children, not the driver's: it reaps each one and reports its exit status,
+which :class:`ForkedProcess` (the driver's handle, used as a :class:`subprocess.Popen` is) reads.
+It ignores Ctrl-C (the driver stops the workers) and exits when the driver's end of its socket
+closes; each worker exits by itself when its own control socket does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import gc
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+import slipstream
+
+WORKER_NAME = b"slipstream-work"
+"""A forked worker's process name (what ``ps`` and ``top`` show, ``/proc/PID/comm``)."""
+SERVER_NAME = b"slipstream-fork"
+"""The fork server's process name."""
+
+_FORKED = b"P"  # (pid): the worker a request asked for
+_EXITED = b"X"  # (pid, exit code as Popen gives it: negative for a signal, CPU seconds it used)
+_REPORT = struct.Struct("<qqd")
+UNKNOWN_EXIT = 255
+"""The exit code of a worker whose fork server died before reporting it (the worker itself ended)."""
+
+
+def set_process_name(name: bytes) -> None:
+    """Name this process (Linux's ``prctl(PR_SET_NAME)``; elsewhere its name stays)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+# -- the server process -------------------------------------------------------------------------
+def serve(fd: int, run_worker: Callable[[int], None]) -> None:
+    """The fork server's loop on the socket ``fd`` to its driver: fork a worker (``run_worker`` on
+    the control socket a request brings) per request, report each child's exit, end at EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_process_name(SERVER_NAME)
+    driver = socket.socket(fileno=fd)
+    reaped_read, reaped_write = os.pipe()
+    os.set_blocking(reaped_write, False)
+    signal.set_wakeup_fd(reaped_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # its wake-up byte ends the select below
+    gc.freeze()  # the imports stay shared with every child: the collector never walks (so writes) them
+    try:
+        while True:
+            readable, _, _ = select.select([driver.fileno(), reaped_read], [], [])
+            if reaped_read in readable:
+                os.read(reaped_read, 4096)
+                _report_exits(driver)
+            if driver.fileno() in readable:
+                message, fds, _, _ = socket.recv_fds(driver, 1, 1)
+                if not message:
+                    break  # the driver ended; each worker ends once its control socket closes
+                pid = os.fork()
+                if pid == 0:
+                    _become_worker(fds[0], run_worker, driver, reaped_read, reaped_write)
+                os.close(fds[0])
+                driver.sendall(_FORKED + _REPORT.pack(pid, 0, 0.0))
+    except OSError:  # the driver's end broke: it died
+        pass
+    os._exit(0)
+
+
+def _become_worker(control_fd: int, run_worker: Callable[[int], None], *server_ends: socket.socket | int) -> NoReturn:
+    """The forked child: drop the server's sockets and signal handling, run the worker, never return."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for end in server_ends:
+            if isinstance(end, socket.socket):
+                end.close()
+            else:
+                os.close(end)
+        set_process_name(WORKER_NAME)
+        run_worker(control_fd)
+    finally:
+        os._exit(1)  # a worker ends with os._exit of its own; this only if it failed to start
+
+
+def _report_exits(driver: socket.socket) -> None:
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        cpu = usage.ru_utime + usage.ru_stime
+        driver.sendall(_EXITED + _REPORT.pack(pid, os.waitstatus_to_exitcode(status), cpu))
+
+
+# -- the driver's side --------------------------------------------------------------------------
+class ForkServer:
+    """The driver's connection to its fork server, started on first use (and again if it died)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._socket: socket.socket | None = None
+        self._buffer = b""
+        self._generation = 0  # how many servers were started: a worker's exit is reported by its own
+        self.exit_codes: dict[int, int] = {}
+        self.cpu_seconds = 0.0
+        """CPU time the workers that ended used (they are the server's children, not the driver's:
+        ``getrusage(RUSAGE_CHILDREN)`` in the driver does not count them)."""
+
+    def fork(self) -> tuple[ForkedProcess, socket.socket]:
+        """A new worker process and the driver's end of its control socket."""
+        ours, theirs = socket.socketpair()
+        try:
+            with self._lock:
+                try:
+                    pid = self._fork(theirs)
+                except (OSError, EOFError):  # the server died: a new one
+                    self._close()
+                    pid = self._fork(theirs)
+        finally:
+            theirs.close()
+        return ForkedProcess(self, pid, self._generation), ours
+
+    def _fork(self, control: socket.socket) -> int:
+        server = self._connected()
+        socket.send_fds(server, [b"F"], [control.fileno()])
+        while True:
+            for kind, pid in self._take_reports(server, None):
+                if kind == _FORKED:
+                    return pid
+
+    def _connected(self) -> socket.socket:
+        if self._socket is None or self._process is None or self._process.poll() is not None:
+            self._close()
+            self._start()
+        assert self._socket is not None
+        return self._socket
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(slipstream.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "slipstream.runtime.workers", "--fork-server", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], env=env)
+        finally:
+            theirs.close()
+        self._socket = ours
+        self._buffer = b""
+        self._generation += 1
+
+    def _close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+
+    def _take_reports(self, server: socket.socket, timeout: float | None) -> list[tuple[bytes, int]]:
+        """The reports that came within ``timeout`` (exits noted in :attr:`exit_codes`); raises
+        ``EOFError`` when the server is gone."""
+        ready, _, _ = select.select([server], [], [], timeout)
+        if not ready:
+            return []
+        data = server.recv(65536)
+        if not data:
+            raise EOFError("the fork server is gone")
+        self._buffer += data
+        size = 1 + _REPORT.size
+        reports = []
+        while len(self._buffer) >= size:
+            kind, (pid, code, cpu) = self._buffer[:1], _REPORT.unpack_from(self._buffer, 1)
+            self._buffer = self._buffer[size:]
+            if kind == _EXITED:
+                self.exit_codes[pid] = code
+                self.cpu_seconds += cpu
+            reports.append((kind, pid))
+        return reports
+
+    def exit_code(self, pid: int, generation: int, timeout: float) -> int | None:
+        """The exit code of worker ``pid`` (forked by server ``generation``) once it ended, waiting up
+        to ``timeout`` seconds for it."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while pid not in self.exit_codes:
+                remaining = deadline - time.monotonic()
+                if self._socket is None or generation != self._generation:
+                    return _ended_elsewhere(pid, remaining)
+                try:
+                    self._take_reports(self._socket, max(0.0, remaining))
+                except (EOFError, OSError):
+                    self._close()
+                    return _ended_elsewhere(pid, remaining)
+                if remaining <= 0:
+                    break
+            return self.exit_codes.get(pid)
+
+    def stop(self) -> None:
+        """End the fork server (at the driver's exit)."""
+        with self._lock:
+            self._close()
+
+
+def _ended_elsewhere(pid: int, timeout: float) -> int | None:
+    """The exit of a worker whose fork server died: it was handed to init, which reaps it; only that
+    it ended is known."""
+    deadline = time.monotonic() + timeout
+    while _exists(pid):
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+    return UNKNOWN_EXIT
+
+
+def _exists(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not reaped yet, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+class ForkedProcess:
+    """A worker forked by the fork server, as the driver uses a :class:`subprocess.Popen`."""
+
+    def __init__(self, server: ForkServer, pid: int, generation: int) -> None:
+        self._server = server
+        self.pid = pid
+        self._generation = generation
+
+    @property
+    def returncode(self) -> int | None:
+        return self._server.exit_codes.get(self.pid)
+
+    def poll(self) -> int | None:
+        return self._server.exit_code(self.pid, self._generation, 0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._server.exit_code(self.pid, self._generation, 1e9 if timeout is None else timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+        return code
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+_server = ForkServer()
+atexit.register(_server.stop)
+
+
+def ended_workers_cpu_seconds() -> float:
+    """CPU seconds used by this driver's worker processes that ended (and were reported so far)."""
+    return _server.cpu_seconds
+
+
+def fork_worker() -> tuple[ForkedProcess, socket.socket]:
+    """A new worker process, forked by this driver's fork server, and the driver's end of its
+    control socket (the worker waits on it for a run, as a spare does)."""
+    return _server.fork()
+
+
+__all__ = ["SERVER_NAME", "UNKNOWN_EXIT", "WORKER_NAME", "ForkServer", "ForkedProcess", "ended_workers_cpu_seconds",
+           "fork_worker", "set_process_name"]

@@ -1,0 +1,51 @@
+"""The fork server: it forks worker processes for the driver and reports how each ended, as
+subprocess reports the end of a child; a server that died is replaced, and none outlives its driver."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from worker_jobs import worker_processes
+
+from slipstream.runtime.workers.fork_server import UNKNOWN_EXIT, ForkServer
+
+
+def started_here(before: set[int]) -> set[int]:
+    """The fork servers and workers of this process that were not there ``before`` (the suite's jobs
+    may have started this process's own fork server already)."""
+    return set(worker_processes(servers=True)) - before
+
+
+def test_a_forked_worker_s_end_is_reported_as_subprocess_reports_a_child_s():
+    before, server = set(worker_processes(servers=True)), ForkServer()
+    try:
+        killed, killed_control = server.fork()
+        idle, idle_control = server.fork()
+        assert killed.poll() is None and idle.poll() is None
+        assert {killed.pid, idle.pid} <= started_here(before) and len(started_here(before)) == 3  # and the server
+        killed.kill()
+        assert killed.wait(timeout=10) == -signal.SIGKILL
+        idle_control.close()  # a worker given no run exits once its control socket closes
+        assert idle.wait(timeout=10) == 0
+        killed_control.close()
+    finally:
+        server.stop()
+    assert started_here(before) == set()
+
+
+def test_a_fork_server_that_died_is_replaced_and_the_workers_it_forked_still_end():
+    before, server = set(worker_processes(servers=True)), ForkServer()
+    try:
+        orphan, orphan_control = server.fork()
+        (first_server,) = started_here(before) - {orphan.pid}
+        os.kill(first_server, signal.SIGKILL)
+        worker, worker_control = server.fork()
+        assert worker.poll() is None and first_server not in started_here(before)
+        orphan_control.close()  # its server is gone: that it ended is all that is known
+        assert orphan.wait(timeout=10) == UNKNOWN_EXIT
+        worker_control.close()
+        assert worker.wait(timeout=10) == 0
+    finally:
+        server.stop()
+    assert started_here(before) == set()
