@@ -65,9 +65,13 @@ from slipstream.datastream.job_spec import JobSpec
 from slipstream.datastream.progress_listener import JobProgressListener, JobTerminatedEvent
 from slipstream.runtime import driver
 from slipstream.runtime.job_graph import JobGraph
+from slipstream.runtime.workers.fork_server import PRELOAD_VARIABLE
 from slipstream.runtime.workers.placement import Placement
 
 os.environ.setdefault("SLIPSTREAM_WORKERS", "1")  # see the module docstring: kill tests' job processes inherit it
+# a worker running a function of a test module imports that module, and so pytest and hypothesis: the
+# fork server imports them once (its workers inherit them), not every worker of every job
+os.environ.setdefault(PRELOAD_VARIABLE, "pytest,hypothesis")
 
 pytest_plugins = ("pytester",)  # tests/testing checks the env fixture on tests it runs
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import gc
+import importlib
 import os
 import select
 import signal
@@ -40,6 +41,11 @@ WORKER_NAME = b"slipstream-work"
 """A forked worker's process name (what ``ps`` and ``top`` show, ``/proc/PID/comm``)."""
 SERVER_NAME = b"slipstream-fork"
 """The fork server's process name."""
+
+PRELOAD_VARIABLE = "SLIPSTREAM_WORKER_PRELOAD"
+"""Modules (comma-separated) the fork server imports before it forks, besides the worker's code: the
+libraries a job's functions import, paid once per driver instead of once per worker (as
+``multiprocessing.set_forkserver_preload``; one that fails to import is left to the workers)."""
 
 _FORKED = b"P"  # (pid): the worker a request asked for
 _EXITED = b"X"  # (pid, exit code as Popen gives it: negative for a signal, CPU seconds it used)
@@ -67,6 +73,7 @@ def serve(fd: int, run_worker: Callable[[int], None]) -> None:
     os.set_blocking(reaped_write, False)
     signal.set_wakeup_fd(reaped_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # its wake-up byte ends the select below
+    _preload(os.environ.get(PRELOAD_VARIABLE, ""))
     gc.freeze()  # the imports stay shared with every child: the collector never walks (so writes) them
     try:
         while True:
@@ -86,6 +93,14 @@ def serve(fd: int, run_worker: Callable[[int], None]) -> None:
     except OSError:  # the driver's end broke: it died
         pass
     os._exit(0)
+
+
+def _preload(modules: str) -> None:
+    for name in filter(None, (module.strip() for module in modules.split(","))):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a worker that needs it imports it, and fails there naming it
+            continue
 
 
 def _become_worker(control_fd: int, run_worker: Callable[[int], None], *server_ends: socket.socket | int) -> NoReturn:
@@ -302,5 +317,5 @@ def fork_worker() -> tuple[ForkedProcess, socket.socket]:
     return _server.fork()
 
 
-__all__ = ["SERVER_NAME", "UNKNOWN_EXIT", "WORKER_NAME", "ForkServer", "ForkedProcess", "ended_workers_cpu_seconds",
-           "fork_worker", "set_process_name"]
+__all__ = ["PRELOAD_VARIABLE", "SERVER_NAME", "UNKNOWN_EXIT", "WORKER_NAME", "ForkServer", "ForkedProcess",
+           "ended_workers_cpu_seconds", "fork_worker", "set_process_name"]

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+
+import pytest
 
 from worker_jobs import worker_processes
 
-from slipstream.runtime.workers.fork_server import UNKNOWN_EXIT, ForkServer
+from slipstream.runtime.workers.fork_server import PRELOAD_VARIABLE, UNKNOWN_EXIT, ForkServer
 
 
 def started_here(before: set[int]) -> set[int]:
@@ -49,3 +53,26 @@ def test_a_fork_server_that_died_is_replaced_and_the_workers_it_forked_still_end
     finally:
         server.stop()
     assert started_here(before) == set()
+
+
+DRIVER = """
+import sys
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.testing import CollectingSink
+
+env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).configure(workers=2)
+sink = CollectingSink()
+env.from_collection(list(range(8))).map(lambda _: "colorsys" in sys.modules).sink_to(sink)
+env.execute("preloaded?")
+print(sorted(set(sink.values)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("preload,found", [("colorsys, no_such_module", "[True]"), ("", "[False]")])
+def test_the_modules_named_to_preload_are_imported_once_in_the_server_and_found_by_every_worker(
+        tmp_path, preload: str, found: str):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120, check=True,
+                          env={**os.environ, PRELOAD_VARIABLE: preload})
+    assert done.stdout.decode().strip() == found  # a module that does not exist is left out
