@@ -76,3 +76,38 @@ def test_the_modules_named_to_preload_are_imported_once_in_the_server_and_found_
     done = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120, check=True,
                           env={**os.environ, PRELOAD_VARIABLE: preload})
     assert done.stdout.decode().strip() == found  # a module that does not exist is left out
+
+
+FORKED_DRIVER = """
+import os, sys
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.testing import CollectingSink
+
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+def run(name):
+    \"\"\"Whether the job ran on workers forked by a server this process started.\"\"\"
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).configure(workers=2)
+    sink = CollectingSink()
+    env.from_collection(list(range(20))).map(lambda x: (x * 2, os.getppid())).sink_to(sink)
+    env.execute(name)
+    servers = {server for _, server in sink.values}
+    return sorted(x for x, _ in sink.values) == [x * 2 for x in range(20)] and \\
+        all(parent_of(server) == os.getpid() for server in servers)
+
+assert run("before the fork")
+child = os.fork()
+if child == 0:
+    os._exit(0 if run("in the child") else 1)
+_, status = os.waitpid(child, 0)
+print(os.waitstatus_to_exitcode(status), run("after the fork"), flush=True)
+"""
+
+
+def test_a_driver_forked_by_its_user_s_code_runs_its_jobs_on_workers_of_a_fork_server_of_its_own(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(FORKED_DRIVER)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120, check=True)
+    assert done.stdout.decode().strip() == "0 True"
