@@ -220,6 +220,8 @@ class ForkServer:
             if kind == _EXITED:
                 self.exit_codes[pid] = code
                 self.cpu_seconds += cpu
+            else:  # a new worker: its pid may be one an ended worker had (reported before, in order)
+                self.exit_codes.pop(pid, None)
             reports.append((kind, pid))
         return reports
 

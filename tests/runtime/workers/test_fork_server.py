@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ import pytest
 
 from worker_jobs import worker_processes
 
-from slipstream.runtime.workers.fork_server import PRELOAD_VARIABLE, UNKNOWN_EXIT, ForkServer
+from slipstream.runtime.workers.fork_server import _REPORT, PRELOAD_VARIABLE, UNKNOWN_EXIT, ForkServer
 
 
 def started_here(before: set[int]) -> set[int]:
@@ -111,3 +112,14 @@ def test_a_driver_forked_by_its_user_s_code_runs_its_jobs_on_workers_of_a_fork_s
     script.write_text(FORKED_DRIVER)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120, check=True)
     assert done.stdout.decode().strip() == "0 True"
+
+
+def test_a_new_worker_with_the_pid_of_one_that_ended_is_not_taken_for_ended():
+    """A long-lived driver forks thousands of workers and the system reuses their pids: the server
+    reports the old one's exit before it forks the new one, and the new one's fork clears it (else a
+    live worker would read as exited, and not be killed when its run fails)."""
+    server, (ours, theirs) = ForkServer(), socket.socketpair()
+    theirs.sendall(b"X" + _REPORT.pack(4242, 0, 0.5) + b"P" + _REPORT.pack(4242, 0, 0.0))
+    reports = server._take_reports(ours, 5) + server._take_reports(ours, 0)
+    assert reports == [(b"X", 4242), (b"P", 4242)]
+    assert 4242 not in server.exit_codes and server.cpu_seconds == 0.5
