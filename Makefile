@@ -28,7 +28,7 @@ test: $(BIN)/.installed browser bytecode
 	$(BIN)/python -m pytest -n auto --maxprocesses=4
 
 # The suite again with every job that configures no worker count on two worker processes (tests of
-# one-process mechanics are marked one_process and stay in it): about twice `make test`'s time.
+# one-process mechanics are marked one_process and stay in it): about 1.4 times `make test`'s time.
 test-workers: $(BIN)/.installed browser bytecode
 	SLIPSTREAM_WORKERS=2 $(BIN)/python -m pytest -n auto --maxprocesses=4
 
