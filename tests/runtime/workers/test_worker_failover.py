@@ -144,17 +144,24 @@ def test_a_task_that_has_not_had_its_first_turn_does_not_stop_checkpoints_on_wor
 
 
 
+def paced_negation(n: int) -> int:
+    if n % 100 == 0:
+        time.sleep(0.002)
+    return -n
+
+
 def test_a_checkpoint_interval_in_records_is_kept_on_workers(tmp_path):
     """Workers tell the driver how far their sources read as soon as they read their share of the
     interval, not only with each heartbeat: 100,000 records at one checkpoint per 1,000 took 2
     checkpoints on two workers, against 99 in one process. The heartbeat is 10 s here, so that a run
-    slowed by a loaded machine cannot reach the count through heartbeats alone."""
+    slowed by a loaded machine cannot reach the count through heartbeats alone; the map sleeps 2 ms
+    every 100 records (about 1 s a worker), so a fast run does not end before its checkpoints come."""
     env = environment(2, 2).configure(heartbeat_interval_ms=10_000)
     env.get_checkpoint_config().set_checkpoint_interval_records(1_000).set_checkpoint_storage_dir(str(tmp_path))
     sink = CollectingSink()
-    env.from_collection(list(range(100_000))).map(lambda n: -n).sink_to(sink)
+    env.from_collection(list(range(100_000))).map(paced_negation).sink_to(sink)
     stats = env.execute("records-interval").get_accumulator_result("checkpoints")
-    assert stats["completed"] >= 8, stats  # one at a time, each a few ms: 28-36 on a quiet machine, 13 loaded
+    assert stats["completed"] >= 8, stats  # one at a time, each a few ms: 96 on a quiet machine
     assert sorted(sink.values) == sorted(-n for n in range(100_000))
 
 
