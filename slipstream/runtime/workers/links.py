@@ -106,13 +106,14 @@ class PeerSocket:
                 break
             buffer += chunk[:size]
         start, end = 0, len(buffer)
-        while end - start >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(buffer, start)
-            if end - start - _LENGTH.size < length:
-                break
-            start += _LENGTH.size
-            inbox.append(bytes(buffer[start:start + length]))
-            start += length
+        with memoryview(buffer) as view:  # each message copied once, out of the buffer
+            while end - start >= _LENGTH.size:
+                (length,) = _LENGTH.unpack_from(view, start)
+                if end - start - _LENGTH.size < length:
+                    break
+                start += _LENGTH.size
+                inbox.append(view[start:start + length].tobytes())
+                start += length
         if start:
             del buffer[:start]
 
