@@ -5,8 +5,10 @@ elements of every channel between them and the credits coming back, each message
 length. A producer's end (:class:`OutboundChannel`) sends each element as it is pushed and counts
 it; it is full — its task is not scheduled, as with a full in-memory channel — while ``capacity``
 elements are not yet taken by the consumer. The consumer's end is the ordinary :class:`Channel`
-its task reads; as the task takes elements, their credits go back
-(:meth:`WorkerLinks.send_credits`). BLOCKING channels are never full (their consumer spills), as
+its task reads; as the task takes elements, their credits go back, half a capacity at a time
+(:meth:`WorkerLinks.send_credits`): a producer can only be full once its consumer was given the
+whole capacity, so the credits always come back, and a stream of single records does not send a
+credit message back for each. BLOCKING channels are never full (their consumer spills), as
 in one process.
 
 Only the worker's task thread touches these sockets, and it never blocks on one: what a socket
@@ -30,6 +32,7 @@ import os
 import selectors
 import socket
 import struct
+import time
 from collections import deque
 from itertools import islice
 from typing import Any
@@ -46,6 +49,9 @@ RECEIVE_CHUNK = 1 << 18
 """Bytes read from a socket per call (a larger message arrives over several)."""
 SEND_PIECES = 64
 """Buffers handed to one ``sendmsg`` at most (well under the system's IOV_MAX)."""
+POLL_INTERVAL_S = 0.0002
+"""While tasks run, the sockets are looked at between turns once this long passed since they were
+last: a look costs a system call and a few microseconds, as much as a record's whole hop."""
 
 
 class PeerSocket:
@@ -176,6 +182,7 @@ class WorkerLinks:
         os.set_blocking(self._woken_read, False)
         os.set_blocking(self._woken_write, False)
         self._woken = False
+        self._polled_at = 0.0  # time.perf_counter() of the last look at the sockets
         self._selector.register(self._woken_read, selectors.EVENT_READ, None)
         for peer in self.peers.values():
             self._selector.register(peer.socket, selectors.EVENT_READ, peer)
@@ -204,6 +211,7 @@ class WorkerLinks:
 
     def _poll(self, timeout: float | None) -> None:
         """Take in what the sockets hold and send what waits for them, waiting up to ``timeout``."""
+        self._polled_at = time.perf_counter()
         for peer in self.peers.values():
             if peer.queued is not peer.writing and not peer.closed:
                 peer.writing = peer.queued
@@ -250,10 +258,11 @@ class WorkerLinks:
         return bool(self._inbox) and not self._holding
 
     def drain(self) -> None:
-        """Take in what the sockets hold, send what waits for them; put the elements received into
-        their channels and take the credits received (up to a barrier of a checkpoint not triggered
-        here yet)."""
-        self._poll(0)
+        """Take in what the sockets hold (unless they were looked at within ``POLL_INTERVAL_S``), send
+        what waits for them; put the elements received into their channels and take the credits
+        received (up to a barrier of a checkpoint not triggered here yet)."""
+        if time.perf_counter() - self._polled_at >= POLL_INTERVAL_S:
+            self._poll(0)
         inbox = self._inbox
         self._holding = False
         while inbox:
@@ -274,15 +283,14 @@ class WorkerLinks:
                 inbound.channel.producer_finished = True
 
     def send_credits(self) -> None:
-        """Give back the credits of the elements tasks took: at half a channel's capacity, or all of
-        them once its queue is empty (so an idle consumer never holds a producer back)."""
+        """Give back the credits of the elements tasks took, once they are half a channel's capacity."""
         by_peer: dict[int, dict[int, int]] = {}
         for channel_id, inbound in self._inbound.items():
             if not inbound.bounded:
                 continue
             channel = inbound.channel
             taken = inbound.delivered - len(channel) - inbound.returned
-            if taken > 0 and (taken * 2 >= channel.capacity or not channel.queue):
+            if taken > 0 and taken * 2 >= channel.capacity:
                 by_peer.setdefault(inbound.peer, {})[channel_id] = taken
                 inbound.returned += taken
         for peer, credits in by_peer.items():
