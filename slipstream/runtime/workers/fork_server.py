@@ -13,6 +13,9 @@ the threads its imports start — pyarrow's allocator, numpy's BLAS — handle a
 
 Its workers are its children, not the driver's: it reaps each one and reports its exit status,
 which :class:`ForkedProcess` (the driver's handle, used as a :class:`subprocess.Popen` is) reads.
+Each fork has a number of its own, and an exit is reported with it: the system reuses pids, and in
+a driver running several jobs a new worker can have the pid of another job's worker that ended,
+whose handle must still read as ended (and must never signal the new one).
 It ignores Ctrl-C (the driver stops the workers) and exits when the driver's end of its socket
 closes; each worker exits by itself when its own control socket does.
 """
@@ -23,6 +26,7 @@ import atexit
 import ctypes
 import gc
 import importlib
+import itertools
 import os
 import select
 import signal
@@ -32,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -47,9 +52,9 @@ PRELOAD_VARIABLE = "SLIPSTREAM_WORKER_PRELOAD"
 libraries a job's functions import, paid once per driver instead of once per worker (as
 ``multiprocessing.set_forkserver_preload``; one that fails to import is left to the workers)."""
 
-_FORKED = b"P"  # (pid): the worker a request asked for
-_EXITED = b"X"  # (pid, exit code as Popen gives it: negative for a signal, CPU seconds it used)
-_REPORT = struct.Struct("<qqd")
+_FORKED = b"P"  # (pid, fork number): the worker a request asked for
+_EXITED = b"X"  # (pid, fork number, exit code as Popen gives it: negative for a signal, CPU seconds it used)
+_REPORT = struct.Struct("<qqqd")
 UNKNOWN_EXIT = 255
 """The exit code of a worker whose fork server died before reporting it (the worker itself ended)."""
 
@@ -75,12 +80,14 @@ def serve(fd: int, run_worker: Callable[[int], None]) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # its wake-up byte ends the select below
     _preload(os.environ.get(PRELOAD_VARIABLE, ""))
     gc.freeze()  # the imports stay shared with every child: the collector never walks (so writes) them
+    children: dict[int, int] = {}  # pid -> fork number, while the child lives
+    numbers = itertools.count(1)
     try:
         while True:
             readable, _, _ = select.select([driver.fileno(), reaped_read], [], [])
             if reaped_read in readable:
                 os.read(reaped_read, 4096)
-                _report_exits(driver)
+                _report_exits(driver, children)
             if driver.fileno() in readable:
                 message, fds, _, _ = socket.recv_fds(driver, 1, 1)
                 if not message:
@@ -89,7 +96,8 @@ def serve(fd: int, run_worker: Callable[[int], None]) -> None:
                 if pid == 0:
                     _become_worker(fds[0], run_worker, driver, reaped_read, reaped_write)
                 os.close(fds[0])
-                driver.sendall(_FORKED + _REPORT.pack(pid, 0, 0.0))
+                number = children[pid] = next(numbers)
+                driver.sendall(_FORKED + _REPORT.pack(pid, number, 0, 0.0))
     except OSError:  # the driver's end broke: it died
         pass
     os._exit(0)
@@ -119,7 +127,8 @@ def _become_worker(control_fd: int, run_worker: Callable[[int], None], *server_e
         os._exit(1)  # a worker ends with os._exit of its own; this only if it failed to start
 
 
-def _report_exits(driver: socket.socket) -> None:
+def _report_exits(driver: socket.socket, children: dict[int, int]) -> None:
+    """Reap the children that ended and report each (before any later fork can reuse its pid)."""
     while True:
         try:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -128,7 +137,7 @@ def _report_exits(driver: socket.socket) -> None:
         if pid == 0:
             return
         cpu = usage.ru_utime + usage.ru_stime
-        driver.sendall(_EXITED + _REPORT.pack(pid, os.waitstatus_to_exitcode(status), cpu))
+        driver.sendall(_EXITED + _REPORT.pack(pid, children.pop(pid, 0), os.waitstatus_to_exitcode(status), cpu))
 
 
 # -- the driver's side --------------------------------------------------------------------------
@@ -141,7 +150,8 @@ class ForkServer:
         self._socket: socket.socket | None = None
         self._buffer = b""
         self._generation = 0  # how many servers were started: a worker's exit is reported by its own
-        self.exit_codes: dict[int, int] = {}
+        self._forked: weakref.WeakValueDictionary[tuple[int, int], ForkedProcess] = weakref.WeakValueDictionary()
+        """The handles of the workers not reported ended yet, by (server generation, fork number)."""
         self.cpu_seconds = 0.0
         """CPU time the workers that ended used (they are the server's children, not the driver's:
         ``getrusage(RUSAGE_CHILDREN)`` in the driver does not count them)."""
@@ -152,21 +162,22 @@ class ForkServer:
         try:
             with self._lock:
                 try:
-                    pid = self._fork(theirs)
+                    process = self._fork(theirs)
                 except (OSError, EOFError):  # the server died: a new one
                     self._close()
-                    pid = self._fork(theirs)
+                    process = self._fork(theirs)
         finally:
             theirs.close()
-        return ForkedProcess(self, pid, self._generation), ours
+        return process, ours
 
-    def _fork(self, control: socket.socket) -> int:
+    def _fork(self, control: socket.socket) -> ForkedProcess:
+        """A new worker on ``control``."""
         server = self._connected()
         socket.send_fds(server, [b"F"], [control.fileno()])
         while True:
-            for kind, pid in self._take_reports(server, None):
-                if kind == _FORKED:
-                    return pid
+            for forked in self._take_reports(server, None):
+                if forked is not None:
+                    return forked
 
     def _connected(self) -> socket.socket:
         if self._socket is None or self._process is None or self._process.poll() is not None:
@@ -202,9 +213,10 @@ class ForkServer:
                 self._process.wait()
             self._process = None
 
-    def _take_reports(self, server: socket.socket, timeout: float | None) -> list[tuple[bytes, int]]:
-        """The reports that came within ``timeout`` (exits noted in :attr:`exit_codes`); raises
-        ``EOFError`` when the server is gone."""
+    def _take_reports(self, server: socket.socket, timeout: float | None) -> list[ForkedProcess | None]:
+        """Take the reports that came within ``timeout``: an exit is noted in its worker's handle; a fork
+        gives the new worker's handle (None in the list for an exit). Raises ``EOFError`` when the
+        server is gone."""
         ready, _, _ = select.select([server], [], [], timeout)
         if not ready:
             return []
@@ -213,35 +225,56 @@ class ForkServer:
             raise EOFError("the fork server is gone")
         self._buffer += data
         size = 1 + _REPORT.size
-        reports = []
+        reports: list[ForkedProcess | None] = []
         while len(self._buffer) >= size:
-            kind, (pid, code, cpu) = self._buffer[:1], _REPORT.unpack_from(self._buffer, 1)
+            kind, (pid, number, code, cpu) = self._buffer[:1], _REPORT.unpack_from(self._buffer, 1)
             self._buffer = self._buffer[size:]
-            if kind == _EXITED:
-                self.exit_codes[pid] = code
-                self.cpu_seconds += cpu
-            else:  # a new worker: its pid may be one an ended worker had (reported before, in order)
-                self.exit_codes.pop(pid, None)
-            reports.append((kind, pid))
+            if kind == _FORKED:
+                forked = self._forked[self._generation, number] = ForkedProcess(self, pid, number, self._generation)
+                reports.append(forked)
+                continue
+            self.cpu_seconds += cpu
+            ended = self._forked.pop((self._generation, number), None)
+            if ended is not None:  # else nothing holds its handle any more
+                ended.returncode = code
+            reports.append(None)
         return reports
 
-    def exit_code(self, pid: int, generation: int, timeout: float) -> int | None:
-        """The exit code of worker ``pid`` (forked by server ``generation``) once it ended, waiting up
-        to ``timeout`` seconds for it."""
+    def exit_code(self, process: ForkedProcess, timeout: float) -> int | None:
+        """The exit code of worker ``process`` once it ended, waiting up to ``timeout`` seconds for it."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while pid not in self.exit_codes:
+            while process.returncode is None:
                 remaining = deadline - time.monotonic()
-                if self._socket is None or generation != self._generation:
-                    return _ended_elsewhere(pid, remaining)
+                if self._socket is None or process.generation != self._generation:
+                    process.returncode = _ended_elsewhere(process.pid, remaining)
+                    break
                 try:
                     self._take_reports(self._socket, max(0.0, remaining))
                 except (EOFError, OSError):
                     self._close()
-                    return _ended_elsewhere(pid, remaining)
+                    process.returncode = _ended_elsewhere(process.pid, remaining)
+                    break
                 if remaining <= 0:
                     break
-            return self.exit_codes.get(pid)
+            return process.returncode
+
+    def kill(self, process: ForkedProcess) -> None:
+        """SIGKILL worker ``process`` unless it ended. The reports that came are taken in first, under
+        the lock every fork takes: its pid cannot be another worker's by then (the server reports an
+        exit before any later fork)."""
+        with self._lock:
+            if process.returncode is None and self._socket is not None and process.generation == self._generation:
+                try:
+                    self._take_reports(self._socket, 0.0)
+                except (EOFError, OSError):
+                    pass  # the server died; its workers end as their control sockets close
+            if process.returncode is not None:
+                return
+            try:
+                os.kill(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def stop(self) -> None:
         """End the fork server (at the driver's exit)."""
@@ -276,32 +309,28 @@ def _exists(pid: int) -> bool:
 
 
 class ForkedProcess:
-    """A worker forked by the fork server, as the driver uses a :class:`subprocess.Popen`."""
+    """A worker forked by the fork server, as the driver uses a :class:`subprocess.Popen`: ``number``
+    names its fork among those of server ``generation`` (its pid may be reused once it ended)."""
 
-    def __init__(self, server: ForkServer, pid: int, generation: int) -> None:
+    def __init__(self, server: ForkServer, pid: int, number: int, generation: int) -> None:
         self._server = server
         self.pid = pid
-        self._generation = generation
-
-    @property
-    def returncode(self) -> int | None:
-        return self._server.exit_codes.get(self.pid)
+        self.number = number
+        self.generation = generation
+        self.returncode: int | None = None
+        """Its exit code once the server reported it (negative for a signal, as Popen gives it)."""
 
     def poll(self) -> int | None:
-        return self._server.exit_code(self.pid, self._generation, 0.0)
+        return self._server.exit_code(self, 0.0)
 
     def wait(self, timeout: float | None = None) -> int:
-        code = self._server.exit_code(self.pid, self._generation, 1e9 if timeout is None else timeout)
+        code = self._server.exit_code(self, 1e9 if timeout is None else timeout)
         if code is None:
             raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
         return code
 
     def kill(self) -> None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self._server.kill(self)
 
 
 _server = ForkServer()

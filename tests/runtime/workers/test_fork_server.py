@@ -114,12 +114,27 @@ def test_a_driver_forked_by_its_user_s_code_runs_its_jobs_on_workers_of_a_fork_s
     assert done.stdout.decode().strip() == "0 True"
 
 
-def test_a_new_worker_with_the_pid_of_one_that_ended_is_not_taken_for_ended():
-    """A long-lived driver forks thousands of workers and the system reuses their pids: the server
-    reports the old one's exit before it forks the new one, and the new one's fork clears it (else a
-    live worker would read as exited, and not be killed when its run fails)."""
+def test_a_worker_s_pid_reused_by_a_later_fork_leaves_each_handle_its_own_end_and_kills_only_the_live_one():
+    """A long-lived driver forks thousands of workers and the system reuses their pids (several jobs at
+    once in one driver, too): the server numbers each fork and reports each exit with its number, so
+    the handle of a worker that ended stays ended — its ``kill()`` (a failing run's) must not reach
+    the new worker that has its pid — and the new one reads as running."""
     server, (ours, theirs) = ForkServer(), socket.socketpair()
-    theirs.sendall(b"X" + _REPORT.pack(4242, 0, 0.5) + b"P" + _REPORT.pack(4242, 0, 0.0))
-    reports = server._take_reports(ours, 5) + server._take_reports(ours, 0)
-    assert reports == [(b"X", 4242), (b"P", 4242)]
-    assert 4242 not in server.exit_codes and server.cpu_seconds == 0.5
+    reused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # the pid both have
+    try:
+        server._socket, server._generation = ours, 1
+        theirs.sendall(b"P" + _REPORT.pack(reused.pid, 1, 0, 0.0))
+        (ended,) = server._take_reports(ours, 5)
+        theirs.sendall(b"X" + _REPORT.pack(reused.pid, 1, 0, 0.5) + b"P" + _REPORT.pack(reused.pid, 2, 0, 0.0))
+        (live,) = [forked for forked in server._take_reports(ours, 5) + server._take_reports(ours, 0) if forked]
+        assert (ended.pid, live.pid) == (reused.pid, reused.pid) and server.cpu_seconds == 0.5
+        assert ended.poll() == 0 and live.poll() is None
+        ended.kill()
+        with pytest.raises(subprocess.TimeoutExpired):
+            reused.wait(timeout=0.5)  # not killed
+        live.kill()
+        assert reused.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        reused.kill()
+        server.stop()
+        theirs.close()
