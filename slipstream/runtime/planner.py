@@ -18,8 +18,10 @@ the ``slipstream.planner`` logger with what it changed:
    aggregation on either batch engine, a vectorised co_group with the Spark engine.
 3. ``validate_loops``: feedback edges keep their head's parallelism; no operator that
    emits only at end of input feeds a loop.
-4. ``mark_blocking_edges`` (FLIP-327), never on a feedback edge nor inside a loop.
-5. ``choose_backlog_paths``: which sorting operators stream their backlog instead.
+4. ``choose_backlog_paths``: which sorting operators stream their backlog instead.
+5. ``mark_blocking_edges`` (FLIP-327), never on a feedback edge nor inside a loop; in BATCH mode
+   not into an operator that sorts the backlog of its one producer (its sort buffer is the
+   blocking exchange).
 
 Last, :func:`chain` groups the nodes into job vertices: forward edges between nodes of equal
 parallelism and scope become direct calls inside one task (a feedback edge never is one).
@@ -48,6 +50,7 @@ from slipstream.datastream.transformations import (
     UnionTransformation,
 )
 from slipstream.errors import InvalidProgramError
+from slipstream.operators.backlog_path import BacklogPath
 from slipstream.operators.base import StreamOperator
 from slipstream.runtime.batch.spark_planning import plan_spark_queries
 from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEdge, StreamNode
@@ -269,7 +272,8 @@ def _reachable_feedback_tail(start: StreamNode) -> StreamEdge | None:
 
 def mark_blocking_edges(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
     """Pass: edges leaving an ``is_output_on_eof`` operator block (FLIP-327); in BATCH mode every
-    edge that is not chained does. A blocking edge is never chained."""
+    edge that is not chained does (:func:`_sorts_its_only_producer` names the exception). A blocking
+    edge is never chained."""
     batch = graph.mode is RuntimeExecutionMode.BATCH
     graph = graph.copy()
     for node in graph.nodes:
@@ -280,9 +284,21 @@ def mark_blocking_edges(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
             # inside a loop every edge streams: a loop's tasks cannot wait for one another to finish
             in_loop = edge.source.transformation.scope != ROOT_SCOPE or \
                 edge.target.transformation.scope != ROOT_SCOPE
-            if output_on_eof or (batch and not in_loop and not _chainable(edge)):
+            if output_on_eof or (batch and not in_loop and not _sorts_its_only_producer(edge) and not _chainable(edge)):
                 edge.kind = EdgeKind.BLOCKING
     return graph
+
+
+def _sorts_its_only_producer(edge: StreamEdge) -> bool:
+    """Whether ``edge`` is the one input of an operator that sorts its backlog, each of whose subtasks
+    reads one producer subtask: such an operator buffers all its input and emits nothing before it
+    ended, as a blocking exchange would make it, so a BLOCKING channel would only hold (and spill)
+    what its sort buffer holds again. (Reading several producers, or inputs, as they come would make
+    the order of their records' arrival — BATCH mode's tie-break after the timestamp — depend on
+    the scheduler, where behind blocking edges it does not.)"""
+    target = edge.target
+    return (target.backlog_path in (BacklogPath.SORTED, BacklogPath.VECTORISED) and len(target.in_edges) == 1
+            and (edge.source.parallelism == 1 or edge.partitioning is Partitioning.FORWARD))
 
 
 def choose_backlog_paths(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
@@ -302,8 +318,8 @@ def choose_backlog_paths(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
     return graph
 
 
-PASSES: tuple[Pass, ...] = (resolve_mode, plan_spark_queries, validate_loops, mark_blocking_edges,
-                            choose_backlog_paths)
+PASSES: tuple[Pass, ...] = (resolve_mode, plan_spark_queries, validate_loops, choose_backlog_paths,
+                            mark_blocking_edges)
 """The planning passes, in the order they run between lowering and chaining."""
 
 

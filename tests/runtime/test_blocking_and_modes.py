@@ -76,12 +76,19 @@ def test_records_behind_a_blocking_edge_are_backlog() -> None:
     assert flags == [("a", True), ("b", True), ("c", True)]
 
 
-def test_batch_mode_blocks_every_unchained_edge_and_refuses_unbounded_sources() -> None:
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    env.set_runtime_mode(RuntimeExecutionMode.BATCH)
-    env.from_collection([1, 2, 3]).set_parallelism(2).map(lambda x: x).key_by(lambda x: x % 2) \
-        .reduce(lambda a, b: a + b).print()
-    assert edge_kinds(env) == [EdgeKind.BLOCKING]
+@pytest.mark.parametrize("parallelism, sorting, into_the_reduce", [
+    (1, True, EdgeKind.PIPELINED), (2, True, EdgeKind.BLOCKING), (1, False, EdgeKind.BLOCKING)])
+def test_batch_mode_blocks_every_unchained_edge_but_into_a_sorting_operator_and_refuses_unbounded_sources(
+        parallelism: int, sorting: bool, into_the_reduce: EdgeKind) -> None:
+    """A reduce that sorts the backlog of its one producer buffers all of it before it emits: the
+    edge into it need not block (the channel would hold what its sort buffer holds). One reading
+    two producers reads behind a blocking edge (as they come, their records' arrival order would be
+    the scheduler's), and so does one that streams its backlog."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.set_runtime_mode(RuntimeExecutionMode.BATCH).configure(backlog_sorting=sorting)
+    env.from_collection([1, 2, 3]).set_parallelism(parallelism).map(lambda x: x).key_by(lambda x: x % 2) \
+        .reduce(lambda a, b: a + b).rebalance().map(lambda x: x).print()
+    assert edge_kinds(env) == [into_the_reduce, EdgeKind.BLOCKING]
     assert "(BATCH)" in env.explain()
 
     unbounded = StreamExecutionEnvironment.get_execution_environment()
@@ -96,7 +103,7 @@ def test_automatic_mode_is_batch_exactly_when_all_sources_are_bounded(bounded: b
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_runtime_mode(RuntimeExecutionMode.AUTOMATIC)
     env.from_source(IteratorSource([1, 2], bounded=bounded), None, "numbers") \
-        .key_by(lambda x: x).reduce(lambda a, b: a + b).print()
+        .rebalance().map(lambda x: x).print()
     assert edge_kinds(env) == [expected]
 
 

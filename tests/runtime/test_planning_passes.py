@@ -136,6 +136,22 @@ def test_mark_blocking_edges_in_batch_mode_blocks_unchainable_edges_but_not_insi
     assert kinds(graph) == [EdgeKind.BLOCKING, EdgeKind.PIPELINED]
 
 
+@pytest.mark.parametrize(("producers", "sorting", "into_the_sorting_operator"), [
+    (1, True, EdgeKind.PIPELINED), (2, True, EdgeKind.BLOCKING), (1, False, EdgeKind.BLOCKING)])
+def test_mark_blocking_edges_in_batch_mode_lets_an_operator_that_sorts_its_one_producer_take_it_as_it_comes(
+        producers: int, sorting: bool, into_the_sorting_operator: EdgeKind) -> None:
+    """Its sort buffer holds all its input before it emits anything, as a blocking exchange makes
+    it: the channel would hold (and spill) the same records once more. Reading two producers as
+    they come, their records' arrival order (BATCH's tie-break) would be the scheduler's: it reads
+    them behind a blocking edge, as does one that streams its backlog (``backlog_sorting=False``)."""
+    job = spec(mode=RuntimeExecutionMode.BATCH, backlog_sorting=sorting)
+    graph = line(source(), keyed_process(), flat_map(), sink(), partitioning=Partitioning.HASH)
+    graph.mode = RuntimeExecutionMode.BATCH
+    graph.nodes[0].parallelism = producers
+    planned = mark_blocking_edges(choose_backlog_paths(graph, job), job)
+    assert kinds(planned) == [into_the_sorting_operator, EdgeKind.BLOCKING, EdgeKind.BLOCKING]
+
+
 def test_mark_blocking_edges_leaves_a_feedback_edge_alone() -> None:
     head, tail = node(flat_map(EmitsAtEnd())), node(flat_map())
     connect(head, tail)
@@ -213,7 +229,7 @@ def test_chain_follows_the_specs_chaining_setting() -> None:
 
 def test_the_passes_run_in_their_documented_order() -> None:
     assert [p.__name__ for p in PASSES] == ["resolve_mode", "plan_spark_queries", "validate_loops",
-                                           "mark_blocking_edges", "choose_backlog_paths"]
+                                           "choose_backlog_paths", "mark_blocking_edges"]
 
 
 def test_plan_job_runs_the_passes_it_is_given_in_order() -> None:
@@ -273,9 +289,10 @@ def test_each_pass_that_changes_the_graph_returns_the_change() -> None:
     graph = line(source(), keyed_process(), flat_map(EmitsAtEnd()), sink(), partitioning=Partitioning.HASH)
     job = spec(mode=RuntimeExecutionMode.AUTOMATIC)
     resolved = resolve_mode(graph, job)
-    blocked = mark_blocking_edges(resolved, job)
-    chosen = choose_backlog_paths(blocked, job)
+    chosen = choose_backlog_paths(resolved, job)
+    blocked = mark_blocking_edges(chosen, job)
     assert (graph.mode, resolved.mode) == (None, RuntimeExecutionMode.BATCH)
-    assert kinds(resolved) == [EdgeKind.PIPELINED] * 3 and kinds(blocked) == [EdgeKind.BLOCKING] * 3
-    assert [n.backlog_path for n in blocked.nodes] == [None] * 4
+    assert [n.backlog_path for n in resolved.nodes] == [None] * 4
     assert chosen.nodes[1].backlog_path is not None and chosen.nodes[1].backlog_path is not BacklogPath.STREAMED
+    assert kinds(chosen) == [EdgeKind.PIPELINED] * 3
+    assert kinds(blocked) == [EdgeKind.PIPELINED, EdgeKind.BLOCKING, EdgeKind.BLOCKING]
