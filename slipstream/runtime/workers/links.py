@@ -5,10 +5,8 @@ elements of every channel between them and the credits coming back, each message
 length. A producer's end (:class:`OutboundChannel`) sends each element as it is pushed and counts
 it; it is full — its task is not scheduled, as with a full in-memory channel — while ``capacity``
 elements are not yet taken by the consumer. The consumer's end is the ordinary :class:`Channel`
-its task reads; as the task takes elements, their credits go back, half a capacity at a time
-(:meth:`WorkerLinks.send_credits`): a producer can only be full once its consumer was given the
-whole capacity, so the credits always come back, and a stream of single records does not send a
-credit message back for each. BLOCKING channels are never full (their consumer spills), as
+its task reads; as the task takes elements, their credits go back
+(:meth:`WorkerLinks.send_credits`). BLOCKING channels are never full (their consumer spills), as
 in one process.
 
 Only the worker's task thread touches these sockets, and it never blocks on one: what a socket
@@ -51,7 +49,7 @@ SEND_PIECES = 64
 """Buffers handed to one ``sendmsg`` at most (well under the system's IOV_MAX)."""
 POLL_INTERVAL_S = 0.0002
 """While tasks run, the sockets are looked at between turns once this long passed since they were
-last: a look costs a system call and a few microseconds, as much as a record's whole hop."""
+last: a look costs a system call and 3-5 microseconds of the task thread (a record's hop costs about 8)."""
 
 
 class PeerSocket:
@@ -283,14 +281,15 @@ class WorkerLinks:
                 inbound.channel.producer_finished = True
 
     def send_credits(self) -> None:
-        """Give back the credits of the elements tasks took, once they are half a channel's capacity."""
+        """Give back the credits of the elements tasks took: at half a channel's capacity, or all of
+        them once its queue is empty (so an idle consumer never holds a producer back)."""
         by_peer: dict[int, dict[int, int]] = {}
         for channel_id, inbound in self._inbound.items():
             if not inbound.bounded:
                 continue
             channel = inbound.channel
             taken = inbound.delivered - len(channel) - inbound.returned
-            if taken > 0 and taken * 2 >= channel.capacity:
+            if taken > 0 and (taken * 2 >= channel.capacity or not channel.queue):
                 by_peer.setdefault(inbound.peer, {})[channel_id] = taken
                 inbound.returned += taken
         for peer, credits in by_peer.items():
