@@ -187,13 +187,15 @@ class ForkServer:
         return self._socket
 
     def _start(self) -> None:
+        """Start a server that imports what this driver imports: this slipstream first, then the
+        driver's path (``-P``: not the working directory, where another ``slipstream`` may be)."""
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(slipstream.__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, *sys.path]))
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "slipstream.runtime.workers", "--fork-server", str(theirs.fileno())],
+                [sys.executable, "-P", "-m", "slipstream.runtime.workers", "--fork-server", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], env=env)
         finally:
             theirs.close()

@@ -114,6 +114,33 @@ def test_a_driver_forked_by_its_user_s_code_runs_its_jobs_on_workers_of_a_fork_s
     assert done.stdout.decode().strip() == "0 True"
 
 
+SHADOWED_DRIVER = """
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.testing import CollectingSink
+
+env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).configure(workers=2)
+sink = CollectingSink()
+env.from_collection(list(range(20))).map(lambda x: x * 2).sink_to(sink)
+env.execute("shadowed")
+print(sorted(sink.values) == [x * 2 for x in range(20)], flush=True)
+"""
+
+
+def test_the_fork_server_imports_the_driver_s_slipstream_not_one_in_the_working_directory(tmp_path):
+    """A driver started in a directory holding another ``slipstream`` (a checkout of another version)
+    imports its own (its script's directory comes first on its path); ``python -m`` would put the
+    working directory first on the server's, and the workers would run the other one."""
+    shadow = tmp_path / "slipstream"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the slipstream of the working directory')\n")
+    script = tmp_path / "scripts" / "driver.py"
+    script.parent.mkdir()
+    script.write_text(SHADOWED_DRIVER)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout.decode().strip() == "True"
+
+
 def test_a_worker_s_pid_reused_by_a_later_fork_leaves_each_handle_its_own_end_and_kills_only_the_live_one():
     """A long-lived driver forks thousands of workers and the system reuses their pids (several jobs at
     once in one driver, too): the server numbers each fork and reports each exit with its number, so
