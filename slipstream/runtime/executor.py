@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import slipstream.operators  # noqa: F401  (registers every operator kind)
+from slipstream.attributes import Boundedness
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec, RuntimeExecutionMode, RuntimeOptions
 from slipstream.datastream.transformations import (
     IterationHeadTransformation,
@@ -287,17 +288,28 @@ class JobRun:
         return {}
 
     def _after_backlog_ended(self) -> None:
-        """An input of a task left its backlog. Once no task has backlog ahead and a source
+        """A source task or an input of a task left its backlog (a source deployed last, after the
+        others' backlog ended, counts too). Once no task has backlog ahead and a source
         goes on, the job has switched to streaming: the moment to freeze the heap the backlog
         left (see :mod:`~slipstream.runtime.gc_policy`). The job's metrics say when, as
         ``job.switched_ms``: milliseconds from the start to the end of the switch."""
-        if self._switched or self.in_backlog() or \
-                not any(isinstance(task, SourceTask) and not task.finished for task in self.tasks):
+        if self._switched or self.in_backlog() or not self._input_goes_on():
             return
         self._switched = True
         if self._gc_policy:
             gc_policy.freeze_now()
         self.metrics["job"] = {"switched_ms": (time.perf_counter() - self._started) * 1000}
+
+    def _input_goes_on(self) -> bool:
+        """Whether a source still reads: one here or, on a worker, an unbounded source of the job on
+        another worker whose records this process's unfinished tasks go on taking — a worker placed
+        without a source of its own switches as the others do."""
+        if any(isinstance(task, SourceTask) and not task.finished for task in self.tasks):
+            return True
+        return self.links is not None and any(not task.finished for task in self.tasks) and any(
+            isinstance(node.transformation, SourceTransformation)
+            and node.transformation.source.get_boundedness() is not Boundedness.BOUNDED
+            for vertex in self.graph.vertices for node in vertex.nodes)
 
     def close(self) -> None:
         """Close every task; on failure paths, errors while closing must not hide the first one."""

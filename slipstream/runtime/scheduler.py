@@ -97,7 +97,11 @@ class Scheduler:
         """Sleep until woken, the next processing-time deadline or ``longest_s``, whichever comes first
         (a worker process: its input may come from other processes, so idling is no deadlock)."""
         deadlines = self._deadlines()
-        timeout = longest_s if not deadlines else max(0.0, min(longest_s, (min(deadlines) - now) / 1000))
+        self.wait_for_wake(longest_s if not deadlines else max(0.0, min(longest_s, (min(deadlines) - now) / 1000)))
+
+    def wait_for_wake(self, timeout: float) -> None:
+        """Sleep until woken or for ``timeout`` seconds, whatever the tasks' deadlines (a worker waiting
+        for its run to start: its sources' first polls are due at once, and counted they made it spin)."""
         self.idle.set()
         self._wake.wait(timeout)
         self.idle.clear()

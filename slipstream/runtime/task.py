@@ -112,7 +112,7 @@ class StreamTask:
         self.latency: Any = None  # latency markers (runtime.latency); set when the job tracks latency
         self.deployed = False
         self.after_open: list[Callable[[], None]] = []  # restore steps that need open operators
-        self.backlog_ended: Callable[[], None] = lambda: None  # an input left its backlog (set by the job run)
+        self.backlog_ended: Callable[[], None] = lambda: None  # it or an input left its backlog (set by the job run)
         self.deployed_at: float | None = None
         self.finished_at: float | None = None
         self._blocking_inputs = [c for c in inputs if c.blocking]
@@ -376,6 +376,12 @@ class SourceTask(StreamTask):
         return self._retry_at if deadline is None else min(deadline, self._retry_at)
 
     def step(self) -> None:
+        was_in_backlog = self.in_backlog()
+        self._step()
+        if was_in_backlog and not self.in_backlog():  # deployed live, or its reader left its backlog
+            self.backlog_ended()
+
+    def _step(self) -> None:
         if not self.deployed:
             self.deploy()
         now = self.clock.now_ms()

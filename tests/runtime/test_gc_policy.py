@@ -4,9 +4,13 @@ walked at the switch and after a quarter's growth, and everything is unfrozen wh
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
+import time
 import weakref
+from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -15,6 +19,7 @@ from slipstream.datastream import KeyedCoProcessFunction, RuntimeContext, Stream
 from slipstream.datastream import ValueStateDescriptor
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.runtime import gc_policy
+from slipstream.testing import CollectingSink
 
 
 class Node:
@@ -143,3 +148,51 @@ def test_generation_1_survivors_are_not_frozen_while_the_next_full_collection_is
     gc.collect(1)
     assert len(gc.get_objects(2)) >= len(survivors)
     del survivors
+
+
+
+class FrozenProfiles(KeyedCoProcessFunction):
+    """Input 2 is the backlog (profiles into state, each noted in the file ``loaded``); each live
+    record reports whether its profile is frozen: not among the objects a collection walks."""
+
+    def __init__(self, loaded: str) -> None:
+        self.loaded = loaded
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.profile = runtime_context.get_state(ValueStateDescriptor("profile"))
+
+    def process_element1(self, key: int, ctx: Any):
+        profile = self.profile.value()
+        yield key, profile, not any(tracked is profile for tracked in gc.get_objects())
+
+    def process_element2(self, key: int, ctx: Any):
+        self.profile.update([key, str(key)])
+        with open(self.loaded, "a") as loaded:
+            loaded.write("+")
+        return ()
+
+
+def live_once_loaded(loaded: str, profiles: int) -> Iterator[int]:
+    """The live records, once every profile is in state (whichever worker holds it) and the backlog
+    has had a moment to end; the source then goes on a while (a job whose sources all ended by the
+    end of its backlog never switches)."""
+    while not os.path.exists(loaded) or os.path.getsize(loaded) < profiles:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    yield from range(6)
+    time.sleep(1.0)
+
+
+def test_a_worker_process_freezes_the_state_its_backlog_left_as_a_driver_does(tmp_path) -> None:
+    """A worker is forked from a server that froze its imports; the policy is still the worker's to
+    apply (it once left a worker's collector alone, so its full collections walked all its state)."""
+    profiles, loaded = 2_000, str(tmp_path / "loaded")
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.configure(workers=2, show_progress=False)
+    sink = CollectingSink()
+    env.from_source(IteratorSource(partial(live_once_loaded, loaded, profiles), bounded=False), None, "live") \
+        .connect(env.from_collection(list(range(profiles)))) \
+        .key_by(lambda key: key, lambda key: key).process(FrozenProfiles(loaded)).sink_to(sink)
+    result = env.execute("switch on workers")
+    assert sorted(sink.values) == [(k, [k, str(k)], True) for k in range(6)]
+    assert result.get_accumulator_result("job")["switched_ms"] > 0

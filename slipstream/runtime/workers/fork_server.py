@@ -8,8 +8,10 @@ driver, whose threads and locks a fork would copy in whatever state they are) th
 worker's code, freezes what it holds for the garbage collector, and then forks each worker the
 driver asks for: a child inherits the imports and runs :func:`~slipstream.runtime.workers.worker.main`
 on the control socket the driver sent with the request. The server runs no other thread of
-its own and polars is not imported in it (polars warns that a fork can deadlock its thread pool);
-the threads its imports start — pyarrow's allocator, numpy's BLAS — handle a fork themselves.
+its own and never runs polars: polars warns that a fork can deadlock its thread pool, which its
+import does not start (:data:`WORKER_IMPORTS`). The threads its imports do start — the allocators'
+background threads (which handle a fork themselves), numpy's BLAS pool and polars' out-of-core file
+cleaner — are idle when it forks, and a child has none of them.
 
 Its workers are its children, not the driver's: it reaps each one and reports its exit status,
 which :class:`ForkedProcess` (the driver's handle, used as a :class:`subprocess.Popen` is) reads.
@@ -52,6 +54,11 @@ PRELOAD_VARIABLE = "SLIPSTREAM_WORKER_PRELOAD"
 libraries a job's functions import, paid once per driver instead of once per worker (as
 ``multiprocessing.set_forkserver_preload``; one that fails to import is left to the workers)."""
 
+WORKER_IMPORTS = ("slipstream.runtime.state.heap_backend", "slipstream.runtime.batch.polars_engine", "polars")
+"""What a worker's run imports besides the worker's code (a keyed backend, the batch engine and polars,
+which sorted backlogs and columnar operators use): imported once in the server, not once per worker
+per run (polars alone takes 0.1 s). Importing polars starts no thread pool: the server never runs it."""
+
 _FORKED = b"P"  # (pid, fork number): the worker a request asked for
 _EXITED = b"X"  # (pid, fork number, exit code as Popen gives it: negative for a signal, CPU seconds it used)
 _REPORT = struct.Struct("<qqqd")
@@ -78,7 +85,7 @@ def serve(fd: int, run_worker: Callable[[int], None]) -> None:
     os.set_blocking(reaped_write, False)
     signal.set_wakeup_fd(reaped_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # its wake-up byte ends the select below
-    _preload(os.environ.get(PRELOAD_VARIABLE, ""))
+    _preload(",".join(WORKER_IMPORTS) + "," + os.environ.get(PRELOAD_VARIABLE, ""))
     gc.freeze()  # the imports stay shared with every child: the collector never walks (so writes) them
     children: dict[int, int] = {}  # pid -> fork number, while the child lives
     numbers = itertools.count(1)

@@ -37,6 +37,7 @@ from slipstream.datastream.connectors.sinks import CollectSink, RelayedSink
 from slipstream.datastream.job_spec import JobSpec
 from slipstream.datastream.transformations import SinkTransformation
 from slipstream.filesystem import apply_fsspec_settings
+from slipstream.runtime import gc_policy
 from slipstream.runtime.checkpoint.coordinator import LocalTasks
 from slipstream.runtime.checkpoint.snapshot import (
     OperatorSnapshot,
@@ -197,7 +198,7 @@ class Worker:
         self.send((FromWorker.READY,))
         while not self._stopping and not self._started():
             self._report(False)  # the heartbeat, while other workers restore
-            self.run.scheduler.idle_wait(self.run.clock.now_ms(), self._interval_s)
+            self.run.scheduler.wait_for_wake(self._interval_s)
         if not self._stopping:
             self.run.open(started_at=self._driver_started)
             self._loop()
@@ -284,6 +285,7 @@ def main(control_fd: int) -> None:
     fork server forked it: a spare until a run gives it work. It takes the driver's path, directory,
     environment and fsspec settings (credentials set in code)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the driver's to handle: it stops the workers
+    gc_policy.adopt_inherited_freeze()
     waiting = socket.socket(fileno=control_fd)
     given, fds, _, _ = socket.recv_fds(waiting, 1, MAX_PEERS)  # a spare waits here, its imports done
     if not given:  # the driver ended without a run for this spare
