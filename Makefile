@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-workers docs bench clean browser bytecode
+.PHONY: run test test-one-process docs bench clean browser bytecode
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,14 +23,15 @@ run: $(BIN)/.installed bytecode
 	$(BIN)/python examples/bootstrap_then_stream.py --live 20000  # 5 s of live records, then the latency figures
 
 # One test process per core, at most four (each may start a Spark JVM): pytest-xdist. A plain `pytest`
-# (or `-n 0`) runs the suite in one process, as a debugger needs.
+# (or `-n 0`) runs the suite in one process, as a debugger needs. Every job that configures no worker
+# count and runs above parallelism 1 runs on two worker processes (tests/conftest.py).
 test: $(BIN)/.installed browser bytecode
 	$(BIN)/python -m pytest -n auto --maxprocesses=4
 
-# The suite again with every job that configures no worker count on two worker processes (tests of
-# one-process mechanics are marked one_process and stay in it): about 1.4 times `make test`'s time.
-test-workers: $(BIN)/.installed browser bytecode
-	SLIPSTREAM_WORKERS=2 $(BIN)/python -m pytest -n auto --maxprocesses=4
+# The suite with every job that configures no worker count in the test's process: about 0.8 times
+# `make test`'s time.
+test-one-process: $(BIN)/.installed browser bytecode
+	SLIPSTREAM_WORKERS=1 $(BIN)/python -m pytest -n auto --maxprocesses=4
 
 docs: $(BIN)/.installed
 	$(BIN)/python -m mkdocs build --strict

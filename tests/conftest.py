@@ -40,12 +40,13 @@ milliseconds each once the test process's fork server is up) and sends them the 
 axis to end-to-end tests that cover a feature, not to every variant of it.
 
 A job that configures no worker count runs on one worker per core (capped by its parallelism):
-the suite sets ``SLIPSTREAM_WORKERS=1`` unless it is set already, so its tests keep the process
-they check (their fault injectors and counters live in it) and ask for workers where they test
-them; ``SLIPSTREAM_WORKERS=2 pytest ...`` runs every other job on two workers. A test (or module)
-whose check lives in this process — a fault injector failing once by an attribute, a counter in
-a function, a monkeypatched module, a seed's exact interleaving, one task manager's memory — is
-marked ``one_process(reason)`` and keeps its jobs here even then (``make test-workers``).
+the suite sets ``SLIPSTREAM_WORKERS=2`` unless it is set already — what a job gets on a 2-core
+machine, whatever the machine running the suite has — so every such job above parallelism 1 runs
+on two worker processes, a kill test's job process included; ``SLIPSTREAM_WORKERS=1 pytest ...``
+(``make test-one-process``) runs them all in the test's process. A test (or module) whose check
+lives in this process — a fault injector failing once by an attribute, a counter in a function, a
+monkeypatched module, a seed's exact interleaving, one task manager's memory — is marked
+``one_process(reason)`` and keeps its jobs here.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from slipstream.runtime.job_graph import JobGraph
 from slipstream.runtime.workers.fork_server import PRELOAD_VARIABLE
 from slipstream.runtime.workers.placement import Placement
 
-os.environ.setdefault("SLIPSTREAM_WORKERS", "1")  # see the module docstring: kill tests' job processes inherit it
+os.environ.setdefault("SLIPSTREAM_WORKERS", "2")  # see the module docstring: kill tests' job processes inherit it
 # a worker running a function of a test module imports that module, and so pytest and hypothesis: the
 # fork server imports them once (its workers inherit them), not every worker of every job
 os.environ.setdefault(PRELOAD_VARIABLE, "pytest,hypothesis")
