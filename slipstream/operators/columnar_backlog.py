@@ -24,7 +24,6 @@ from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.fields import FieldKey
 from slipstream.operators.backlog import BacklogSortingOperator
 from slipstream.operators.columnar_buffer import (
-    SPILL_PARTITIONS,
     TS_COLUMN,
     ColumnarBuffer,
     restore_columnar_buffers,
@@ -139,7 +138,7 @@ class IntervalColumns:
         """``combine``: only each key's final value counts (a BATCH reduce), so past the budget the
         records are combined rather than spilled where that is exact (:meth:`_combined`)."""
         self.buffer = ColumnarBuffer(key_field, memory_budget=memory_budget, spill_dir=spill_dir,
-                                     metrics=metrics, name=name)
+                                     metrics=metrics, name=name, partitioned=False)  # one query over all of it
         if combine:
             self.buffer.compact = self._combined
         self.value_field = value_field
@@ -173,8 +172,7 @@ class IntervalColumns:
     def frames(self) -> Iterator[pl.DataFrame]:
         """The buffered records as polars frames, one per key partition, arrival order in each."""
         import polars as pl
-        count = SPILL_PARTITIONS if self.buffer.spilled else 1
-        for table in self.buffer.partition_tables(count):
+        for table in self.buffer.partition_tables(self.buffer.partition_count):
             if table.num_rows:
                 yield pl.from_arrow(table, rechunk=False)  # type: ignore[misc]
 

@@ -19,6 +19,8 @@ How records are held:
   key are in one partition — the same one in every buffer, since the hash depends only
   on the key's value (integers hash as int64, strings as strings) — so two buffers can
   be read back partition by partition and joined by key with one partition in memory.
+  A buffer made with ``partitioned=False`` is read back whole, in arrival order (one query over
+  all of it): its spills are written as they are, one file each, and never split.
 
 What a buffer accepts (:meth:`ColumnarBuffer.add` returns False otherwise, and the
 operator goes on with rows): batches of one schema whose key column is a signed integer
@@ -130,14 +132,17 @@ class ColumnarBuffer:
     Args:
         key_field: the key's field: a column name, or a position in the schema.
         memory_budget: bytes of Arrow data held in memory before spilling.
+        partitioned: spills are split by key partition, read back a partition at a time (False: the
+            buffer is read back whole, so splitting would only cost a hash and a copy of every row).
         spill_dir: where the private spill directory is made (None: the system temp dir).
         metrics: an operator's metrics dict (``backlog_records``, ``spilled_bytes`` kept up to date).
         name: the operator's name, for error messages.
     """
 
     def __init__(self, key_field: int | str, *, memory_budget: int = 256_000_000, spill_dir: str | None = None,
-                 metrics: dict[str, Any] | None = None, name: str = "operator") -> None:
+                 metrics: dict[str, Any] | None = None, name: str = "operator", partitioned: bool = True) -> None:
         self.key_field = key_field
+        self.partitioned = partitioned
         self.memory_budget = max(0, int(memory_budget))
         self.spill_root = spill_dir
         self.metrics = metrics if metrics is not None else {}
@@ -166,6 +171,12 @@ class ColumnarBuffer:
     @property
     def spilled(self) -> bool:
         return self._spills > 0
+
+    @property
+    def partition_count(self) -> int:
+        """How many tables :meth:`partition_tables` gives: the key partitions of a partitioned buffer
+        that spilled, else 1."""
+        return SPILL_PARTITIONS if self.spilled and self.partitioned else 1
 
     # -- filling ------------------------------------------------------------------------------------
     def _resolve(self, schema: pa.Schema) -> bool:
@@ -244,13 +255,15 @@ class ColumnarBuffer:
 
     # -- spilling -----------------------------------------------------------------------------------
     def _spill(self) -> None:
-        """Split the in-memory batches by key partition and write each part as a file of its own."""
+        """Split the in-memory batches by key partition and write each part as a file of its own (an
+        unpartitioned buffer's: all of them as one file)."""
         if not self._batches:
             return
         table = self._memory_table()
         directory = self._spill_directory()
+        parts = split_by_partition(table, *self.partitioning(), SPILL_PARTITIONS) if self.partitioned else [table]
         try:
-            for number, part in enumerate(split_by_partition(table, *self.partitioning(), SPILL_PARTITIONS)):
+            for number, part in enumerate(parts):
                 if part.num_rows:
                     path = os.path.join(directory, f"part-{number:03d}-{self._spills:06d}.arrow")
                     with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, part.schema) as writer:
@@ -275,10 +288,21 @@ class ColumnarBuffer:
 
     # -- reading back -------------------------------------------------------------------------------
     def table(self) -> pa.Table:
-        """Everything buffered, in arrival order (only for a buffer that never spilled)."""
-        if self.spilled:
+        """Everything buffered, in arrival order (not for a partitioned buffer that spilled)."""
+        if not self.spilled:
+            return self._memory_table()
+        if self.partitioned:
             raise SlipstreamError("a spilled columnar buffer is read partition by partition")
-        return self._memory_table()
+        memory = self._memory_table()
+        return _drain([*self._read_part(0), memory], memory)
+
+    def _read_part(self, number: int) -> list[pa.Table]:
+        """The spilled files of partition ``number``, in the order they were written (memory-mapped)."""
+        pieces = []
+        for spilled in self._parts[number]:
+            with pa.memory_map(spilled.path) as source:
+                pieces.append(pa.ipc.open_file(source).read_all())
+        return pieces
 
     def partitioning(self) -> tuple[str, str]:
         """The key column and its kind, which the first batch set (only a buffer holding rows splits)."""
@@ -298,15 +322,13 @@ class ColumnarBuffer:
         if count == 1:
             yield self._take_table()  # handed over: the buffer keeps no reference (memory)
             return
-        if count != SPILL_PARTITIONS:
-            raise ValueError(f"a columnar buffer has 1 or {SPILL_PARTITIONS} partitions, not {count}")
+        if count != SPILL_PARTITIONS or not self.partitioned:
+            counts = f"1 or {SPILL_PARTITIONS} partitions" if self.partitioned else "1 table (unpartitioned)"
+            raise ValueError(f"a columnar buffer is read as {counts}, not {count}")
         memory = self._memory_table()
         parts = split_by_partition(memory, *self.partitioning(), count) if memory.num_rows else None
         for number in range(count):
-            pieces = []
-            for spilled in self._parts[number]:
-                with pa.memory_map(spilled.path) as source:
-                    pieces.append(pa.ipc.open_file(source).read_all())
+            pieces = self._read_part(number)
             if parts is not None and parts[number].num_rows:
                 pieces.append(parts[number])
             yield _drain(pieces, memory)  # the generator keeps no reference to what it handed over

@@ -247,3 +247,20 @@ def test_integer_keys_of_different_widths_land_in_the_same_partition() -> None:
         assert TS_COLUMN not in left.schema.names  # no record had a timestamp
     narrow.close()
     wide.close()
+
+
+def test_an_unpartitioned_buffer_spills_each_time_as_one_file_and_reads_back_whole_in_arrival_order(
+        tmp_path) -> None:
+    buffer = ColumnarBuffer("k", memory_budget=1, partitioned=False, spill_dir=str(tmp_path))  # each batch spills
+    batches = [pa.record_batch({"k": [3, 1, 3], "v": [0, 1, 2]}), pa.record_batch({"k": [2, 3], "v": [3, 4]}),
+               pa.record_batch({"k": [1], "v": [5]})]
+    for number, batch in enumerate(batches):
+        assert buffer.add(batch, list(range(10 * number, 10 * number + batch.num_rows)))
+    assert buffer.spilled and buffer.partition_count == 1
+    assert len(list(tmp_path.rglob("*.arrow"))) == 3  # one file a spill, none split by key
+    with pytest.raises(ValueError, match="1 table"):
+        next(buffer.partition_tables(SPILL_PARTITIONS))
+    (table,) = buffer.partition_tables(1)
+    assert table.column("v").to_pylist() == [0, 1, 2, 3, 4, 5]
+    assert table.column(TS_COLUMN).to_pylist() == [0, 1, 2, 10, 11, 20]
+    buffer.close()
