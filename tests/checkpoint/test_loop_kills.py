@@ -104,8 +104,10 @@ def run_with_kills(kind: str, n: int, parallelism: int, workdir: str, rng: rando
                    check: Callable[..., None] | None = None,
                    ripe: Callable[[VerifiedCheckpoint | None], bool] | None = None) -> list[Kill]:
     """Run the job, SIGKILLing it after 1-2 new complete checkpoints and a random delay, until
-    ``wanted`` kills restored a checkpoint with records in flight (``count_in_flight``); then let it
-    finish and ``check`` the outcome (by default :func:`check_exactly_once`). With ``ripe``, a kill
+    ``wanted`` kills restored a checkpoint with records in flight (``count_in_flight``), or one
+    restored a checkpoint where the source had read everything and nothing went round (no later kill
+    could count: where a restart took longer than two checkpoints, the harness killed every restart
+    for ever); then let it finish and ``check`` the outcome (by default :func:`check_exactly_once`). With ``ripe``, a kill
     also waits for a newest checkpoint ``ripe`` accepts (the phase the test is about has begun), so
     restarts are not spent before it."""
     out, checkpoints = os.path.join(workdir, "out"), os.path.join(workdir, "chk")
@@ -116,7 +118,8 @@ def run_with_kills(kind: str, n: int, parallelism: int, workdir: str, rng: rando
         baseline = before.checkpoint_id if before else 0
         process = subprocess.Popen([sys.executable, JOB, kind, out, checkpoints, str(n), str(parallelism)],
                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if sum(k.in_flight > 0 for k in kills) < wanted:
+        drained = bool(kills) and kills[-1].source_done and kills[-1].in_flight == 0
+        if sum(k.in_flight > 0 for k in kills) < wanted and not drained:
             new, seen = rng.randint(1, 2), None
             while process.poll() is None:
                 ids = CheckpointStorage(checkpoints).complete_ids() if os.path.isdir(checkpoints) else []
