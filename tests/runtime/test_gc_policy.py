@@ -15,8 +15,12 @@ from typing import Any
 
 import pytest
 
-from slipstream.datastream import KeyedCoProcessFunction, RuntimeContext, StreamExecutionEnvironment
-from slipstream.datastream import ValueStateDescriptor
+from slipstream.datastream import (
+    KeyedCoProcessFunction,
+    RuntimeContext,
+    StreamExecutionEnvironment,
+    ValueStateDescriptor,
+)
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.runtime import gc_policy
 from slipstream.testing import CollectingSink
@@ -153,17 +157,22 @@ def test_generation_1_survivors_are_not_frozen_while_the_next_full_collection_is
 
 class FrozenProfiles(KeyedCoProcessFunction):
     """Input 2 is the backlog (profiles into state, each noted in the file ``loaded``); each live
-    record reports whether its profile is frozen: not among the objects a collection walks."""
+    record reports whether its profile is frozen — not among the objects a collection walks — and
+    notes a frozen one's key in the file ``frozen``."""
 
-    def __init__(self, loaded: str) -> None:
-        self.loaded = loaded
+    def __init__(self, loaded: str, frozen: str) -> None:
+        self.loaded, self.frozen = loaded, frozen
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.profile = runtime_context.get_state(ValueStateDescriptor("profile"))
 
     def process_element1(self, key: int, ctx: Any):
         profile = self.profile.value()
-        yield key, profile, not any(tracked is profile for tracked in gc.get_objects())
+        frozen = not any(tracked is profile for tracked in gc.get_objects())
+        if frozen:
+            with open(self.frozen, "a") as noted:
+                noted.write(f"{key}\n")
+        yield key, profile, frozen
 
     def process_element2(self, key: int, ctx: Any):
         self.profile.update([key, str(key)])
@@ -172,27 +181,35 @@ class FrozenProfiles(KeyedCoProcessFunction):
         return ()
 
 
-def live_once_loaded(loaded: str, profiles: int) -> Iterator[int]:
-    """The live records, once every profile is in state (whichever worker holds it) and the backlog
-    has had a moment to end; the source then goes on a while (a job whose sources all ended by the
-    end of its backlog never switches)."""
+KEYS_LIVE = 6
+
+
+def live_until_frozen(loaded: str, profiles: int, frozen: str) -> Iterator[int]:
+    """Once every profile is in state (whichever worker holds it): the live keys, again every 20 ms
+    until each was reported frozen (the workers switch when their backlog ends, a moment after the
+    last profile) or 30 s passed — the source going on meanwhile, as a job whose sources all ended
+    by the end of its backlog never switches."""
     while not os.path.exists(loaded) or os.path.getsize(loaded) < profiles:
         time.sleep(0.01)
-    time.sleep(0.2)
-    yield from range(6)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        yield from range(KEYS_LIVE)
+        time.sleep(0.02)
+        if os.path.exists(frozen) and len(set(open(frozen).read().split())) == KEYS_LIVE:
+            return
 
 
 def test_a_worker_process_freezes_the_state_its_backlog_left_as_a_driver_does(tmp_path) -> None:
     """A worker is forked from a server that froze its imports; the policy is still the worker's to
     apply (it once left a worker's collector alone, so its full collections walked all its state)."""
-    profiles, loaded = 2_000, str(tmp_path / "loaded")
+    profiles, loaded, frozen = 2_000, str(tmp_path / "loaded"), str(tmp_path / "frozen")
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.configure(workers=2, show_progress=False)
     sink = CollectingSink()
-    env.from_source(IteratorSource(partial(live_once_loaded, loaded, profiles), bounded=False), None, "live") \
-        .connect(env.from_collection(list(range(profiles)))) \
-        .key_by(lambda key: key, lambda key: key).process(FrozenProfiles(loaded)).sink_to(sink)
+    live = IteratorSource(partial(live_until_frozen, loaded, profiles, frozen), bounded=False)
+    env.from_source(live, None, "live").connect(env.from_collection(list(range(profiles)))) \
+        .key_by(lambda key: key, lambda key: key).process(FrozenProfiles(loaded, frozen)).sink_to(sink)
     result = env.execute("switch on workers")
-    assert sorted(sink.values) == [(k, [k, str(k)], True) for k in range(6)]
+    assert all(profile == [key, str(key)] for key, profile, _ in sink.values)
+    assert {key for key, _, frozen in sink.values if frozen} == set(range(KEYS_LIVE))
     assert result.get_accumulator_result("job")["switched_ms"] > 0
