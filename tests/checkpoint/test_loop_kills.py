@@ -107,9 +107,9 @@ def run_with_kills(kind: str, n: int, parallelism: int, workdir: str, rng: rando
     ``wanted`` kills restored a checkpoint with records in flight (``count_in_flight``), or one
     restored a checkpoint where the source had read everything and nothing went round (no later kill
     could count: where a restart took longer than two checkpoints, the harness killed every restart
-    for ever); then let it finish and ``check`` the outcome (by default :func:`check_exactly_once`). With ``ripe``, a kill
-    also waits for a newest checkpoint ``ripe`` accepts (the phase the test is about has begun), so
-    restarts are not spent before it."""
+    for ever); then let it finish and ``check`` the outcome (by default :func:`check_exactly_once`).
+    With ``ripe``, a kill also waits for a newest checkpoint ``ripe`` accepts (the phase the test is
+    about has begun), so restarts are not spent before it."""
     out, checkpoints = os.path.join(workdir, "out"), os.path.join(workdir, "chk")
     env = dict(os.environ, SLIPSTREAM_RESTORE_FROM="latest", PYTHONFAULTHANDLER="1")
     kills: list[Kill] = []

@@ -11,6 +11,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,7 +196,7 @@ def live_until_frozen(loaded: str, profiles: int, frozen: str) -> Iterator[int]:
     while time.monotonic() < deadline:
         yield from range(KEYS_LIVE)
         time.sleep(0.02)
-        if os.path.exists(frozen) and len(set(open(frozen).read().split())) == KEYS_LIVE:
+        if os.path.exists(frozen) and len(set(Path(frozen).read_text().split())) == KEYS_LIVE:
             return
 
 
