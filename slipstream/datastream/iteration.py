@@ -82,7 +82,6 @@ from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
 
-from slipstream.attributes import Boundedness
 from slipstream.datastream.feedback_scope import FeedbackScopeBuilder, added_by
 from slipstream.datastream.scope import ROOT_SCOPE
 from slipstream.datastream.transformations import (
@@ -91,6 +90,7 @@ from slipstream.datastream.transformations import (
     SinkTransformation,
     SourceTransformation,
     Transformation,
+    is_unbounded_source,
 )
 from slipstream.errors import InvalidProgramError
 
@@ -427,7 +427,7 @@ def _unbounded_sources(transformation: Transformation) -> list[str]:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, SourceTransformation) and node.source.get_boundedness() is not Boundedness.BOUNDED:
+        if is_unbounded_source(node):
             found.append(node.name)
         stack.extend(node.inputs)
     return found

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from slipstream.attributes import OperatorAttributes
+from slipstream.attributes import Boundedness, OperatorAttributes
 from slipstream.datastream.scope import ROOT_SCOPE, StreamScope
 
 
@@ -90,6 +90,12 @@ class Transformation:
 class SourceTransformation(Transformation):
     source: Any = None
     watermark_strategy: Any = None
+
+
+def is_unbounded_source(transformation: Transformation) -> bool:
+    """Whether ``transformation`` reads a source that is not bounded (the job it is in streams)."""
+    return isinstance(transformation, SourceTransformation) and \
+        transformation.source.get_boundedness() is not Boundedness.BOUNDED
 
 
 @dataclass(eq=False, repr=False)

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import slipstream.operators  # noqa: F401  (registers every operator kind)
-from slipstream.attributes import Boundedness
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec, RuntimeExecutionMode, RuntimeOptions
 from slipstream.datastream.transformations import (
     IterationHeadTransformation,
     LoopHeadTransformation,
     SourceTransformation,
+    is_unbounded_source,
 )
 from slipstream.operators.base import OperatorContext, Output, StreamOperator
 from slipstream.operators.iteration import create_operator
@@ -307,9 +307,7 @@ class JobRun:
         if any(isinstance(task, SourceTask) and not task.finished for task in self.tasks):
             return True
         return self.links is not None and any(not task.finished for task in self.tasks) and any(
-            isinstance(node.transformation, SourceTransformation)
-            and node.transformation.source.get_boundedness() is not Boundedness.BOUNDED
-            for vertex in self.graph.vertices for node in vertex.nodes)
+            is_unbounded_source(node.transformation) for vertex in self.graph.vertices for node in vertex.nodes)
 
     def close(self) -> None:
         """Close every task; on failure paths, errors while closing must not hide the first one."""

@@ -36,7 +36,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import slipstream.operators  # noqa: F401  (registers every operator kind)
-from slipstream.attributes import Boundedness
 from slipstream.datastream.job_spec import JobSpec, RuntimeExecutionMode
 from slipstream.datastream.scope import ROOT_SCOPE
 from slipstream.datastream.transformations import (
@@ -48,6 +47,7 @@ from slipstream.datastream.transformations import (
     TimestampsAndWatermarksTransformation,
     Transformation,
     UnionTransformation,
+    is_unbounded_source,
 )
 from slipstream.errors import InvalidProgramError
 from slipstream.operators.backlog_path import BacklogPath
@@ -216,9 +216,7 @@ def resolve_mode(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
     """Pass: the mode the job runs in, BATCH or STREAMING: AUTOMATIC means BATCH exactly when
     every source is bounded. BATCH with an unbounded source is refused, as Flink does."""
     mode = spec.runtime_mode
-    unbounded = [node.name for node in graph.nodes
-                 if isinstance(node.transformation, SourceTransformation)
-                 and node.transformation.source.get_boundedness() is not Boundedness.BOUNDED]
+    unbounded = [node.name for node in graph.nodes if is_unbounded_source(node.transformation)]
     if mode is RuntimeExecutionMode.AUTOMATIC:
         mode = RuntimeExecutionMode.STREAMING if unbounded else RuntimeExecutionMode.BATCH
     elif mode is RuntimeExecutionMode.BATCH and unbounded:

@@ -85,7 +85,7 @@ def serve(fd: int, run_worker: Callable[[int], None]) -> None:
     os.set_blocking(reaped_write, False)
     signal.set_wakeup_fd(reaped_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # its wake-up byte ends the select below
-    _preload(",".join(WORKER_IMPORTS) + "," + os.environ.get(PRELOAD_VARIABLE, ""))
+    _preload([*WORKER_IMPORTS, *os.environ.get(PRELOAD_VARIABLE, "").split(",")])
     gc.freeze()  # the imports stay shared with every child: the collector never walks (so writes) them
     children: dict[int, int] = {}  # pid -> fork number, while the child lives
     numbers = itertools.count(1)
@@ -110,8 +110,8 @@ def serve(fd: int, run_worker: Callable[[int], None]) -> None:
     os._exit(0)
 
 
-def _preload(modules: str) -> None:
-    for name in filter(None, (module.strip() for module in modules.split(","))):
+def _preload(modules: list[str]) -> None:
+    for name in filter(None, (module.strip() for module in modules)):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a worker that needs it imports it, and fails there naming it
