@@ -14,9 +14,6 @@ from test_rescale import FailAfterCheckpoints
 
 from slipstream.errors import UserFunctionError
 
-pytestmark = pytest.mark.one_process("its injector fails at a count of records its own copy saw once checkpoints "
-                                     "completed, timed for one process")
-
 N = 6_000
 
 
