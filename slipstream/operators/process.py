@@ -28,7 +28,7 @@ from slipstream.datastream.functions import (
 )
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation, Transformation
-from slipstream.errors import SlipstreamError, UserCode, user_code
+from slipstream.errors import SlipstreamError, UserCode, raise_user_error, user_code
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
 from slipstream.operators.backlog_bootstrap import BootstrapBacklog
 from slipstream.operators.backlog_path import VECTORISED, BacklogDeclaration, sorted_unless_streaming, streamed
@@ -155,16 +155,12 @@ def process_cause(exc: Exception, results: Any) -> Exception:
 
 
 def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], timer: InternalTimer,
-               ctx: ProcessContext, domain: TimeDomain, guard: UserCode,
-               into: tuple[list[Any], list[Any]] | None = None) -> None:
+               ctx: ProcessContext, domain: TimeDomain, guard: UserCode) -> None:
     """Call ``on_timer`` for a due timer (its key is current) and emit what it yields; ``guard``
-    names the timer if it fails. Given ``into`` (an event-time timer's), its main outputs and their
-    timestamps are appended to those lists and its side outputs left in ``ctx.side``, for the caller
-    to emit with those of the other timers the same watermark fires."""
+    names the timer if it fails."""
     ctx.current_time_domain = domain
     ctx.current_timestamp = timer.timestamp if domain is TimeDomain.EVENT_TIME else None
-    values: list[Any] = [] if into is None else into[0]
-    count = len(values)
+    values: list[Any] = []
     with guard:
         results = on_timer(timer.timestamp, ctx)
         for out in results or ():
@@ -173,9 +169,6 @@ def fire_timer(operator: StreamOperator, on_timer: Callable[[int, Any], Any], ti
             else:
                 values.append(out)
     ctx.current_time_domain = TimeDomain.EVENT_TIME
-    if into is not None:
-        into[1].extend([timer.timestamp] * (len(values) - count))
-        return
     timestamps = [ctx.current_timestamp] * len(values) if ctx.current_timestamp is not None else None
     emit(operator, values, timestamps, ctx)
 
@@ -208,9 +201,32 @@ class OnTimerOperator(StreamOperator):
         self.output.emit_watermark(watermark)
 
     def _on_event_time(self, timer: InternalTimer) -> None:
+        fired = self._fired_outputs
+        if fired is None:
+            self._firing = timer
+            fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME, self._timer_guard)
+        else:
+            self.fire_event_timer_into(timer, fired[0], fired[1])
+
+    def fire_event_timer_into(self, timer: InternalTimer, values: list[Any], stamps: list[Any]) -> None:
+        """``on_timer`` for an event-time timer whose key is current, its outputs appended to ``values``
+        and their timestamps (the timer's) to ``stamps``, its side outputs left in ``context.side``: the
+        caller sends them on with those of the other timers fired together. The per-timer path of a
+        watermark and of a sorted backlog, so it guards with ``try`` (free until it fails)."""
         self._firing = timer
-        fire_timer(self, self.function.on_timer, timer, self.context, TimeDomain.EVENT_TIME, self._timer_guard,
-                   self._fired_outputs)
+        context = self.context
+        context.current_timestamp = timestamp = timer.timestamp
+        try:
+            results = self.function.on_timer(timestamp, context)
+            if results is not None:
+                for out in results:
+                    if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
+                        context.output(out[0], out[1])
+                    else:
+                        values.append(out)
+                        stamps.append(timestamp)
+        except Exception as exc:
+            raise_user_error(self, exc, self._describe_firing, "on_timer")
 
     def _on_processing_time(self, timer: InternalTimer) -> None:
         self._firing = timer
@@ -219,8 +235,11 @@ class OnTimerOperator(StreamOperator):
     @functools.cached_property
     def _timer_guard(self) -> UserCode:
         """One guard for every timer this operator fires (building one per timer costs more than a call)."""
-        return user_code(self, lambda: f"timer @{self._firing.timestamp} for key {self._firing.key!r}",
-                         what="on_timer")
+        return user_code(self, self._describe_firing, what="on_timer")
+
+    def _describe_firing(self) -> str:
+        """The timer being fired, as a failure in its ``on_timer`` names it."""
+        return f"timer @{self._firing.timestamp} for key {self._firing.key!r}"
 
     def snapshot_state(self) -> Any:
         return None if self.timers is None else {"timers": self.timers.freeze()}
@@ -372,19 +391,10 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
     def _fire_replayed_timer(self, timer: InternalTimer) -> None:
         """An event-time timer of the key being replayed: ``on_timer`` with its outputs put straight
         into the replay's lists for the interval it fires in (the key is current already)."""
-        self._firing = timer
-        context = self.context
-        context.current_timestamp = timestamp = timer.timestamp
         values, stamps = self._replay_outputs.timestamped_lists()
-        with self._timer_guard:
-            for out in self.function.on_timer(timestamp, context) or ():
-                if type(out) is tuple and len(out) == 2 and isinstance(out[0], OutputTag):
-                    context.output(out[0], out[1])
-                else:
-                    values.append(out)
-                    stamps.append(timestamp)
-        if context.side:
-            emit(self, [], None, context)
+        self.fire_event_timer_into(timer, values, stamps)
+        if self.context.side:
+            emit(self, [], None, self.context)
 
     @staticmethod
     def _send_side(context: ProcessContext, replay: KeyReplay) -> None:

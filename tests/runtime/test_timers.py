@@ -1,5 +1,5 @@
 """The internal timer service: ordering, deduplication, deletion, firing with the key set, snapshots;
-with its timers kept by either state backend (in a sorted list on the heap, on disk in RocksDB)."""
+with its timers kept by either state backend (per timestamp in dicts on the heap, on disk in RocksDB)."""
 
 import pickle
 import threading
@@ -115,7 +115,7 @@ def test_deleted_timers_do_not_fire_and_can_be_registered_again() -> None:
 
 
 def test_deleted_timers_leave_nothing_behind_and_keys_are_never_compared() -> None:
-    """A deletion takes the timer out of the ordered timers at once (no tombstone left for a
+    """A deletion takes the timer out of the stored timers at once (no tombstone left for a
     pop to skip later); keys of types that cannot be ordered (ints, strings) coexist."""
     h = Harness()
     keys = [k if k % 2 else f"k{k}" for k in range(500)]
@@ -131,8 +131,10 @@ def test_deleted_timers_leave_nothing_behind_and_keys_are_never_compared() -> No
 
 
 def stored(queue: Any) -> int:
-    """The timers a queue stores: in its sorted list (heap) or its column family by firing order (RocksDB)."""
-    return len(queue._timers) if isinstance(queue, TimerQueue) else sum(1 for _ in queue._order.keys())
+    """The timers a queue stores: in its dicts per timestamp (heap) or its column family by firing order (RocksDB)."""
+    if isinstance(queue, TimerQueue):
+        return sum(map(len, queue._buckets.values()))
+    return sum(1 for _ in queue._order.keys())
 
 
 @settings(max_examples=80, deadline=None)
@@ -175,6 +177,42 @@ def test_timers_registered_while_firing_at_or_before_the_watermark_fire_in_the_s
     h.event("k", 10)
     h.service.advance_watermark(35)
     assert [f[1] for f in h.fired] == [10, 20, 30]
+
+
+def test_a_timer_registered_while_firing_before_the_rest_of_a_timestamp_fires_first() -> None:
+    """As Flink's timer service, which fires whatever is first in its queue: a timer registered
+    by an ``on_timer`` at an earlier time fires before the timers left at the time firing, and one at
+    that same time after them (registration order); a timer the firing deletes does not fire."""
+    h = Harness()
+
+    def register_and_delete(timer: InternalTimer) -> None:
+        if timer.key == "a" and len(h.fired) == 1:
+            h.service.register_event_time_timer(None, 15)  # for "a", earlier than the 20s still waiting
+            h.service.register_event_time_timer(None, 20)  # a duplicate of the one firing: it was popped
+            h.backend.set_current_key("c")
+            h.service.delete_event_time_timer(None, 20)
+
+    h.on_event = register_and_delete
+    for key in ("a", "b", "c", "d"):
+        h.event(key, 20)
+    h.service.advance_watermark(20)
+    assert [f[1:3] for f in h.fired] == [(20, "a"), (15, "a"), (20, "b"), (20, "d"), (20, "a")]
+    assert h.service.num_event_time_timers() == 0
+
+
+def test_timestamps_whose_timers_were_all_deleted_do_not_pile_up() -> None:
+    """The heap backend's queue keeps a timestamp whose timers were all deleted only until such
+    timestamps are half its heap (a timeout registered and deleted on every record would otherwise
+    grow it without end)."""
+    queue = TimerQueue()
+    queue.add(5, "kept", None)
+    for timestamp in range(10, 10_010):
+        queue.add(timestamp, "k", None)
+        queue.remove(timestamp, "k", None)
+    assert len(queue) == stored(queue) == 1
+    assert len(queue._times) <= 2 * len(queue._buckets) + 64
+    assert queue.pop_due(20_000) == InternalTimer(5, "kept", None)
+    assert queue.pop_due(20_000) is None and not queue._times
 
 
 def test_processing_timers_wake_the_task_once_per_timestamp_and_fire_with_their_key() -> None:

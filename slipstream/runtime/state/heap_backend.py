@@ -309,7 +309,7 @@ class HeapKeyedStateBackend(KeyedBackendBase):
         handle._dirty = _UNTRACKED if self._dirty is None else self._dirty.setdefault(name, set())
 
     def timer_queue(self, domain: str) -> TimerQueue:
-        """The timers of time domain ``domain`` (``event`` or ``processing``), in a sorted list."""
+        """The timers of time domain ``domain`` (``event`` or ``processing``), in dicts per timestamp."""
         return TimerQueue()
 
     def bulk_load(self, descriptor: StateDescriptor[Any], keys: Iterable[Any], values: Iterable[Any]) -> None:
