@@ -38,6 +38,7 @@ from slipstream.runtime.job_graph import EdgeKind, JobGraph, JobVertex, StreamEd
 from slipstream.runtime.latency import LatencyTracking
 from slipstream.runtime.loop_task import IterationHeadTask, LoopHeadTask, attach_termination
 from slipstream.runtime.outputs import ChainingOutput, NetworkOutput
+from slipstream.runtime.progress_sampler import SubtasksSeen
 from slipstream.runtime.record_writer import RecordWriter, target_subtasks
 from slipstream.runtime.scheduler import Scheduler, Wakeup
 from slipstream.runtime.state import create_keyed_backend
@@ -85,7 +86,7 @@ class Run(Protocol):
     def wake(self) -> None: ...
     def on_idle(self, work: Callable[[], bool]) -> None: ...
     def in_backlog(self) -> bool: ...
-    def finished_elsewhere(self) -> dict[str, int]: ...
+    def subtasks_elsewhere(self) -> dict[str, SubtasksSeen]: ...
     def close(self) -> None: ...
     def close_quietly(self) -> None: ...
     def result(self) -> JobExecutionResult: ...
@@ -283,8 +284,8 @@ class JobRun:
         """Whether some task still has backlog ahead (read by the job monitor's thread)."""
         return any(task.in_backlog() for task in self.tasks)
 
-    def finished_elsewhere(self) -> dict[str, int]:
-        """Finished subtasks per operator in other processes: none, every task runs here."""
+    def subtasks_elsewhere(self) -> dict[str, SubtasksSeen]:
+        """What other processes see of each operator's subtasks: nothing, every task runs here."""
         return {}
 
     def _after_backlog_ended(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from slipstream.datastream.progress_listener import (
     BacklogProgress,
@@ -73,10 +73,36 @@ def run_operators(run: Run) -> list[_Operator]:
     return list(operators.values())
 
 
-def finished_subtasks(run: Run) -> dict[str, int]:
-    """How many subtasks of each operator this process ran to their end (by metrics name): what a
-    worker reports, as the driver runs none of its subtasks."""
-    return {operator.name: sum(1 for s in operator.subtasks if s.task.finished) for operator in run_operators(run)}
+class SubtasksSeen(NamedTuple):
+    """What one process sees of an operator's subtasks that run in it; a worker reports it for the
+    driver, which runs none of them."""
+
+    finished: int
+    watermark: int | None  # the least over them, None while one has none
+    back_pressured: bool  # some subtask's output was full
+    records_remaining: int | None  # a source's: what its backlog readers have left (None: one cannot tell)
+
+
+def subtasks_seen(subtasks: list[_Subtask]) -> SubtasksSeen:
+    return SubtasksSeen(sum(1 for s in subtasks if s.task.finished), _watermark(subtasks), _back_pressured(subtasks),
+                        _remaining(_reading(subtasks)))
+
+
+def combined(seen: list[SubtasksSeen]) -> SubtasksSeen:
+    """One operator's subtasks as several processes see them, together."""
+    watermarks = [s.watermark for s in seen if s.watermark is not None]
+    remaining = [s.records_remaining for s in seen if s.records_remaining is not None]
+    every = len(seen)  # a figure is known only when every process knows its own
+    return SubtasksSeen(sum(s.finished for s in seen),
+                        min(watermarks) if every and len(watermarks) == every else None,
+                        any(s.back_pressured for s in seen),
+                        sum(remaining) if every and len(remaining) == every else None)
+
+
+def seen_in_this_process(run: Run) -> dict[str, SubtasksSeen]:
+    """Per operator (by metrics name) with subtasks in this process, what it sees of them: what a
+    worker reports."""
+    return {operator.name: subtasks_seen(operator.subtasks) for operator in run_operators(run) if operator.subtasks}
 
 
 def _metrics_key(run: Run, node: StreamNode) -> str:
@@ -111,8 +137,8 @@ class ProgressSampler:
         now = time.time()
         if run is not self._run:
             self._run, self._operators, self._last = run, run_operators(run) if run is not None else [], {}
-        # on worker processes the subtasks run elsewhere: their workers count the finished ones
-        elsewhere = run.finished_elsewhere() if run is not None else {}
+        # on worker processes the subtasks run elsewhere: their workers report what they see of them
+        elsewhere = run.subtasks_elsewhere() if run is not None else {}
         operators = [self._operator(op, now, elsewhere) for op in self._operators]
         checkpoints = run.checkpoint_coordinator if run is not None else None
         figures = checkpoints.metrics if checkpoints is not None else {}
@@ -123,7 +149,7 @@ class ProgressSampler:
             checkpoints_completed=figures.get("completed", 0), checkpoints_failed=figures.get("failed", 0),
             checkpoints_skipped=figures.get("skipped", 0))
 
-    def _operator(self, operator: _Operator, now: float, elsewhere: dict[str, int]) -> OperatorProgress:
+    def _operator(self, operator: _Operator, now: float, elsewhere: dict[str, SubtasksSeen]) -> OperatorProgress:
         assert self._run is not None  # sampled only with a run
         # by name: a run on worker processes replaces its entries with every report
         values = dict(self._run.metrics.get(operator.name, operator.metrics))
@@ -133,31 +159,36 @@ class ProgressSampler:
         span = now - before[0] if before is not None else 0.0
         rate_in = (records_in - before[1]) / span if before is not None and span > 0 else 0.0
         rate_out = (records_out - before[2]) / span if before is not None and span > 0 else 0.0
-        subtasks = operator.subtasks
+        here = [subtasks_seen(operator.subtasks)] if operator.subtasks else []
+        remote = elsewhere.get(operator.name)
+        seen = combined([*here, remote] if remote is not None else here)
         switch = values.get("switch_time")
         return OperatorProgress(
             name=operator.name, uid=values.get("uid", ""), parallelism=operator.parallelism,
             records_in=records_in, records_out=records_out,
             records_in_per_second=rate_in, records_out_per_second=rate_out,
-            watermark=_watermark(subtasks), back_pressured=_back_pressured(subtasks),
-            finished_subtasks=sum(1 for s in subtasks if s.task.finished) + elsewhere.get(operator.name, 0),
+            watermark=seen.watermark, back_pressured=seen.back_pressured, finished_subtasks=seen.finished,
             backlog_phase=values.get("backlog_phase"), backlog_records=values.get("backlog_records", 0),
             spilled_bytes=values.get("spilled_bytes", 0), batch_engine=values.get("batch_engine"),
             memory_bytes=sum(value for name, value in values.items() if name.startswith("memory_bytes.")),
             switch_seconds=switch, late_records_dropped=values.get(LATE_DROPPED_METRIC, 0),
-            records_remaining=_remaining(_reading(subtasks)) if operator.is_source and subtasks else None,
+            records_remaining=seen.records_remaining if operator.is_source else None,
             is_source=operator.is_source, is_sink=operator.is_sink, latency=_latency(values.get(LATENCY_METRIC)))
 
     def _backlog(self, run: Run | None, operators: list[OperatorProgress]) -> BacklogProgress:
-        reading = _reading([s for op in self._operators if op.is_source for s in op.subtasks])
+        sources = [op for op in operators if op.is_source]
         sorting = any(op.backlog_phase in ("buffering", "batch work") for op in operators)
-        read = sum(op.records_out for op in operators if op.is_source)
-        rate = sum(op.records_out_per_second for op in operators if op.is_source)
-        remote = run is not None and not run.task_metrics  # on worker processes: the readers are elsewhere
-        remaining = None if remote else _remaining(reading)  # after the counts: read + remaining <= total
+        read = sum(op.records_out for op in sources)
+        rate = sum(op.records_out_per_second for op in sources)
+        # each source's count was read before what it has left: read + remaining <= total
+        remaining = None if any(op.records_remaining is None for op in sources) else \
+            sum(op.records_remaining or 0 for op in sources)
         fraction = read / (read + remaining) if remaining is not None and read + remaining else None
         eta = remaining / rate if remaining is not None and rate > 0 else None
-        active = run.in_backlog() if remote and run is not None else bool(reading) or sorting
+        if run is not None and not run.task_metrics:  # on worker processes: the readers are elsewhere
+            active = run.in_backlog()
+        else:
+            active = bool(_reading([s for op in self._operators if op.is_source for s in op.subtasks])) or sorting
         return BacklogProgress(active=active, records_read=read, records_remaining=remaining,
                                fraction=fraction, eta_seconds=eta,
                                switched_after_seconds=_switched_after(run, self._operators))

@@ -12,6 +12,8 @@ from slipstream.datastream.connectors.number_seq import NumberSequenceSource
 from slipstream.datastream.progress_listener import JobProgressListener
 from slipstream.datastream.watermark_strategy import WatermarkStrategy
 from slipstream.errors import InvalidProgramError, UserFunctionError
+from slipstream.runtime.progress_sampler import SubtasksSeen, combined
+from slipstream.runtime.workers.run import _merged
 
 N = 20_000
 
@@ -75,9 +77,12 @@ def test_the_last_report_counts_what_each_operator_received_and_emitted(parallel
     assert len(capsys.readouterr().out.splitlines()) == thirds
 
 
-def test_events_come_on_the_monitor_thread_with_rates_backlog_and_watermarks(capsys):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_events_come_on_the_monitor_thread_with_rates_backlog_and_watermarks(workers, capsys):
+    """In one process and on two workers, whose reports say what they see of their subtasks (the
+    watermarks, what the backlog readers have left) every 10 ms here."""
     listener = Recorder()
-    job(2, 0, listener).execute("watched")
+    job(2, 0, listener, workers).configure(heartbeat_interval_ms=10).execute("watched")
     threads = {name for _, _, name in listener.events}
     assert all(name.startswith("slipstream monitor") for _, _, name in listener.events[1:]), threads
     reports = [event.progress for kind, event, _ in listener.events if kind == "progress"]
@@ -95,6 +100,18 @@ def test_events_come_on_the_monitor_thread_with_rates_backlog_and_watermarks(cap
     watermarks = [r.operator("thirds").watermark for r in reports if r.operator("thirds").watermark is not None]
     assert watermarks == sorted(watermarks) and watermarks
     capsys.readouterr()
+
+
+def test_what_workers_see_of_an_operator_combines_as_one_process_would_see_it():
+    one = SubtasksSeen(finished=1, watermark=40, back_pressured=False, records_remaining=7)
+    other = SubtasksSeen(finished=0, watermark=25, back_pressured=True, records_remaining=5)
+    assert combined([one, other]) == SubtasksSeen(1, 25, True, 12)
+    unknown = SubtasksSeen(finished=0, watermark=None, back_pressured=False, records_remaining=None)
+    assert combined([one, unknown]) == SubtasksSeen(1, None, False, None)  # one without: none known yet
+    assert combined([]) == SubtasksSeen(0, None, False, None)
+    phases = [_merged("backlog_phase", a, b) for a, b in
+              [("streaming", "buffering"), ("batch work", "streaming"), ("streaming", "streaming")]]
+    assert phases == ["buffering", "batch work", "streaming"]
 
 
 def test_checkpoints_are_reported_with_their_durations_and_sizes(tmp_path, capsys):

@@ -42,6 +42,7 @@ from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
 from slipstream.runtime.clock import Clock, SystemClock
 from slipstream.runtime.job_graph import JobGraph
 from slipstream.runtime.latency import LatencyHistogram
+from slipstream.runtime.progress_sampler import SubtasksSeen, combined
 from slipstream.runtime.task import StreamTask
 from slipstream.runtime.workers import spares
 from slipstream.runtime.workers.fork_server import ForkedProcess
@@ -132,13 +133,13 @@ class WorkerRun:
     def in_backlog(self) -> bool:
         return any(worker.status.get("in_backlog", True) for worker in self.workers)
 
-    def finished_elsewhere(self) -> dict[str, int]:
-        """Finished subtasks per operator, as the workers' latest reports count them."""
-        counts: dict[str, int] = {}
+    def subtasks_elsewhere(self) -> dict[str, SubtasksSeen]:
+        """Each operator's subtasks as the workers' latest reports see them, together."""
+        reports: dict[str, list[SubtasksSeen]] = {}
         for worker in self.workers:
-            for name, finished in worker.status.get("finished_subtasks", {}).items():
-                counts[name] = counts.get(name, 0) + finished
-        return counts
+            for name, seen in worker.status.get("subtasks", {}).items():
+                reports.setdefault(name, []).append(seen)
+        return {name: combined(seen) for name, seen in reports.items()}
 
     def open(self) -> None:
         """Start the workers, wait until every one restored its subtasks, then let them all start."""
@@ -397,6 +398,10 @@ def _failure(worker: WorkerProcess, payload: bytes | None, kind: tuple[str, str]
     return JobExecutionError(f"{worker} failed: {kind[1]}: {text}")
 
 
+BACKLOG_PHASES = ("buffering", "batch work", "streaming")
+"""An operator's backlog phases (FLIP-327), in the order it goes through them."""
+
+
 def _merged(key: str, old: Any, new: Any) -> Any:
     if old is None:
         return new
@@ -404,6 +409,8 @@ def _merged(key: str, old: Any, new: Any) -> Any:
         return min(old, new)
     if key in ("finished_ms", "switched_ms"):
         return max(old, new)
+    if key == "backlog_phase":  # the operator is as far as its least advanced subtasks
+        return min(old, new, key=BACKLOG_PHASES.index)
     if isinstance(old, LatencyHistogram):
         return old.merged(new)
     if key == metrics.REPORT_KEY:

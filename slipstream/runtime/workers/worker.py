@@ -49,7 +49,7 @@ from slipstream.runtime.checkpoint.snapshot import (
 from slipstream.runtime.checkpoint.storage import CheckpointStorage
 from slipstream.runtime.executor import JobRun
 from slipstream.runtime.job_graph import JobGraph, StreamNode
-from slipstream.runtime.progress_sampler import finished_subtasks
+from slipstream.runtime.progress_sampler import seen_in_this_process
 from slipstream.runtime.workers.links import WorkerLinks
 from slipstream.runtime.workers.logs import ToDriver, apply_levels
 from slipstream.runtime.workers.placement import Placement
@@ -272,12 +272,12 @@ class Worker:
             records = participants.source_records()
         self._status_at = now
         self._records_reported = records
+        metrics = {name: dict(values) for name, values in self.run.metrics.items()}  # counts before what is left
         self.send((FromWorker.STATUS, {"finished": finished, "in_backlog": self.run.in_backlog(),
                               "blocked": participants.blocked_reason(as_if_deployed=True),
                               "source_records": records,
                               "sources_in_backlog": participants.sources_in_backlog(),
-                              "metrics": self.run.metrics,
-                              "finished_subtasks": finished_subtasks(self.run)}))
+                              "metrics": metrics, "subtasks": seen_in_this_process(self.run)}))
 
 
 def main(control_fd: int) -> None:
