@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from slipstream.attributes import Boundedness
 from slipstream.datastream.aggregation import AggregationFunction, aggregator
 from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
-from slipstream.datastream.fields import FieldKey
+from slipstream.datastream.fields import FieldKey, as_item_getter
 from slipstream.datastream.functions import (
     BroadcastProcessFunction,
     CoFlatMapFunction,
@@ -71,7 +71,8 @@ def _key_selector(key_selector: Any, what: str) -> Callable[[Any], Any]:
     if isinstance(key_selector, (int, str)) and not isinstance(key_selector, bool):
         return FieldKey(key_selector)  # says its field, so columnar operators can read the column
     if callable(key_selector) and not isinstance(key_selector, type):
-        return cast("Callable[[Any], Any]", as_function(key_selector, KeySelector, "get_key", 1, what).get_key)
+        get_key = as_function(key_selector, KeySelector, "get_key", 1, what).get_key
+        return as_item_getter(cast("Callable[[Any], Any]", get_key))
     raise InvalidProgramError(f"{what} expects a KeySelector, a callable, a field position or a "
                               f"field name, got {key_selector!r}")
 
