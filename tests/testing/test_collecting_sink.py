@@ -3,6 +3,7 @@ parallelism and mode, and only committed records while checkpoints are on."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -42,8 +43,12 @@ def test_with_checkpoints_records_are_collected_when_their_checkpoint_completes(
             seen_at_commit.append(len(records))
             super().commit(subtask, checkpoint_id, records)
 
+    def negate_slowly(n: int) -> int:  # so checkpoints complete while records flow, on workers too
+        time.sleep(0.0005)
+        return -n
+
     sink = Watching()
-    env.from_collection(list(range(400))).map(lambda n: -n).sink_to(sink)
+    env.from_collection(list(range(400))).map(negate_slowly).sink_to(sink)
     env.execute()
     assert sorted(sink.values) == sorted(-n for n in range(400))
     assert len(seen_at_commit) > 2 and sum(seen_at_commit) == 400  # every record joined at a commit
