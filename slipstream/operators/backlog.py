@@ -116,6 +116,8 @@ from slipstream.operators.timers import InternalTimer, InternalTimerService
 
 PROCESSING_TIME_TIMERS_METRIC = "backlog_processing_time_timers"
 VECTORISED_METRIC = "backlog_records_vectorised"
+BACKLOG_PHASES = ("buffering", "batch work", "streaming")
+"""The ``backlog_phase`` metric's values (FLIP-327), in the order an operator goes through them."""
 """Backlog records run as one polars query, never replayed as Python calls (summed over subtasks)."""
 
 

@@ -114,12 +114,6 @@ class TimerQueue:
             self._firing_time = None  # what is left was registered while it fired: a new round
         return None
 
-    def peek_timestamp(self) -> int | None:
-        times, buckets = self._times, self._buckets
-        while times and not buckets.get(times[0]):
-            buckets.pop(heapq.heappop(times), None)
-        return times[0] if times else None
-
     def __len__(self) -> int:
         return self._count
 

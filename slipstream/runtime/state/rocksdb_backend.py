@@ -643,10 +643,6 @@ class RocksDBTimerQueue:
         self.remove(timestamp, key, namespace)
         return InternalTimer(timestamp, key, namespace)
 
-    def peek_timestamp(self) -> int | None:
-        first = self._first()
-        return None if first is None else decode_prefix(first[0], 0)[0]
-
     def __len__(self) -> int:
         return self._size
 

@@ -36,6 +36,7 @@ from slipstream.datastream.connectors.sinks import RelayedWriteError
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec
 from slipstream.errors import InvalidProgramError, JobExecutionError, UserFunctionError, WorkerLostError
 from slipstream.filesystem import fsspec_settings
+from slipstream.operators.backlog import BACKLOG_PHASES
 from slipstream.runtime.checkpoint.barriers import CheckpointListener
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator, CheckpointParticipants
 from slipstream.runtime.checkpoint.storage import VerifiedCheckpoint
@@ -396,10 +397,6 @@ def _failure(worker: WorkerProcess, payload: bytes | None, kind: tuple[str, str]
     except Exception:  # noqa: BLE001 - a class the driver cannot find: its text
         pass
     return JobExecutionError(f"{worker} failed: {kind[1]}: {text}")
-
-
-BACKLOG_PHASES = ("buffering", "batch work", "streaming")
-"""An operator's backlog phases (FLIP-327), in the order it goes through them."""
 
 
 def _merged(key: str, old: Any, new: Any) -> Any:
