@@ -40,7 +40,7 @@ from slipstream.datastream import (
     ValueStateDescriptor,
 )
 from slipstream.datastream.connectors.file_system import FileSource
-from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.hybrid_source import HybridSource
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
 

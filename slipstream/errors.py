@@ -100,6 +100,22 @@ class JobCancelledError(JobExecutionError):
     """The job was cancelled (``JobClient.cancel``) before it ended: it has no result."""
 
 
+def unhashable_key(key: object) -> TypeError:
+    """What a key that cannot be hashed fails with: keyed state, routing and timers hash keys."""
+    return TypeError(f"the key {key!r} is not hashable: a key selector must return a hashable value "
+                     f"(a tuple rather than a list), got a {type(key).__name__}")
+
+
+def key_cause(exc: Exception, key: object) -> Exception:
+    """``exc``, or :func:`unhashable_key` when ``key`` cannot be hashed (a dict lookup's bare
+    "unhashable type" would not say that the key selector's result is the problem)."""
+    try:
+        hash(key)
+    except TypeError:
+        return unhashable_key(key)
+    return exc
+
+
 class NamesUserErrors(Protocol):
     """What names a failure in user code: an operator subtask (``StreamOperator.user_error``)."""
 

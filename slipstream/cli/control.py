@@ -114,22 +114,27 @@ def stop_job(directory: str, timeout: float) -> dict[str, Any]:
     record = read_control(directory)
     path = os.path.join(os.path.abspath(directory), CONTROL_NAME)
     pid = record["pid"]
-    if record["state"] == "RUNNING":
-        if not _alive(pid):
-            os.remove(path)
-            raise click.ClickException(f"the run of {record['script']} (process {pid}) is gone without "
-                                       "stopping its job; its checkpoints are in place for --restore latest")
-        os.kill(pid, signal.SIGINT)
-        deadline = time.monotonic() + timeout
-        while record["state"] == "RUNNING" and _alive(pid):
-            if time.monotonic() > deadline:
-                raise click.ClickException(f"process {pid} is still stopping its job after {timeout:.0f} s "
-                                           "(a savepoint waits for the backlog's sorted batch work to end)")
-            time.sleep(0.05)
-            current = _read_if_present(path)
-            if current is None:  # the job ended by itself meanwhile
-                return {**record, "state": "FINISHED"}
-            record = current
+    if record["state"] != "RUNNING":  # a run Ctrl-C stopped earlier left its record: nothing to stop now
+        os.remove(path)
+        earlier = (f"; its savepoint: {record['savepoint']}, resume with: {record['resume']}"
+                   if record.get("savepoint") else "")
+        raise click.ClickException(f"no job is running there: the run of {record['script']} had already "
+                                   f"stopped{earlier}")
+    if not _alive(pid):
+        os.remove(path)
+        raise click.ClickException(f"the run of {record['script']} (process {pid}) is gone without "
+                                   "stopping its job; its checkpoints are in place for --restore latest")
+    os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    while record["state"] == "RUNNING" and _alive(pid):
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"process {pid} is still stopping its job after {timeout:.0f} s "
+                                       "(a savepoint waits for the backlog's sorted batch work to end)")
+        time.sleep(0.05)
+        current = _read_if_present(path)
+        if current is None:  # the job ended by itself meanwhile
+            return {**record, "state": "FINISHED"}
+        record = current
     os.remove(path)
     return record
 

@@ -157,7 +157,8 @@ def stop_gracefully(env: StreamExecutionEnvironment, client: JobClient) -> str |
             return None
         click.echo("Ctrl-C: stopping the job with a savepoint (Ctrl-C again to stop at once, without one)",
                    err=True)
-        target = None if config.get_checkpoint_storage_dir() is not None else os.path.abspath(SAVEPOINT_DIR)
+        keeps_checkpoints = config.get_checkpoint_storage_dir() is not None or env.get_default_savepoint_directory()
+        target = None if keeps_checkpoints else os.path.abspath(SAVEPOINT_DIR)  # None: the job's own place
         return client.stop_with_savepoint(target)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -19,6 +19,7 @@ from slipstream.datastream.co_group import (
 from slipstream.datastream.data_stream import (
     BroadcastConnectedStream,
     BroadcastStream,
+    CachedDataStream,
     CloseableIterator,
     ConnectedStreams,
     DataStream,
@@ -115,6 +116,7 @@ __all__ = [
     "BroadcastProcessFunction",
     "BroadcastState",
     "BroadcastStream",
+    "CachedDataStream",
     "CheckpointConfig",
     "CheckpointStorage",
     "CheckpointingMode",

@@ -29,6 +29,7 @@ import warnings
 from enum import Enum
 from typing import Any
 
+from slipstream.datastream.python_dependencies import warn_not_applied
 from slipstream.datastream.time import Duration
 from slipstream.errors import InvalidProgramError
 from slipstream.filesystem import normalize
@@ -61,11 +62,32 @@ class FileSystemCheckpointStorage(CheckpointStorage):
     """Checkpoints in a directory (``chk-<id>`` subdirectories): a local path, a ``file://`` URI or
     a URL of another file system fsspec serves (``s3://bucket/checkpoints``)."""
 
-    def __init__(self, checkpoint_path: str) -> None:
+    def __init__(self, checkpoint_path: str, file_state_size_threshold: int | None = None,
+                 write_buffer_size: int = -1) -> None:
+        """``file_state_size_threshold`` and ``write_buffer_size`` are kept (their getters) and warned
+        about when given: every checkpoint here writes its state as files of its own."""
         self._path = normalize(checkpoint_path, "checkpoint storage")
+        self._threshold = file_state_size_threshold
+        self._write_buffer_size = write_buffer_size
+        if file_state_size_threshold is not None or write_buffer_size != -1:
+            warn_not_applied("FileSystemCheckpointStorage's file_state_size_threshold and write_buffer_size",
+                             "every checkpoint writes its state as files of its own")
 
     def get_checkpoint_path(self) -> str:
         return self._path
+
+    MAX_FILE_STATE_THRESHOLD = 1024 * 1024
+    """Flink's largest ``file_state_size_threshold`` (state below it goes inline into the metadata)."""
+
+    def get_min_file_size_threshold(self) -> int | None:
+        return self._threshold
+
+    def get_savepoint_path(self) -> str | None:
+        """None: a savepoint goes where ``set_default_savepoint_directory`` says, else beside the checkpoints."""
+        return None
+
+    def get_write_buffer_size(self) -> int:
+        return self._write_buffer_size
 
     def __repr__(self) -> str:
         return f"FileSystemCheckpointStorage({self._path!r})"
@@ -208,14 +230,16 @@ class CheckpointConfig:
         return self
 
     def is_prefer_checkpoint_for_recovery(self) -> bool:
-        """Always True: slipstream has no savepoints, so a restart restores from a checkpoint."""
+        """Always True: a savepoint is a checkpoint here (``stop_with_savepoint``), and a restart
+        restores the newest checkpoint, whichever kind it is."""
         return True
 
     def set_prefer_checkpoint_for_recovery(self, prefer_checkpoint_for_recovery: bool) -> CheckpointConfig:
-        """Accepted; False cannot apply (there are no savepoints to prefer), which is warned about."""
+        """Accepted; False cannot apply (a savepoint is a checkpoint here: a restart restores the newest
+        of them), which is warned about."""
         if prefer_checkpoint_for_recovery is not True:
-            warnings.warn("set_prefer_checkpoint_for_recovery(False) is not applied: slipstream has no "
-                          "savepoints, restarts always restore from the latest checkpoint", stacklevel=2)
+            warnings.warn("set_prefer_checkpoint_for_recovery(False) is not applied: a savepoint is a checkpoint "
+                          "here, and restarts always restore from the latest one", stacklevel=2)
         return self
 
     # -- unaligned checkpoints (not implemented: barriers are always aligned) --------------------------
@@ -286,12 +310,12 @@ class CheckpointConfig:
         self._num_retained = _non_negative_int(num_retained, "the number of retained checkpoints", 1)
         return self
 
-    def set_externalized_checkpoint_cleanup(self, cleanup: ExternalizedCheckpointCleanup) -> CheckpointConfig:
+    def set_externalized_checkpoint_cleanup(self, cleanup_mode: ExternalizedCheckpointCleanup) -> CheckpointConfig:
         """Checkpoints are always written to the storage directory; DELETE_ON_CANCELLATION removes
         them when the job ends normally, the others keep them."""
-        if not isinstance(cleanup, ExternalizedCheckpointCleanup):
-            raise InvalidProgramError(f"expected an ExternalizedCheckpointCleanup, got {cleanup!r}")
-        self._cleanup = cleanup
+        if not isinstance(cleanup_mode, ExternalizedCheckpointCleanup):
+            raise InvalidProgramError(f"expected an ExternalizedCheckpointCleanup, got {cleanup_mode!r}")
+        self._cleanup = cleanup_mode
         return self
 
     enable_externalized_checkpoints = set_externalized_checkpoint_cleanup

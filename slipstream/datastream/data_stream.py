@@ -8,13 +8,15 @@ Names, argument order and behaviour follow ``pyflink.datastream.DataStream``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, cast
 
 from slipstream.attributes import Boundedness
 from slipstream.datastream.aggregation import AggregationFunction, aggregator
 from slipstream.datastream.bootstrap import KeyedStateBootstrapFunction
-from slipstream.datastream.fields import FieldKey, as_item_getter
+from slipstream.datastream.cache import CacheSink, CacheTransformation
+from slipstream.datastream.fields import FieldKey, Projection, as_item_getter
 from slipstream.datastream.functions import (
     BroadcastProcessFunction,
     CoFlatMapFunction,
@@ -34,7 +36,7 @@ from slipstream.datastream.functions import (
 )
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.python_dependencies import warn_not_applied
-from slipstream.datastream.slot_sharing_group import SlotSharingGroup
+from slipstream.datastream.slot_sharing_group import NOT_APPLIED, SlotSharingGroup
 from slipstream.datastream.state import MapStateDescriptor
 from slipstream.datastream.transformations import (
     BroadcastProcessTransformation,
@@ -55,11 +57,13 @@ from slipstream.datastream.transformations import (
     Transformation,
     UnionTransformation,
 )
+from slipstream.datastream.typeinfo import TupleTypeInfo, Types
 from slipstream.errors import InvalidProgramError
 
 if TYPE_CHECKING:
     from slipstream.datastream.connectors.base import Sink
     from slipstream.datastream.environment import StreamExecutionEnvironment
+    from slipstream.datastream.execution_config import ExecutionConfig
 
 T = TypeVar("T")
 
@@ -69,7 +73,7 @@ def _key_selector(key_selector: Any, what: str) -> Callable[[Any], Any]:
     if isinstance(key_selector, KeySelector):
         return key_selector.get_key
     if isinstance(key_selector, (int, str)) and not isinstance(key_selector, bool):
-        return FieldKey(key_selector)  # says its field, so columnar operators can read the column
+        return FieldKey(key_selector, what)  # says its field, so columnar operators can read the column
     if callable(key_selector) and not isinstance(key_selector, type):
         get_key = as_function(key_selector, KeySelector, "get_key", 1, what).get_key
         return as_item_getter(cast("Callable[[Any], Any]", get_key))
@@ -77,31 +81,72 @@ def _key_selector(key_selector: Any, what: str) -> Callable[[Any], Any]:
                               f"field name, got {key_selector!r}")
 
 
-class DataStream(Generic[T]):
-    """A stream of records of type ``T``, as ``pyflink.datastream.DataStream``."""
+_UID_HASH = re.compile(r"[0-9A-Fa-f]{32}")
 
-    def __init__(self, env: StreamExecutionEnvironment, transformation: Transformation) -> None:
-        self._env = env
-        self._transformation = transformation
 
-    # -- properties of this stream's transformation ------------------------------------------
+class _OperatorSettings:
+    """What names, identifies and describes the operator behind a handle (a stream or a sink)."""
+
+    _env: StreamExecutionEnvironment
+    _transformation: Transformation
+
     def get_name(self) -> str:
         return self._transformation.name
 
-    def name(self, name: str) -> DataStream[T]:
-        """Name the operator that produces this stream (shown in plans and errors)."""
+    def name(self, name: str) -> Self:
+        """Name the operator (shown in plans and errors)."""
         if not isinstance(name, str) or not name:
             raise InvalidProgramError(f"name() needs a non-empty string, got {name!r}")
         self._transformation.name = name
         return self
 
-    def uid(self, uid: str) -> DataStream[T]:
+    def uid(self, uid: str) -> Self:
         """A stable id for this operator; state is restored by it."""
         if not isinstance(uid, str) or not uid:
             raise InvalidProgramError(f"uid() needs a non-empty string, got {uid!r}")
         self._env._claim_uid(uid, self._transformation)
         self._transformation.uid = uid
         return self
+
+    def set_uid_hash(self, uid_hash: str) -> Self:
+        """Flink's user-provided operator hash (32 hex digits): without a ``uid``, state is matched
+        on restore by this hash as it is, instead of by the operator's place in the graph."""
+        if not isinstance(uid_hash, str) or not _UID_HASH.fullmatch(uid_hash):
+            raise InvalidProgramError(f"set_uid_hash() needs 32 hexadecimal digits, got {uid_hash!r}")
+        self._env._claim_uid(uid_hash, self._transformation)
+        self._transformation.uid_hash = uid_hash
+        return self
+
+    def set_description(self, description: str) -> Self:
+        """A description of the operator, shown under its name in ``explain()`` and in the JSON plan."""
+        if not isinstance(description, str):
+            raise InvalidProgramError(f"set_description() needs a string, got {description!r}")
+        self._transformation.description = description
+        return self
+
+    def disable_chaining(self) -> Self:
+        self._transformation.chaining = "never"
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group: str | SlotSharingGroup) -> Self:
+        """Kept on the operator (``get_execution_plan`` shows it) and warned about: it places nothing
+        (see :mod:`slipstream.datastream.slot_sharing_group`)."""
+        name = slot_sharing_group.get_name() if isinstance(slot_sharing_group, SlotSharingGroup) \
+            else slot_sharing_group
+        if not isinstance(name, str) or not name:
+            raise InvalidProgramError(f"slot_sharing_group expects a name or a SlotSharingGroup, "
+                                      f"got {slot_sharing_group!r}")
+        warn_not_applied(f"slot sharing group {name!r} of '{self.get_name()}'", NOT_APPLIED)
+        self._transformation.slot_sharing_group = name
+        return self
+
+
+class DataStream(_OperatorSettings, Generic[T]):
+    """A stream of records of type ``T``, as ``pyflink.datastream.DataStream``."""
+
+    def __init__(self, env: StreamExecutionEnvironment, transformation: Transformation) -> None:
+        self._env = env
+        self._transformation = transformation
 
     def get_type(self) -> Any:
         return self._transformation.output_type
@@ -112,6 +157,10 @@ class DataStream(Generic[T]):
 
     def get_execution_environment(self) -> StreamExecutionEnvironment:
         return self._env
+
+    def get_execution_config(self) -> ExecutionConfig:
+        """The environment's ``ExecutionConfig`` (``env.get_config()``)."""
+        return self._env.get_config()
 
     def get_parallelism(self) -> int:
         return self._transformation.parallelism or self._env.get_parallelism()
@@ -144,10 +193,6 @@ class DataStream(Generic[T]):
     def force_non_parallel(self) -> DataStream[T]:
         return self.set_parallelism(1)
 
-    def disable_chaining(self) -> DataStream[T]:
-        self._transformation.chaining = "never"
-        return self
-
     def start_new_chain(self) -> DataStream[T]:
         self._transformation.chaining = "head"
         return self
@@ -158,19 +203,6 @@ class DataStream(Generic[T]):
             raise InvalidProgramError(f"the buffer timeout must be milliseconds >= -1, got {timeout_millis!r}")
         warn_not_applied(f"set_buffer_timeout({timeout_millis}) on '{self.get_name()}'",
                          "a task flushes its output after every scheduler turn")
-        return self
-
-    def slot_sharing_group(self, slot_sharing_group: str | SlotSharingGroup) -> DataStream[T]:
-        """Kept on the operator (``get_execution_plan`` shows it) and warned about: every subtask runs
-        in this process, there are no slots to share."""
-        name = slot_sharing_group.get_name() if isinstance(slot_sharing_group, SlotSharingGroup) \
-            else slot_sharing_group
-        if not isinstance(name, str) or not name:
-            raise InvalidProgramError(f"slot_sharing_group expects a name or a SlotSharingGroup, "
-                                      f"got {slot_sharing_group!r}")
-        warn_not_applied(f"slot sharing group {name!r} of '{self.get_name()}'",
-                         "every subtask runs in this process; there are no slots")
-        self._transformation.slot_sharing_group = name
         return self
 
     def get_scope(self) -> Any:
@@ -192,6 +224,26 @@ class DataStream(Generic[T]):
         function = as_function(func, MapFunction, "map", 1, "DataStream.map")
         return DataStream(self._env, self._append(MapTransformation, "Map", output_type=output_type,
                                                   function=function))
+
+    def project(self, *field_indexes: int) -> DataStream[Any]:
+        """The fields at ``field_indexes`` of each record, as a tuple of them in that order (an
+        operator named ``Projection``). As PyFlink's, only a stream of ``Types.TUPLE`` records can
+        be projected; the result is of the tuple type of the fields picked."""
+        output = self.get_type()
+        if not isinstance(output, TupleTypeInfo):
+            raise InvalidProgramError(f"only a stream of Types.TUPLE records can be projected; '{self.get_name()}' "
+                                      f"has output type {output!r} (give it output_type=Types.TUPLE([...]))")
+        types = output.get_field_types()
+        for index in field_indexes:
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(types):
+                raise InvalidProgramError(f"project(): field index {index!r} is not one of the {len(types)} "
+                                          f"fields of {output!r}")
+        if not field_indexes:
+            raise InvalidProgramError("project() needs at least one field index")
+        picked = Types.TUPLE([types[index] for index in field_indexes])
+        return DataStream(self._env, self._append(MapTransformation, "Projection", output_type=picked,
+                                                  function=as_function(Projection(field_indexes), MapFunction,
+                                                                       "map", 1, "DataStream.project")))
 
     def flat_map(self, func: FlatMapFunction[Any, Any] | Callable[[T], Any],
                  output_type: Any = None) -> DataStream[Any]:
@@ -378,9 +430,25 @@ class DataStream(Generic[T]):
         return self.sink_to(FunctionSink(sink_func))
 
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
-        """Print every record to standard output, prefixed like Flink's print sink."""
+        """Print every record to standard output, prefixed like Flink's print sink; a record of a
+        declared output type as Flink writes its Java value (a row ``+I[1, a]``, a tuple ``(1,a)``),
+        any other with ``str``, as PyFlink does."""
         from slipstream.datastream.connectors.sinks import PrintSink
-        return self.sink_to(PrintSink(sink_identifier))
+        return self.sink_to(PrintSink(sink_identifier, type_info=self.get_type()))
+
+    def cache(self) -> CachedDataStream[T]:
+        """This bounded stream's records, kept once a job computed them: later jobs of this environment
+        that use the returned stream read them instead of computing them again (BATCH mode, as
+        Flink's; see :mod:`slipstream.datastream.cache`). ``invalidate()`` drops them, and so does the
+        environment's ``close()``."""
+        env = self._env
+        directory = env._cache_directory()
+        cache = cast(CacheTransformation, self._append(CacheTransformation, "Cache", output_type=self.get_type(),
+                                                       directory=directory))
+        cache.upstream = self._transformation
+        cache.writer = SinkTransformation(id=next(env._ids), name=f"Cache Sink: {self.get_name()}", inputs=[cache],
+                                          scope=cache.scope, sink=CacheSink(directory), uid=f"cache-sink-{cache.id}")
+        return CachedDataStream(env, cache)
 
     def execute_and_collect(self, job_execution_name: str | None = None,
                             limit: int | None = None) -> Any:
@@ -419,21 +487,12 @@ class DataStream(Generic[T]):
 setattr(DataStream, "global", DataStream.global_)
 
 
-class DataStreamSink:
-    """What ``sink_to``/``print`` return: lets the sink be named and sized."""
+class DataStreamSink(_OperatorSettings):
+    """What ``sink_to``/``print`` return: lets the sink be named, identified and sized."""
 
     def __init__(self, env: StreamExecutionEnvironment, transformation: Transformation) -> None:
         self._env = env
         self._transformation = transformation
-
-    def name(self, name: str) -> DataStreamSink:
-        self._transformation.name = name
-        return self
-
-    def uid(self, uid: str) -> DataStreamSink:
-        self._env._claim_uid(uid, self._transformation)
-        self._transformation.uid = uid
-        return self
 
     def set_parallelism(self, parallelism: int) -> DataStreamSink:
         if not isinstance(parallelism, int) or parallelism < 1:
@@ -442,9 +501,23 @@ class DataStreamSink:
         self._transformation.parallelism_fixed = True
         return self
 
-    def disable_chaining(self) -> DataStreamSink:
-        self._transformation.chaining = "never"
-        return self
+
+class CachedDataStream(DataStream[T]):
+    """A stream whose records are kept once computed (``DataStream.cache()``), as PyFlink's."""
+
+    def invalidate(self) -> None:
+        """Drop the kept records; the next job that uses this stream computes them again."""
+        cast(CacheTransformation, self._transformation).invalidate()
+
+    def _not_settable(self, call: str) -> InvalidProgramError:
+        return InvalidProgramError(f"CachedDataStream.{call} is not supported (nor in PyFlink): set it on the "
+                                   "stream before cache()")
+
+    def set_parallelism(self, parallelism: int) -> DataStream[T]:
+        raise self._not_settable("set_parallelism()")
+
+    def set_max_parallelism(self, max_parallelism: int) -> DataStream[T]:
+        raise self._not_settable("set_max_parallelism()")
 
 
 class KeyedStream(DataStream[T]):
@@ -478,11 +551,17 @@ class KeyedStream(DataStream[T]):
     def set_parallelism(self, parallelism: int) -> DataStream[T]:
         raise self._not_an_operator("set_parallelism()")
 
-    def name(self, name: str) -> DataStream[T]:
+    def name(self, name: str) -> Self:
         raise self._not_an_operator("name()")
 
-    def uid(self, uid: str) -> DataStream[T]:
+    def uid(self, uid: str) -> Self:
         raise self._not_an_operator("uid()")
+
+    def set_uid_hash(self, uid_hash: str) -> Self:
+        raise self._not_an_operator("set_uid_hash()")
+
+    def set_description(self, description: str) -> Self:
+        raise self._not_an_operator("set_description()")
 
     def set_max_parallelism(self, max_parallelism: int) -> DataStream[T]:
         raise self._not_an_operator("set_max_parallelism()")
@@ -496,10 +575,10 @@ class KeyedStream(DataStream[T]):
     def start_new_chain(self) -> DataStream[T]:
         raise self._not_an_operator("start_new_chain()")
 
-    def disable_chaining(self) -> DataStream[T]:
+    def disable_chaining(self) -> Self:
         raise self._not_an_operator("disable_chaining()")
 
-    def slot_sharing_group(self, slot_sharing_group: str | SlotSharingGroup) -> DataStream[T]:
+    def slot_sharing_group(self, slot_sharing_group: str | SlotSharingGroup) -> Self:
         raise self._not_an_operator("slot_sharing_group()")
 
     def shuffle(self) -> DataStream[T]:
@@ -519,6 +598,9 @@ class KeyedStream(DataStream[T]):
 
     def global_(self) -> DataStream[T]:
         raise self._keeps_its_partitioning("global()")
+
+    def cache(self) -> CachedDataStream[T]:
+        raise self._not_an_operator("cache()")
 
     def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream[T]:
         raise self._keeps_its_partitioning("partition_custom()")
@@ -742,6 +824,10 @@ class CloseableIterator(Iterator[T]):
         except BaseException:
             self.close()
             raise
+
+    def next(self) -> T:
+        """The next record (PyFlink's name for ``next(iterator)``)."""
+        return self.__next__()
 
     def close(self) -> None:
         if not self._closed:

@@ -8,10 +8,15 @@ job's logical graph; ``execute`` freezes it, with every setting, into one
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
+import tempfile
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from slipstream.datastream import python_dependencies
+from slipstream.datastream import slot_sharing_group as slot_sharing
+from slipstream.datastream.cache import CacheReplaySource, CacheTransformation
 from slipstream.datastream.checkpoint_config import RESTORE_ENV_VAR, CheckpointConfig, CheckpointingMode
 from slipstream.datastream.configuration import Configuration
 from slipstream.datastream.connectors.base import Source
@@ -20,8 +25,10 @@ from slipstream.datastream.data_stream import CloseableIterator, DataStream
 from slipstream.datastream.execution_config import ExecutionConfig
 from slipstream.datastream.job_spec import JobExecutionResult, JobSpec, RuntimeExecutionMode, RuntimeOptions
 from slipstream.datastream.pipeline_options import (
+    CHANGELOG,
     MANAGED,
     NETWORK,
+    SAVEPOINT_DIRECTORY,
     TASK_HEAP,
     PipelineSettings,
     apply_configuration,
@@ -42,21 +49,50 @@ if TYPE_CHECKING:
 TransformationT = TypeVar("TransformationT", bound=Transformation)
 
 
-ALREADY_RUN = ("was already handed to an earlier execute() or execute_and_collect(), which takes the "
-               "graph built so far and leaves the environment empty (as Flink's execute does)")
+def with_upstream(transformations: list[Transformation]) -> list[Transformation]:
+    """``transformations`` and every one they read from (through inputs and loops' feedback edges):
+    a job's whole graph, including streams an earlier job ran, each after its inputs (in the order
+    they were built where that allows: a cached stream's replay source is built after its readers)."""
+    graph: dict[int, Transformation] = {}
+    stack = list(transformations)
+    while stack:
+        transformation = stack.pop()
+        if transformation.id in graph:
+            continue
+        graph[transformation.id] = transformation
+        stack.extend(transformation.inputs)
+        feedback = getattr(transformation, "feedback", None)
+        if feedback is not None:
+            stack.append(feedback)
+    ordered: list[Transformation] = []
+    placed: set[int] = set()
+
+    def place(transformation: Transformation) -> None:
+        if transformation.id in placed:
+            return
+        placed.add(transformation.id)
+        for upstream in sorted(transformation.inputs, key=lambda t: t.id):
+            place(upstream)
+        ordered.append(transformation)
+
+    for key in sorted(graph):
+        place(graph[key])
+    return ordered
 
 
 def _restore_point(restore_from: str | None) -> str | None:
     """``restore_from``, or when not given the ``SLIPSTREAM_RESTORE_FROM`` environment variable."""
-    import os
     return restore_from if restore_from is not None else os.environ.get(RESTORE_ENV_VAR) or None
 
 
 class StreamExecutionEnvironment:
     """The context a job is built in and executed from."""
 
+    _default_local_parallelism = 1
+    """The parallelism environments start with (``set_default_local_parallelism``)."""
+
     def __init__(self) -> None:
-        self._parallelism = 1
+        self._parallelism = StreamExecutionEnvironment._default_local_parallelism
         self._max_parallelism: int | None = None
         self._runtime_mode = RuntimeExecutionMode.STREAMING
         self._config = ExecutionConfig(self)
@@ -64,7 +100,8 @@ class StreamExecutionEnvironment:
         self._transformations: list[Transformation] = []
         self._ids = itertools.count(1)
         self._uids: dict[str, Transformation] = {}
-        self._executed: set[int] = set()  # ids of transformations an earlier run took
+        self._executed = False  # whether a run took a graph (an empty environment then says so)
+        self._cache_root: str | None = None  # the directory of the cached streams' records, once one is
         self._checkpoint_config = CheckpointConfig()
         self._restart_strategy: RestartStrategyConfiguration | None = None
         self._pipeline = PipelineSettings()
@@ -74,8 +111,9 @@ class StreamExecutionEnvironment:
 
     @staticmethod
     def get_execution_environment(configuration: Configuration | None = None) -> StreamExecutionEnvironment:
-        """A new environment with its own empty graph (default parallelism 1, embedded runtime),
-        configured with ``configuration`` when given (see :meth:`configure`)."""
+        """A new environment with its own empty graph (parallelism 1 unless
+        :meth:`set_default_local_parallelism` said otherwise; embedded runtime), configured with
+        ``configuration`` when given (see :meth:`configure`)."""
         env = StreamExecutionEnvironment()
         if configuration is not None:
             env.configure(configuration)
@@ -267,6 +305,12 @@ class StreamExecutionEnvironment:
     def get_checkpointing_mode(self) -> CheckpointingMode:
         return self._checkpoint_config.get_checkpointing_mode()
 
+    get_checkpointing_consistency_mode = get_checkpointing_mode  # PyFlink 2's name
+
+    def is_chaining_of_operators_with_different_max_parallelism_enabled(self) -> bool:
+        """True: operators chain whatever their maximum parallelism (it only sizes key groups)."""
+        return True
+
     def set_restart_strategy(self, restart_strategy_configuration: RestartStrategyConfiguration
                              ) -> StreamExecutionEnvironment:
         """How a failed job restarts (``RestartStrategies.fixed_delay_restart``/``no_restart``)."""
@@ -349,11 +393,11 @@ class StreamExecutionEnvironment:
         return self._pipeline.chaining_enabled
 
     def register_slot_sharing_group(self, slot_sharing_group: SlotSharingGroup) -> StreamExecutionEnvironment:
-        """Kept by name; warned about, since every subtask runs in this process (there are no slots)."""
+        """Kept by name; warned about, since it places nothing (see :mod:`slipstream.datastream.slot_sharing_group`)."""
         if not isinstance(slot_sharing_group, SlotSharingGroup):
             raise InvalidProgramError(f"expected a SlotSharingGroup, got {slot_sharing_group!r}")
         python_dependencies.warn_not_applied(f"slot sharing group {slot_sharing_group.get_name()!r}",
-                                             "every subtask runs in this process; there are no slots")
+                                             slot_sharing.NOT_APPLIED)
         self._pipeline.slot_sharing_groups[slot_sharing_group.get_name()] = slot_sharing_group
         return self
 
@@ -403,6 +447,96 @@ class StreamExecutionEnvironment:
         for path in paths:
             self._pipeline.append_to(key, path, ";")
         return self
+
+    def set_default_local_parallelism(self, parallelism: int) -> None:
+        """The parallelism of every environment created from now on (as Flink's, which its local
+        environments start with; slipstream's start with 1, a job in one process)."""
+        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
+            raise InvalidProgramError(f"parallelism must be a positive integer, got {parallelism!r}")
+        StreamExecutionEnvironment._default_local_parallelism = parallelism
+
+    def get_default_local_parallelism(self) -> int:
+        return StreamExecutionEnvironment._default_local_parallelism
+
+    def set_default_savepoint_directory(self, directory: str) -> StreamExecutionEnvironment:
+        """Where a savepoint goes when none is named: ``JobClient.stop_with_savepoint()`` without a
+        path, and ``slipstream run``'s Ctrl-C (Flink's ``execution.checkpointing.savepoint-dir``)."""
+        if not isinstance(directory, str) or not directory:
+            raise InvalidProgramError(f"the default savepoint directory must be a path, got {directory!r}")
+        self._pipeline.configuration.set_string(SAVEPOINT_DIRECTORY, directory)
+        return self
+
+    def get_default_savepoint_directory(self) -> str | None:
+        return self._pipeline.configuration.get_string(SAVEPOINT_DIRECTORY, None)
+
+    def enable_changelog_state_backend(self, enabled: bool) -> StreamExecutionEnvironment:
+        """Kept (:meth:`is_changelog_state_backend_enabled`); enabling it is warned about as changing
+        nothing: every checkpoint here writes only what changed since the last, which is what Flink's
+        changelog backend is for."""
+        if not isinstance(enabled, bool):
+            raise InvalidProgramError(f"enable_changelog_state_backend expects a bool, got {enabled!r}")
+        if enabled:
+            python_dependencies.warn_not_applied(
+                "enable_changelog_state_backend(True)", "checkpoints are always incremental here")
+        self._pipeline.configuration.set_string(CHANGELOG, str(enabled).lower())
+        return self
+
+    def is_changelog_state_backend_enabled(self) -> bool | None:
+        """What :meth:`enable_changelog_state_backend` set; None when it was not called (as Flink's)."""
+        value = self._pipeline.configuration.get_string(CHANGELOG, None)
+        return None if value is None else value == "true"
+
+    def register_type(self, type_class_name: str) -> None:
+        """Warned about: it registers a Java class with Flink's serializers; records here are Python
+        objects, pickled where they cross processes."""
+        self._warn_serializer(f"register_type({type_class_name!r})")
+
+    def add_default_kryo_serializer(self, type_class_name: str, serializer_class_name: str) -> None:
+        """Warned about: there is no Kryo (records are Python objects, pickled where they cross processes)."""
+        self._warn_serializer(f"add_default_kryo_serializer({type_class_name!r}, {serializer_class_name!r})")
+
+    def register_type_with_kryo_serializer(self, type_class_name: str, serializer_class_name: str) -> None:
+        """Warned about: there is no Kryo (records are Python objects, pickled where they cross processes)."""
+        self._warn_serializer(f"register_type_with_kryo_serializer({type_class_name!r}, {serializer_class_name!r})")
+
+    @staticmethod
+    def _warn_serializer(call: str) -> None:
+        python_dependencies.warn_not_applied(call, "records are Python objects, pickled where they cross "
+                                                   "processes; there are no Java serializers")
+
+    def register_cached_file(self, file_path: str, name: str, executable: bool = False) -> None:
+        """Recorded (``pipeline.cached-files``, as Flink's) and warned about: Flink copies the file to
+        every task manager, while slipstream's functions run on this machine and read it at its path."""
+        python_dependencies.warn_not_applied(f"register_cached_file({file_path!r}, {name!r})",
+                                             "functions run on this machine: they read the file at its own path")
+        self._pipeline.append_to("pipeline.cached-files",
+                                 f"name:{name},path:{file_path},executable:{str(executable).lower()}", ";")
+
+    def add_source(self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None) -> Any:
+        """Refused, saying what to use: PyFlink's ``SourceFunction`` wraps a Java source, which
+        slipstream cannot run."""
+        raise InvalidProgramError(
+            f"add_source({source_func!r}) takes a SourceFunction, which wraps a Java source: use "
+            "from_source(...) with a slipstream source (IteratorSource for a Python generator or iterable, "
+            "FileSource, NumberSequenceSource, HybridSource, ArrowSource) or from_collection(...)")
+
+    def create_input(self, input_format: Any, type_info: Any = None) -> Any:
+        """Refused, saying what to use: an ``InputFormat`` is a Java class."""
+        raise InvalidProgramError(
+            f"create_input({input_format!r}) takes a Java InputFormat: read files with "
+            "from_source(FileSource...) or read_text_file(...), Python data with from_collection(...) or "
+            "from_source(IteratorSource(...))")
+
+    def close(self) -> None:
+        """Release what this environment holds: the graph built since its last run, the records of its
+        cached streams (``DataStream.cache()``), and the spare worker processes runs left
+        (``configure(worker_spares=N)``)."""
+        from slipstream.runtime import entry
+        self._transformations = []
+        if self._cache_root is not None:
+            shutil.rmtree(self._cache_root, ignore_errors=True)
+            self._cache_root = None
+        entry.stop_spare_workers()
 
     # -- sources ---------------------------------------------------------------------------------
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream[Any]:
@@ -505,14 +639,14 @@ class StreamExecutionEnvironment:
         ``type``, ``pact``, ``contents``, ``parallelism`` and ``predecessors`` with ``id`` and
         ``ship_strategy``), which Flink's plan visualiser draws; :meth:`explain` says more, as text."""
         from slipstream.runtime import entry
-        return entry.execution_plan(self._job_spec(list(self._transformations)))
+        return entry.execution_plan(self._job_spec(self._job_graph(self._transformations)))
 
     def explain(self, format: str = "text") -> str:
         """The job graph as text: tasks, chained operators, parallelism and edges; ``format``
         "json", "mermaid" or "dot" gives the same plan as a document or a picture
         (see :mod:`slipstream.runtime.plan_formats`)."""
         from slipstream.runtime import entry
-        return entry.explain(self._job_spec(list(self._transformations)), format)
+        return entry.explain(self._job_spec(self._job_graph(self._transformations)), format)
 
     def _job_spec(self, transformations: list[Transformation], job_name: str | None = None) -> JobSpec:
         """``transformations`` and this environment's settings as they are now, frozen for the runtime."""
@@ -528,38 +662,65 @@ class StreamExecutionEnvironment:
         """Hand the graph built so far to a run, as a frozen job (see :meth:`_take_graph`)."""
         return self._job_spec(self._take_graph(), job_name)
 
+    def _job_graph(self, pending: list[Transformation]) -> list[Transformation]:
+        """``pending`` and everything it reads from, as the next job runs it: a cached stream whose
+        cache is complete reads the cache (nothing upstream of it runs); one whose cache is not
+        writes it too, through its cache sink (:mod:`slipstream.datastream.cache`)."""
+        graph = with_upstream(pending)
+        caches = [t for t in graph if isinstance(t, CacheTransformation)]
+        if not caches:
+            return graph
+        if self._runtime_mode is RuntimeExecutionMode.STREAMING:
+            raise InvalidProgramError(f"'{caches[0].upstream.name}' is cached, which needs BATCH mode "
+                                      "(set_runtime_mode(RuntimeExecutionMode.BATCH)), as Flink's cache()")
+        writers: list[Transformation] = []
+        for cache in caches:
+            parts = cache.complete()
+            if parts is None:
+                cache.invalidate()  # a partial cache (a job that failed) is written anew
+                writers.append(cast(Transformation, cache.writer))
+            elif cache.replay is None:
+                cache.replay = SourceTransformation(
+                    id=next(self._ids), name=f"Cache: {cache.upstream.name}", output_type=cache.output_type,
+                    parallelism=parts, parallelism_fixed=True, scope=cache.scope,
+                    source=CacheReplaySource(cache.directory, parts))
+                cache.inputs = [cache.replay]
+        return with_upstream(pending + writers)
+
+    def _cache_directory(self) -> str:
+        """A new directory for one cached stream, under this environment's (deleted by :meth:`close`)."""
+        if self._cache_root is None:
+            root = self.runtime_options.spill_dir
+            if root is not None:
+                os.makedirs(root, exist_ok=True)
+            self._cache_root = tempfile.mkdtemp(prefix="slipstream-cache-", dir=root)  # mode 0700
+        return tempfile.mkdtemp(prefix="stream-", dir=self._cache_root)
+
     def _take_graph(self) -> list[Transformation]:
-        """Hand the graph to a run; the environment starts afresh, as Flink clears it on execute."""
+        """Hand the graph to a run; the environment starts afresh, as Flink clears it on execute.
+        As in Flink, the streams keep their upstream: a sink added later to a stream that already
+        ran makes a new job that runs that stream again from its sources."""
         if not self._transformations and self._executed:
-            raise InvalidProgramError(f"nothing to execute: every stream of this environment {ALREADY_RUN}; "
-                                      "build the job again, from its sources, to run it again")
+            raise InvalidProgramError("nothing to execute: an earlier execute() or execute_and_collect() took "
+                                      "every operator added to this environment, and none was added since")
         if not any(type(t).__name__ == "SinkTransformation" for t in self._transformations):
             raise InvalidProgramError("the job has no sink: add print(), sink_to(...) or use "
                                       "execute_and_collect()")
-        graph, self._transformations = self._transformations, []
-        self._executed.update(t.id for t in graph)
+        graph = self._job_graph(self._transformations)
+        self._transformations = []
+        self._executed = True
         return graph
 
     # -- graph building (used by the stream handles) ---------------------------------------------
     def _add_transformation(self, cls: type[TransformationT], name: str, inputs: list[Transformation],
                             output_type: Any = None, key_selectors: list[Any] | None = None,
                             **fields: Any) -> TransformationT:
-        self._check_not_executed(name, inputs)
         scope = inputs[0].scope if inputs else None
         extra: dict[str, Any] = {"scope": scope} if scope is not None else {}
         transformation = cls(id=next(self._ids), name=name, inputs=list(inputs), output_type=output_type,
                              key_selectors=list(key_selectors or []), **extra, **fields)
         self._transformations.append(transformation)
         return transformation
-
-    def _check_not_executed(self, name: str, inputs: list[Transformation]) -> None:
-        """Refuse to build on a stream whose graph a run already took (a second collect of the
-        same stream, a sink added after execute()): that stream no longer belongs to any job."""
-        for upstream in inputs:
-            if upstream.id in self._executed:
-                raise InvalidProgramError(f"cannot add '{name}' after '{upstream.name}': '{upstream.name}' "
-                                          f"{ALREADY_RUN}; build the stream again from its source for a new "
-                                          "job, or keep the records the first run returned")
 
     def _claim_uid(self, uid: str, transformation: Transformation) -> None:
         owner = self._uids.get(uid)

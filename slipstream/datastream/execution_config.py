@@ -2,21 +2,32 @@
 
 ``env.get_config()`` returns the environment's config. Parallelism, maximum
 parallelism and the restart strategy are the environment's own settings, read and
-written through either object, as in Flink. Kryo and POJO registrations concern
-Java serialisation and have no counterpart here.
+written through either object, as in Flink. The switches of Java's serialisation and closures
+(object reuse, closure cleaner, generic types, forced Kryo or Avro) are kept under Flink's keys and
+change nothing (turning one where it would matter is warned about); disabling auto-generated uids
+makes every operator need a uid, as in Flink. Kryo and POJO registrations have no counterpart.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from slipstream.datastream.python_dependencies import warn_not_applied
 from slipstream.errors import InvalidProgramError
 
 if TYPE_CHECKING:
     from slipstream.datastream.environment import StreamExecutionEnvironment
     from slipstream.datastream.restart_strategy import RestartStrategyConfiguration
 
-__all__ = ["ExecutionConfig"]
+__all__ = ["AUTO_UIDS", "ExecutionConfig"]
+
+OBJECT_REUSE = "pipeline.object-reuse"
+CLOSURE_CLEANER = "pipeline.closure-cleaner-enabled"
+GENERIC_TYPES = "pipeline.generic-types"
+AUTO_UIDS = "pipeline.auto-generate-uids"
+"""False: every operator must have a uid (or a uid hash); the planner refuses a job otherwise."""
+FORCE_KRYO = "pipeline.force-kryo"
+FORCE_AVRO = "pipeline.force-avro"
 
 
 class ExecutionConfig:
@@ -88,6 +99,73 @@ class ExecutionConfig:
 
     def get_global_job_parameters(self) -> dict[str, str]:
         return dict(self.global_job_parameters)
+
+    # -- Java-side switches, kept under Flink's keys (env.get_configuration() shows them) -----------
+    def _flag(self, key: str, default: bool) -> bool:
+        value = self._env._pipeline.configuration.get_string(key, None)
+        return default if value is None else value == "true"
+
+    def _set_flag(self, key: str, value: bool, why: str | None = None) -> ExecutionConfig:
+        if why is not None:
+            warn_not_applied(f"{key} = {str(value).lower()}", why)
+        self._env._pipeline.configuration.set_string(key, str(value).lower())
+        return self
+
+    def enable_object_reuse(self) -> ExecutionConfig:
+        """Kept: records pass between operators without copies either way (Flink's object reuse)."""
+        return self._set_flag(OBJECT_REUSE, True)
+
+    def disable_object_reuse(self) -> ExecutionConfig:
+        return self._set_flag(OBJECT_REUSE, False, "records pass between chained operators without copies")
+
+    def is_object_reuse_enabled(self) -> bool:
+        return self._flag(OBJECT_REUSE, False)
+
+    def enable_closure_cleaner(self) -> ExecutionConfig:
+        return self._set_flag(CLOSURE_CLEANER, True)
+
+    def disable_closure_cleaner(self) -> ExecutionConfig:
+        return self._set_flag(CLOSURE_CLEANER, False, "there are no Java closures to clean")
+
+    def is_closure_cleaner_enabled(self) -> bool:
+        return self._flag(CLOSURE_CLEANER, True)
+
+    def enable_generic_types(self) -> ExecutionConfig:
+        return self._set_flag(GENERIC_TYPES, True)
+
+    def disable_generic_types(self) -> ExecutionConfig:
+        return self._set_flag(GENERIC_TYPES, False, "records without a type are pickled, never Kryo's generic type")
+
+    def has_generic_types_disabled(self) -> bool:
+        return not self._flag(GENERIC_TYPES, True)
+
+    def enable_auto_generated_uids(self) -> ExecutionConfig:
+        return self._set_flag(AUTO_UIDS, True)
+
+    def disable_auto_generated_uids(self) -> ExecutionConfig:
+        """As Flink's: a job whose operators do not all have a ``uid`` (or ``set_uid_hash``) is refused."""
+        return self._set_flag(AUTO_UIDS, False)
+
+    def has_auto_generated_uids_enabled(self) -> bool:
+        return self._flag(AUTO_UIDS, True)
+
+    def enable_force_kryo(self) -> ExecutionConfig:
+        return self._set_flag(FORCE_KRYO, True, "records are Python objects, pickled; there is no Kryo")
+
+    def disable_force_kryo(self) -> ExecutionConfig:
+        return self._set_flag(FORCE_KRYO, False)
+
+    def is_force_kryo_enabled(self) -> bool:
+        return self._flag(FORCE_KRYO, False)
+
+    def enable_force_avro(self) -> ExecutionConfig:
+        return self._set_flag(FORCE_AVRO, True, "records are Python objects, pickled; there is no Avro serializer")
+
+    def disable_force_avro(self) -> ExecutionConfig:
+        return self._set_flag(FORCE_AVRO, False)
+
+    def is_force_avro_enabled(self) -> bool:
+        return self._flag(FORCE_AVRO, False)
 
     def _key(self) -> tuple[Any, ...]:
         return (self.get_parallelism(), self.get_max_parallelism(), self.get_restart_strategy(),

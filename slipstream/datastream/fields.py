@@ -89,13 +89,33 @@ class FieldKey:
     key column of an Arrow batch instead of building rows to call it.
     """
 
-    __slots__ = ("field",)
+    __slots__ = ("field", "what")
 
-    def __init__(self, field: int | str) -> None:
+    def __init__(self, field: int | str, what: str = "key_by") -> None:
         self.field = field
+        self.what = what
+        """The call that made it (``key_by``, ``where``, ``equal_to``), which a failure names."""
 
     def __call__(self, record: Any) -> Any:
-        return get_field(record, self.field)
+        try:
+            return get_field(record, self.field)
+        except (TypeError, KeyError, IndexError) as exc:  # the operator reading keys names the record
+            raise type(exc)(f"{self.what}({self.field!r}): {exc.args[0] if exc.args else exc}") from None
 
     def __repr__(self) -> str:
         return f"FieldKey({self.field!r})"
+
+
+class Projection:
+    """The function of ``DataStream.project``: a tuple of the record's fields at ``indexes``, in that order."""
+
+    __slots__ = ("indexes",)
+
+    def __init__(self, indexes: tuple[int, ...]) -> None:
+        self.indexes = indexes
+
+    def __call__(self, record: Any) -> tuple[Any, ...]:
+        return tuple(record[index] for index in self.indexes)
+
+    def __repr__(self) -> str:
+        return f"Projection{self.indexes!r}"

@@ -126,8 +126,8 @@ class JobExecutionResult:
         """Per operator, its counters (records in and out, and operator-specific ones)."""
         return {name: dict(values) for name, values in self.metrics.items()}
 
-    def get_accumulator_result(self, name: str) -> Any:
-        return self.metrics.get(name)
+    def get_accumulator_result(self, accumulator_name: str) -> Any:
+        return self.metrics.get(accumulator_name)
 
     def __repr__(self) -> str:
         return f"JobExecutionResult(job_id={self._job_id!r}, net_runtime={self._net_runtime} ms)"

@@ -13,10 +13,13 @@ so it is checked and warned about exactly as that call would be:
   ``.interval-during-backlog`` / ``.externalized-checkpoint-retention``, ``state.checkpoints.dir``
   (``execution.checkpointing.dir``), ``state.checkpoints.num-retained``
   (``execution.checkpointing.num-retained``): ``get_checkpoint_config()``'s;
+* ``state.savepoints.dir`` (``execution.checkpointing.savepoint-dir``): ``set_default_savepoint_directory``;
+  ``state.backend.changelog.enabled`` (``state.changelog.enabled``): ``enable_changelog_state_backend``;
 * ``state.backend`` (``state.backend.type``): ``set_state_backend`` with ``hashmap``,
   ``jobmanager``, ``filesystem`` or ``rocksdb`` (its databases under ``state.backend.rocksdb.localdir``);
-* ``restart-strategy`` (``.type``): ``none`` or ``fixed-delay`` with
-  ``restart-strategy.fixed-delay.attempts`` and ``.delay`` (other strategies are refused);
+* ``restart-strategy`` (``.type``): ``none``, ``fixed-delay`` with ``restart-strategy.fixed-delay.attempts``
+  and ``.delay``, or ``failure-rate`` with ``restart-strategy.failure-rate.max-failures-per-interval``,
+  ``.failure-rate-interval`` and ``.delay`` (other strategies are refused);
 * ``python.files``, ``python.archives``, ``python.requirements``, ``python.executable``,
   ``pipeline.jars``, ``pipeline.classpaths``: the dependency methods
   (see :mod:`slipstream.datastream.python_dependencies`);
@@ -53,6 +56,10 @@ if TYPE_CHECKING:
 __all__ = ["MANAGED", "NETWORK", "TASK_HEAP", "PipelineSettings", "apply_configuration", "parse_duration_ms",
            "parse_memory_size"]
 
+SAVEPOINT_DIRECTORY = "execution.checkpointing.savepoint-dir"
+"""The default savepoint directory (``set_default_savepoint_directory``; ``state.savepoints.dir`` before Flink 1.20)."""
+CHANGELOG = "state.changelog.enabled"
+"""The changelog state backend switch (``enable_changelog_state_backend``; ``state.backend.changelog.enabled`` too)."""
 MANAGED = "taskmanager.memory.managed.size"
 TASK_HEAP = "taskmanager.memory.task.heap.size"
 NETWORK = "taskmanager.memory.network.max"
@@ -219,9 +226,17 @@ def _restart_strategy(env: StreamExecutionEnvironment, text: str, key: str, conf
         attempts = _integer(configuration.get_string(attempts_key, "1"), attempts_key)
         delay = parse_duration_ms(configuration.get_string(delay_key, "1 s"), delay_key)
         env.set_restart_strategy(RestartStrategies.fixed_delay_restart(attempts, delay))
+    elif name in ("failure-rate", "failurerate"):
+        rate_key, interval_key, delay_key = ("restart-strategy.failure-rate.max-failures-per-interval",
+                                             "restart-strategy.failure-rate.failure-rate-interval",
+                                             "restart-strategy.failure-rate.delay")
+        rate = _integer(configuration.get_string(rate_key, "1"), rate_key)
+        interval = parse_duration_ms(configuration.get_string(interval_key, "1 min"), interval_key)
+        delay = parse_duration_ms(configuration.get_string(delay_key, "1 s"), delay_key)
+        env.set_restart_strategy(RestartStrategies.failure_rate_restart(rate, interval, delay))
     else:
         raise InvalidProgramError(f"configuration key {key!r}: restart strategy {text!r} is not supported "
-                                  "(none or fixed-delay)")
+                                  "(none, fixed-delay or failure-rate)")
 
 
 def _each_with(method: str, separator: str) -> Apply:
@@ -307,6 +322,8 @@ _OPTIONS: list[tuple[tuple[str, ...], Apply]] = [
      _checkpoint_config("set_checkpoint_storage_dir", _text)),
     (("state.checkpoints.num-retained", "execution.checkpointing.num-retained"),
      _checkpoint_config("set_num_retained_checkpoints", _integer)),
+    (("state.savepoints.dir", SAVEPOINT_DIRECTORY), _env_call("set_default_savepoint_directory", _text)),
+    (("state.backend.changelog.enabled", CHANGELOG), _env_call("enable_changelog_state_backend", _boolean)),
     (("state.backend", "state.backend.type"), _state_backend),
     (("restart-strategy", "restart-strategy.type"), _restart_strategy),
     (("python.files",), _each_with("add_python_file", ",")),
@@ -324,8 +341,15 @@ _OPTIONS: list[tuple[tuple[str, ...], Apply]] = [
 ]
 
 _READ_BY_OTHERS = ("restart-strategy.fixed-delay.attempts", "restart-strategy.fixed-delay.delay",
+                   "restart-strategy.failure-rate.max-failures-per-interval",
+                   "restart-strategy.failure-rate.failure-rate-interval", "restart-strategy.failure-rate.delay",
                    "state.backend.rocksdb.localdir")
 """Keys read while another key is applied (the restart strategy's parameters, RocksDB's directories)."""
+
+
+_READ_WHERE_USED = ("pipeline.auto-generate-uids", "pipeline.object-reuse", "pipeline.closure-cleaner-enabled",
+                    "pipeline.generic-types", "pipeline.force-kryo", "pipeline.force-avro")
+"""Keys the ``ExecutionConfig`` reads from the configuration itself (see its switches)."""
 
 
 _RECORDED_BY_METHODS = ("python.files", "python.archives", "python.requirements", "python.executable",
@@ -337,7 +361,7 @@ def apply_configuration(env: StreamExecutionEnvironment, configuration: Configur
     above); keep every key in the environment's configuration; return (and warn about) the others."""
     if not isinstance(configuration, Configuration):
         raise InvalidProgramError(f"configure expects a Configuration, got {configuration!r}")
-    known: set[str] = set(_READ_BY_OTHERS)
+    known: set[str] = {*_READ_BY_OTHERS, *_READ_WHERE_USED}
     for keys, apply in _OPTIONS:
         known.update(keys)
         for key in keys:

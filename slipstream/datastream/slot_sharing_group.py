@@ -1,10 +1,11 @@
 """``MemorySize`` and ``SlotSharingGroup``, as ``pyflink.datastream.slot_sharing_group``.
 
 A slot sharing group names the operators Flink may deploy into one task-manager
-slot, with the resources that slot needs. slipstream runs every subtask in one
-process under one scheduler, so it has no slots: ``slot_sharing_group(...)`` on a
-stream and ``env.register_slot_sharing_group`` keep the group (it shows in
-``get_execution_plan``) and warn that it places nothing. The builder checks what
+slot, with the resources that slot needs. slipstream places subtasks by their index
+(subtask i of every operator on the same worker process; :mod:`slipstream.runtime.workers.placement`),
+so a group places nothing: ``slot_sharing_group(...)`` on a stream or a sink and
+``env.register_slot_sharing_group`` keep the group (it shows in ``get_execution_plan``) and
+warn with :data:`NOT_APPLIED`. The builder checks what
 Flink's checks: CPU cores and task heap memory are given together and positive.
 
 Examples:
@@ -20,9 +21,13 @@ from typing import Any
 
 from slipstream.errors import InvalidProgramError
 
-__all__ = ["MemorySize", "SlotSharingGroup"]
+__all__ = ["NOT_APPLIED", "MemorySize", "SlotSharingGroup"]
 
 _UNITS = [(1 << 40, "tb"), (1 << 30, "gb"), (1 << 20, "mb"), (1 << 10, "kb")]
+
+
+NOT_APPLIED = "subtasks are placed on workers by their index, whatever their group"
+"""Why a slot sharing group is kept but changes nothing (the warning says it)."""
 
 
 @total_ordering

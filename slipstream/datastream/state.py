@@ -10,7 +10,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from enum import Enum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from slipstream.datastream.functions import AggregateFunction, ReduceFunction, as_function
 from slipstream.datastream.time import Duration, Time, to_millis
@@ -100,8 +100,8 @@ class StateTtlConfig:
         def update_ttl_on_read_and_write(self) -> StateTtlConfig.Builder:
             return self.set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
 
-        def set_state_visibility(self, visibility: StateTtlConfig.StateVisibility) -> StateTtlConfig.Builder:
-            self._visibility = visibility
+        def set_state_visibility(self, state_visibility: StateTtlConfig.StateVisibility) -> StateTtlConfig.Builder:
+            self._visibility = state_visibility
             return self
 
         def never_return_expired(self) -> StateTtlConfig.Builder:
@@ -110,13 +110,13 @@ class StateTtlConfig:
         def return_expired_if_not_cleaned_up(self) -> StateTtlConfig.Builder:
             return self.set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
 
-        def set_ttl_time_characteristic(self, characteristic: StateTtlConfig.TtlTimeCharacteristic
+        def set_ttl_time_characteristic(self, ttl_time_characteristic: StateTtlConfig.TtlTimeCharacteristic
                                         ) -> StateTtlConfig.Builder:
             """Processing time is the only one, as in Flink."""
-            if not isinstance(characteristic, StateTtlConfig.TtlTimeCharacteristic):
+            if not isinstance(ttl_time_characteristic, StateTtlConfig.TtlTimeCharacteristic):
                 raise TypeError(f"set_ttl_time_characteristic expects a StateTtlConfig.TtlTimeCharacteristic, "
-                                f"got {characteristic!r}")
-            self._characteristic = characteristic
+                                f"got {ttl_time_characteristic!r}")
+            self._characteristic = ttl_time_characteristic
             return self
 
         def use_processing_time(self) -> StateTtlConfig.Builder:
@@ -150,7 +150,7 @@ class StateTtlConfig:
             strategies = StateTtlConfig.CleanupStrategies
             self._strategies[strategies.Strategies.ROCKSDB_COMPACTION_FILTER] = \
                 strategies.RocksdbCompactFilterCleanupStrategy(query_time_after_num_entries,
-                                                               periodic_compaction_time or Time.days(30))
+                                                               periodic_compaction_time or Duration.of_days(30))
             return self
 
         def disable_cleanup_in_background(self) -> StateTtlConfig.Builder:
@@ -195,7 +195,7 @@ class StateTtlConfig:
             def __init__(self, query_time_after_num_entries: int,
                          periodic_compaction_time: Time | Duration | None = None) -> None:
                 self._query_time_after_num_entries = query_time_after_num_entries
-                self._periodic_compaction_time = periodic_compaction_time or Time.days(30)
+                self._periodic_compaction_time = periodic_compaction_time or Duration.of_days(30)
 
             def get_query_time_after_num_entries(self) -> int:
                 return self._query_time_after_num_entries
@@ -290,6 +290,9 @@ class ReducingStateDescriptor(StateDescriptor["InternalReducingState[Any]"]):
         self.reduce_function = as_function(reduce_function, ReduceFunction, "reduce", 2,
                                            "ReducingStateDescriptor")
 
+    def get_reduce_function(self) -> ReduceFunction[Any]:
+        return cast(ReduceFunction[Any], self.reduce_function)
+
 
 class AggregatingStateDescriptor(StateDescriptor["InternalAggregatingState[Any, Any]"]):
     kind = "aggregating"
@@ -299,6 +302,9 @@ class AggregatingStateDescriptor(StateDescriptor["InternalAggregatingState[Any, 
         if not isinstance(agg_function, AggregateFunction):
             raise TypeError(f"AggregatingStateDescriptor needs an AggregateFunction, got {agg_function!r}")
         self.agg_function = agg_function
+
+    def get_agg_function(self) -> AggregateFunction[Any, Any, Any]:
+        return self.agg_function
 
 
 class State(ABC):

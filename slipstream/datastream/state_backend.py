@@ -29,6 +29,7 @@ import os
 from enum import Enum
 from typing import Any, cast
 
+from slipstream.errors import InvalidProgramError
 from slipstream.filesystem import normalize
 
 __all__ = ["EmbeddedRocksDBStateBackend", "FsStateBackend", "HashMapStateBackend", "MemoryStateBackend",
@@ -72,6 +73,9 @@ class MemoryStateBackend(StateBackend):
     """Heap state; checkpoints into ``checkpoint_path`` when given (Flink keeps them in the
     JobManager's memory; slipstream in a temporary directory of the job otherwise)."""
 
+    DEFAULT_MAX_STATE_SIZE = 5 * 1024 * 1024
+    """Flink's bound of a state snapshot kept in memory; slipstream writes files, without one."""
+
     def __init__(self, checkpoint_path: str | None = None, savepoint_path: str | None = None,
                  max_state_size: int | None = None, using_asynchronous_snapshots: bool | None = None) -> None:
         self._checkpoint_path = None if checkpoint_path is None else normalize(checkpoint_path, "checkpoint_path")
@@ -84,6 +88,10 @@ class MemoryStateBackend(StateBackend):
     def get_max_state_size(self) -> int | None:
         return cast("int | None", self._options["max_state_size"])
 
+    def is_using_asynchronous_snapshots(self) -> bool:
+        """Snapshots are always asynchronous here (a background writer), whatever was asked."""
+        return True
+
     def unapplied(self) -> list[str]:
         return [name for name, value in self._options.items() if value is not None]
 
@@ -95,8 +103,8 @@ class FsStateBackend(StateBackend):
     """Heap state checkpointed as files into ``checkpoint_directory_uri``."""
 
     def __init__(self, checkpoint_directory_uri: str, default_savepoint_directory_uri: str | None = None,
-                 using_asynchronous_snapshots: bool | None = None, file_state_size_threshold: int | None = None,
-                 write_buffer_size: int | None = None) -> None:
+                 file_state_size_threshold: int | None = None, write_buffer_size: int | None = None,
+                 using_asynchronous_snapshots: bool | None = None) -> None:
         self._directory = normalize(checkpoint_directory_uri, "checkpoint_directory_uri")
         self._options = {"default_savepoint_directory_uri": default_savepoint_directory_uri,
                          "using_asynchronous_snapshots": using_asynchronous_snapshots,
@@ -105,6 +113,16 @@ class FsStateBackend(StateBackend):
 
     def get_checkpoint_path(self) -> str:
         return self._directory
+
+    def get_min_file_size_threshold(self) -> int | None:
+        return cast("int | None", self._options["file_state_size_threshold"])
+
+    def get_write_buffer_size(self) -> int | None:
+        return cast("int | None", self._options["write_buffer_size"])
+
+    def is_using_asynchronous_snapshots(self) -> bool:
+        """Snapshots are always asynchronous here (a background writer), whatever was asked."""
+        return True
 
     def checkpoint_directory(self) -> str | None:
         return self._directory
@@ -140,6 +158,28 @@ class EmbeddedRocksDBStateBackend(StateBackend):
         self._incremental = enable_incremental_checkpointing
         self._paths: tuple[str, ...] = ()
         self._predefined: PredefinedOptions | None = None
+        self._options_factory: str | None = None
+        self._transfer_threads: int | None = None
+
+    def set_number_of_transfer_threads(self, number_of_transfering_threads: int) -> None:
+        """Kept (Flink's threads copying files to checkpoint storage; slipstream's writer is one thread)."""
+        if not isinstance(number_of_transfering_threads, int) or number_of_transfering_threads < 1:
+            raise InvalidProgramError("the number of transfer threads must be >= 1, "
+                                      f"got {number_of_transfering_threads!r}")
+        self._transfer_threads = number_of_transfering_threads
+
+    def get_number_of_transfer_threads(self) -> int:
+        return self._transfer_threads or 4  # Flink's default
+
+    set_number_of_transfering_threads = set_number_of_transfer_threads  # Flink's older spelling
+    get_number_of_transfering_threads = get_number_of_transfer_threads
+
+    def set_options(self, options_factory_class_name: str) -> None:
+        """Kept: it names a Java ``RocksDBOptionsFactory`` class, which slipstream cannot load."""
+        self._options_factory = options_factory_class_name
+
+    def get_options(self) -> str | None:
+        return self._options_factory
 
     def is_incremental_checkpoints_enabled(self) -> bool:
         return self._incremental is not False
@@ -163,6 +203,10 @@ class EmbeddedRocksDBStateBackend(StateBackend):
 
     def unapplied(self) -> list[str]:
         unapplied = ["enable_incremental_checkpointing=False"] if self._incremental is False else []
+        if self._options_factory is not None:
+            unapplied.append("options (a Java options factory)")
+        if self._transfer_threads is not None:
+            unapplied.append("number_of_transfer_threads")
         return unapplied + (["predefined_options"] if self._predefined not in (None, PredefinedOptions.DEFAULT)
                             else [])
 
@@ -178,6 +222,15 @@ class RocksDBStateBackend(EmbeddedRocksDBStateBackend):
         super().__init__(enable_incremental_checkpointing)
         self._checkpoint_data_uri = None if checkpoint_data_uri is None else \
             normalize(checkpoint_data_uri, "checkpoint_data_uri")
+        self._checkpoint_backend = checkpoint_stream_backend
+
+    def get_checkpoint_backend(self) -> StateBackend:
+        """Where checkpoints go, as a state backend: the one given, else files in ``checkpoint_data_uri``."""
+        if self._checkpoint_backend is not None:
+            return self._checkpoint_backend
+        if self._checkpoint_data_uri is not None:
+            return FsStateBackend(self._checkpoint_data_uri)
+        return MemoryStateBackend()
 
     def checkpoint_directory(self) -> str | None:
         return self._checkpoint_data_uri

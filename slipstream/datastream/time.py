@@ -55,15 +55,19 @@ class Duration:
         return f"Duration.of_millis({self.millis})"
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True, order=True, init=False)
 class Time:
     """Flink's older ``Time`` for window sizes; converts to and from :class:`Duration`."""
 
     millis: int
 
+    def __init__(self, milliseconds: int) -> None:
+        """``Time(milliseconds)``, as PyFlink's (the value is kept as ``millis``)."""
+        object.__setattr__(self, "millis", milliseconds)
+
     @staticmethod
-    def milliseconds(millis: int) -> Time:
-        return Time(int(millis))
+    def milliseconds(milliseconds: int) -> Time:
+        return Time(int(milliseconds))
 
     @staticmethod
     def seconds(seconds: int | float) -> Time:

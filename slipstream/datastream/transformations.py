@@ -43,6 +43,8 @@ class Transformation:
     parallelism: int | None = None
     max_parallelism: int | None = None
     uid: str | None = None
+    uid_hash: str | None = None  # set_uid_hash: the operator's identity for state when it has no uid
+    description: str | None = None  # set_description: shown in explain() and the JSON plan
     output_type: Any = None
     key_selectors: list[Callable[[Any], Any] | None] = field(default_factory=list)
     chaining: str = "always"  # "always", "never" (disable_chaining) or "head" (start_new_chain)

@@ -122,6 +122,22 @@ class Row:
             return dict(zip(self._fields, self._values))
         return {name: _as_plain(value) for name, value in zip(self._fields, self._values)}
 
+    @staticmethod
+    def of_kind(row_kind: RowKind, *args: Any, **kwargs: Any) -> Row:
+        """A row of ``row_kind`` (a change in a changelog) with these fields, as PyFlink's."""
+        row = Row(*args, **kwargs)
+        row.set_row_kind(row_kind)
+        return row
+
+    def get_fields_by_names(self, names: list[str]) -> list[Any]:
+        """The values of the fields ``names``, in that order."""
+        if self._fields is None or names == self._fields:
+            return list(self._values)
+        unknown = sorted(set(names) - set(self._fields))
+        if unknown:
+            raise KeyError(f"row has no field(s) {unknown}; its fields are {self._fields}")
+        return [self._values[self._fields.index(name)] for name in names]
+
     def get_row_kind(self) -> RowKind:
         return self._row_kind
 
@@ -379,6 +395,55 @@ class BasicTypeInfo(TypeInformation):
     def __init__(self, basic_type: BasicType) -> None:
         self._basic_type = basic_type
         self._arrow_identity = basic_type is not BasicType.BIG_INT
+
+    # PyFlink's static factories, one per basic type (``Types.STRING()`` and the others are the same)
+    @staticmethod
+    def STRING_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.STRING)
+
+    @staticmethod
+    def BOOLEAN_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.BOOLEAN)
+
+    @staticmethod
+    def BYTE_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.BYTE)
+
+    @staticmethod
+    def SHORT_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.SHORT)
+
+    @staticmethod
+    def INT_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.INT)
+
+    @staticmethod
+    def LONG_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.LONG)
+
+    @staticmethod
+    def FLOAT_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.FLOAT)
+
+    @staticmethod
+    def DOUBLE_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.DOUBLE)
+
+    @staticmethod
+    def CHAR_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.CHAR)
+
+    @staticmethod
+    def BIG_INT_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.BIG_INT)
+
+    @staticmethod
+    def BIG_DEC_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.BIG_DEC)
+
+    @staticmethod
+    def INSTANT_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.INSTANT)
 
     def to_arrow_type(self) -> pa.DataType:
         return _ARROW_BASIC[self._basic_type]()
@@ -858,8 +923,8 @@ class MapTypeInfo(TypeInformation):
 
     _arrow_identity = False
 
-    def __init__(self, key_type: TypeInformation, value_type: TypeInformation) -> None:
-        self._key_type, self._value_type = _check_types([key_type, value_type], "Types.MAP")
+    def __init__(self, key_type_info: TypeInformation, value_type_info: TypeInformation) -> None:
+        self._key_type, self._value_type = _check_types([key_type_info, value_type_info], "Types.MAP")
 
     def get_key_type(self) -> TypeInformation:
         return self._key_type

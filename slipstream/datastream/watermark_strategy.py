@@ -25,6 +25,7 @@ from typing import Any
 
 from slipstream.datastream.fields import get_field
 from slipstream.datastream.functions import as_function
+from slipstream.datastream.python_dependencies import warn_not_applied
 from slipstream.datastream.time import MIN_TIMESTAMP, Duration, Time, Watermark, to_millis
 from slipstream.errors import InvalidProgramError
 
@@ -202,6 +203,7 @@ class WatermarkStrategy:
     generator_supplier: Callable[[], WatermarkGenerator]
     timestamp_assigner: TimestampAssigner | None = None
     idle_timeout: int | None = None
+    alignment: tuple[str, int, int] | None = None  # with_watermark_alignment: group, drift ms, update ms
 
     # -- the built-in strategies -----------------------------------------------------------
     @staticmethod
@@ -251,6 +253,21 @@ class WatermarkStrategy:
         if millis <= 0:
             raise InvalidProgramError(f"idle_timeout must be positive, got {millis} ms")
         return dataclasses.replace(self, idle_timeout=millis)
+
+    def with_watermark_alignment(self, watermark_group: str, max_allowed_watermark_drift: Duration | Time | int,
+                                 update_interval: Duration | Time | int | None = None) -> WatermarkStrategy:
+        """A copy with Flink's watermark alignment (FLIP-182), kept (:meth:`get_alignment`) and warned
+        about: it paces how fast sources read, never what they emit, and the sources of one job here
+        share one scheduler, which reads the source whose input is there."""
+        drift = to_millis(max_allowed_watermark_drift, "max_allowed_watermark_drift")
+        interval = 1000 if update_interval is None else to_millis(update_interval, "update_interval")
+        warn_not_applied(f"watermark alignment of group {watermark_group!r}",
+                         "sources are not paused when ahead (alignment paces reading, it changes no result)")
+        return dataclasses.replace(self, alignment=(watermark_group, drift, interval))
+
+    def get_alignment(self) -> tuple[str, int, int] | None:
+        """``(watermark group, max drift ms, update interval ms)`` given to :meth:`with_watermark_alignment`."""
+        return self.alignment
 
     # -- what the runtime asks for ---------------------------------------------------------------
     def get_idle_timeout(self) -> int | None:

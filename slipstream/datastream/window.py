@@ -437,15 +437,15 @@ def _add(a: int, b: int) -> int:
 class CountTrigger(Trigger[Any, Window]):
     """Fires when the window has received ``count`` elements since it last fired."""
 
-    def __init__(self, count: int) -> None:
-        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
-            raise InvalidProgramError(f"CountTrigger needs a positive count, got {count!r}")
-        self.count = count
+    def __init__(self, window_size: int) -> None:
+        if not isinstance(window_size, int) or isinstance(window_size, bool) or window_size <= 0:
+            raise InvalidProgramError(f"CountTrigger needs a positive count, got {window_size!r}")
+        self.count = window_size
         self.state_desc = ReducingStateDescriptor("count", _add)
 
     @staticmethod
-    def of(count: int) -> CountTrigger:
-        return CountTrigger(count)
+    def of(window_size: int) -> CountTrigger:
+        return CountTrigger(window_size)
 
     def on_element(self, element: Any, timestamp: int | None, window: Window,
                    ctx: Trigger.TriggerContext) -> TriggerResult:
@@ -718,11 +718,12 @@ def _gap_extractor(extractor: Any) -> SessionWindowTimeGapExtractor[Any]:
 
 
 class _SessionWindows(MergingWindowAssigner[Any, TimeWindow]):
-    """Each element opens ``[t, t + gap)``; windows that overlap or touch merge into one session."""
+    """Each element opens ``[t, t + gap)``; windows that overlap or touch merge into one session.
+    ``session_gap`` is fixed; a dynamic assigner's gap is its extractor's for each element."""
 
-    def __init__(self, gap: Size | None = None,
+    def __init__(self, session_gap: Size | None = None,
                  extractor: SessionWindowTimeGapExtractor[Any] | None = None) -> None:
-        self.gap = None if gap is None else to_millis(gap, "session gap")
+        self.gap = None if session_gap is None else to_millis(session_gap, "session gap")
         self.extractor = extractor
         if self.gap is not None and self.gap <= 0:
             raise InvalidProgramError(f"{type(self).__name__} needs a positive gap, got {self.gap}")
@@ -759,10 +760,14 @@ class EventTimeSessionWindows(_EventTimeAssigner, _SessionWindows):
 class DynamicEventTimeSessionWindows(EventTimeSessionWindows):
     """Event-time sessions whose gap after each element is ``extractor.extract(element)``."""
 
+    def __init__(self, session_window_time_gap_extractor: SessionWindowTimeGapExtractor[Any] | Callable[[Any], int]
+                 ) -> None:
+        super().__init__(extractor=_gap_extractor(session_window_time_gap_extractor))
+
     @staticmethod
     def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor[Any] | Callable[[Any], int]
                          ) -> DynamicEventTimeSessionWindows:
-        return DynamicEventTimeSessionWindows(extractor=_gap_extractor(extractor))
+        return DynamicEventTimeSessionWindows(extractor)
 
 
 class ProcessingTimeSessionWindows(_ProcessingTimeAssigner, _SessionWindows):
@@ -781,10 +786,14 @@ class ProcessingTimeSessionWindows(_ProcessingTimeAssigner, _SessionWindows):
 class DynamicProcessingTimeSessionWindows(ProcessingTimeSessionWindows):
     """Processing-time sessions whose gap after each element is ``extractor.extract(element)``."""
 
+    def __init__(self, session_window_time_gap_extractor: SessionWindowTimeGapExtractor[Any] | Callable[[Any], int]
+                 ) -> None:
+        super().__init__(extractor=_gap_extractor(session_window_time_gap_extractor))
+
     @staticmethod
     def with_dynamic_gap(extractor: SessionWindowTimeGapExtractor[Any] | Callable[[Any], int]
                          ) -> DynamicProcessingTimeSessionWindows:
-        return DynamicProcessingTimeSessionWindows(extractor=_gap_extractor(extractor))
+        return DynamicProcessingTimeSessionWindows(extractor)
 
 
 class GlobalWindows(WindowAssigner[Any, GlobalWindow]):
@@ -895,8 +904,8 @@ class _CountWindows(WindowAssigner[Any, CountWindow]):
     never fires (as in Flink).
     """
 
-    def __init__(self, size: int) -> None:
-        self.size = _positive_count("count window size", size)
+    def __init__(self, window_size: int) -> None:
+        self.size = _positive_count("count window size", window_size)
         self._counter = ValueStateDescriptor("count-window-assigner")
 
     def _next_index(self, context: WindowAssigner.WindowAssignerContext) -> int:
@@ -931,9 +940,9 @@ class CountSlidingWindowAssigner(_CountWindows):
     """Windows of ``size`` elements per key starting every ``slide`` elements: window i holds
     elements i*slide .. i*slide+size-1 and fires once it is full (PyFlink's semantics)."""
 
-    def __init__(self, size: int, slide: int) -> None:
-        super().__init__(size)
-        self.slide = _positive_count("count window slide", slide)
+    def __init__(self, window_size: int, window_slide: int) -> None:
+        super().__init__(window_size)
+        self.slide = _positive_count("count window slide", window_slide)
 
     @staticmethod
     def of(window_size: int, window_slide: int) -> CountSlidingWindowAssigner:

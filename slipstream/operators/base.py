@@ -445,9 +445,9 @@ class StreamOperator(ABC):
         return []
 
     @classmethod
-    def backlog_work(cls, transformation: Transformation) -> str | None:
+    def backlog_work(cls, transformation: Transformation, batch_engine: str) -> str | None:
         """What ``explain()`` says this operator does with a backlog it does not stream (None: it
-        sorts it and runs it as batch work)."""
+        sorts it and runs it as batch work on ``batch_engine``)."""
         return None
 
     # -- helpers --------------------------------------------------------------------------------

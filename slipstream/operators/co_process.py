@@ -16,6 +16,7 @@ from slipstream.datastream.transformations import CoProcessTransformation
 from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import OperatorContext
 from slipstream.operators.elements import RecordBatch
+from slipstream.operators.map import flat_map_results
 from slipstream.operators.process import (
     OnTimerOperator,
     ProcessContext,
@@ -30,7 +31,7 @@ def _as_process(kind: str, method: Callable[..., Any]) -> Callable[[Any, Any], A
     if kind == "map":
         return lambda value, ctx: (method(value),)
     if kind == "flat_map":
-        return lambda value, ctx: method(value)
+        return lambda value, ctx: flat_map_results(method(value))
     return method
 
 

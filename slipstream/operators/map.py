@@ -17,6 +17,17 @@ from slipstream.operators.backlog_path import streamed
 from slipstream.operators.base import KeyedStateBackend, StreamOperator
 from slipstream.operators.elements import RecordBatch
 
+NO_FLAT_MAP_RESULT = ("a flat_map function must return or yield its outputs (an iterable: [] for none), got None: "
+                      "a missing return?")
+"""Why a flat_map function that returned None fails (as PyFlink's, iterating it): its output would be lost silently."""
+
+
+def flat_map_results(results: Any) -> Any:
+    """``results`` of a flat_map function, refused when None (see :data:`NO_FLAT_MAP_RESULT`)."""
+    if results is None:
+        raise TypeError(NO_FLAT_MAP_RESULT)
+    return results
+
 
 class _RecordFunctionOperator(StreamOperator):
     """Base of map/flat_map/filter: one user function, optional key."""
@@ -77,7 +88,7 @@ class FlatMapOperator(_RecordFunctionOperator):
                 before = len(out)
                 results = method(value)
                 if results is None:
-                    continue
+                    raise TypeError(NO_FLAT_MAP_RESULT)
                 extend(results)
                 if timestamps_out is not None:
                     timestamps_out.extend([stamps_in[index]] * (len(out) - before))

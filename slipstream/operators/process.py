@@ -28,7 +28,7 @@ from slipstream.datastream.functions import (
 )
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation, Transformation
-from slipstream.errors import SlipstreamError, UserCode, raise_user_error, user_code
+from slipstream.errors import UserCode, raise_user_error, user_code
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
 from slipstream.operators.backlog_bootstrap import BootstrapBacklog
 from slipstream.operators.backlog_path import VECTORISED, BacklogDeclaration, sorted_unless_streaming, streamed
@@ -52,8 +52,8 @@ class UnkeyedTimerService(TimerService):
         return self._operator.current_watermark
 
     def _refuse(self, timestamp: int) -> None:
-        raise SlipstreamError(f"operator '{self._operator.ctx.name}': timers can only be used on a "
-                              "keyed stream (key_by before process)")
+        """Raised in the user's function, whose guard names the operator, subtask and record."""
+        raise RuntimeError("timers can only be used on a keyed stream (key_by before process), as in Flink")
 
     register_processing_time_timer = _refuse
     register_event_time_timer = _refuse
@@ -294,7 +294,7 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
         return []
 
     @classmethod
-    def backlog_work(cls, transformation: Transformation) -> str | None:
+    def backlog_work(cls, transformation: Transformation, batch_engine: str) -> str | None:
         if isinstance(cast(KeyedProcessTransformation, transformation).function, KeyedStateBootstrapFunction):
             return ("buffers its backlog as it arrives and gives it to process_backlog(frame) as one polars "
                     "DataFrame at the switch (a KeyedStateBootstrapFunction: not sorted nor passed to "

@@ -35,7 +35,7 @@ from slipstream.datastream.fields import get_field, replace_field
 from slipstream.datastream.functions import Function, ReduceFunction
 from slipstream.datastream.state import ValueStateDescriptor
 from slipstream.datastream.transformations import ReduceTransformation, Transformation
-from slipstream.errors import SlipstreamError, user_code
+from slipstream.errors import SlipstreamError, key_cause, user_code
 from slipstream.operators.backlog_path import VECTORISED, BacklogDeclaration, sorted_unless_streaming
 from slipstream.operators.batch_engine import Aggregation
 from slipstream.operators.columnar_backlog import (
@@ -85,14 +85,22 @@ class KeyedReduceOperator(ColumnarBacklog):
 
     @classmethod
     def plan_notes(cls, transformation: Transformation) -> list[str]:
-        """Where a built-in aggregation's backlog is one query, and where it is not."""
+        """Which built-in aggregation this is."""
         aggregation = cast(ReduceTransformation, transformation).aggregation
         if aggregation is None:
             return []
         kind, field = aggregation
-        return [f"built-in {kind} of field {field!r}: one query over a backlog of Arrow batches (a columnar "
-                "source); in STREAMING mode a backlog of Python rows streams record by record (folded key by key "
-                'it costs more), unless backlog_sorting="always"']
+        return [f"built-in {kind} of field {field!r}"]
+
+    @classmethod
+    def backlog_work(cls, transformation: Transformation, batch_engine: str) -> str | None:
+        """A built-in aggregation's backlog is one query when it comes as Arrow batches, which is known
+        only when it comes; a Python reduce's is sorted batch work."""
+        if cast(ReduceTransformation, transformation).aggregation is None:
+            return None
+        return (f"sorts its backlog and runs it as batch work on {batch_engine} (vectorised): one query over "
+                "Arrow batches (a columnar source), while in STREAMING mode a backlog of Python rows streams record "
+                'by record instead (folded key by key it costs more; backlog_sorting="always" folds it)')
 
     def buffer_backlog(self, batch: RecordBatch, input_index: int = 0) -> None:
         """In STREAMING mode a backlog whose first batch is Python rows is not buffered: replayed key by
@@ -118,7 +126,8 @@ class KeyedReduceOperator(ColumnarBacklog):
         out: list[Any] = []
         append = out.append
         value: Any = None
-        with user_code(self, lambda: value):
+        key: Any = None
+        with user_code(self, lambda: value, explain=lambda exc: key_cause(exc, key)):
             for value in batch.values:
                 key = key_selector(value)
                 current = get(key)

@@ -73,7 +73,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slipstream.datastream.columnar import column_values
-from slipstream.errors import SlipstreamError
+from slipstream.errors import SlipstreamError, unhashable_key
 from slipstream.operators.batch_engine import BatchEngine
 from slipstream.operators.elements import RecordBatch
 from slipstream.operators.spill_file import (
@@ -142,8 +142,7 @@ class KeyDictionary:
                     known.append(key)
                 append(index)
         except TypeError:
-            raise TypeError(f"the key {key!r} is not hashable: a key selector must return a hashable "
-                            f"value (a tuple rather than a list), got a {type(key).__name__}") from None
+            raise unhashable_key(key) from None
         return out
 
     def key_of(self, key_id: int) -> Any:

@@ -20,7 +20,7 @@ from slipstream.datastream.connectors.base import (
     SourceReader,
     SourceReaderContext,
 )
-from slipstream.datastream.connectors.errors import SourceRestoreError
+from slipstream.datastream.connectors.errors import SourceFormatError, SourceRestoreError
 from slipstream.datastream.time import Watermark
 from slipstream.datastream.transformations import SourceTransformation
 from slipstream.errors import SlipstreamError, user_code
@@ -108,8 +108,11 @@ class SourceOperator(StreamOperator):
     def emit_next(self, max_records: int) -> InputStatus:
         """Poll the reader once and emit what it returned."""
         assert self.reader is not None  # made in open
-        with user_code(self, lambda: f"poll of {type(self.reader).__name__}", what="read"):
-            result = self.reader.poll(max_records)
+        try:
+            with user_code(self, lambda: f"poll of {type(self.reader).__name__}", what="read"):
+                result = self.reader.poll(max_records)
+        except SourceFormatError as exc:
+            raise (exc if exc.source else exc.in_source(self.where())) from exc
         if self._reports_backlog_changes:
             # After every poll, also one that found nothing: a watched directory's backlog ends
             # when the files present at start are consumed, not when the next file appears.

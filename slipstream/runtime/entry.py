@@ -86,4 +86,11 @@ def execution_plan(spec: JobSpec) -> str:
     return execution_plan_json(plan_job(spec))
 
 
-__all__ = ["JobClient", "execute", "execute_and_collect", "execute_async", "execution_plan", "explain"]
+def stop_spare_workers() -> None:
+    """End the spare worker processes runs left (``configure(worker_spares=N)``): ``env.close()``."""
+    from slipstream.runtime.workers import spares
+    spares.stop_all()
+
+
+__all__ = ["JobClient", "execute", "execute_and_collect", "execute_async", "execution_plan", "explain",
+           "stop_spare_workers"]

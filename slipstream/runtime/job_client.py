@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from slipstream.datastream.pipeline_options import SAVEPOINT_DIRECTORY
 from slipstream.datastream.progress_listener import JobProgress
 from slipstream.errors import InvalidProgramError, JobCancelledError, JobExecutionError
 from slipstream.runtime.driver import JobDriver, JobStatus, SavepointRequest
@@ -97,9 +98,10 @@ class JobClient:
         """Take a checkpoint now (a savepoint), commit it, and stop; returns its directory, from which
         ``execute(restore_from=...)`` (or ``slipstream run --restore``) continues the job.
 
-        The savepoint is taken in the checkpoint storage directory and, with ``path``, copied into
-        ``path``. While the backlog's sorted batch work runs (FLIP-327) no checkpoint can be taken,
-        so the savepoint waits for it to end. A job that ends first returns its final checkpoint.
+        The savepoint is taken in the checkpoint storage directory and, with ``path`` (by default
+        the environment's ``set_default_savepoint_directory``), copied into ``path``. While the
+        backlog's sorted batch work runs (FLIP-327) no checkpoint can be taken, so the savepoint
+        waits for it to end. A job that ends first returns its final checkpoint.
         """
         if self._done.is_set():
             raise InvalidProgramError(f"the job has already ended ({self.get_job_status().name}): "
@@ -107,6 +109,8 @@ class JobClient:
         config = self._driver.spec.checkpoint_config
         if not config.is_checkpointing_enabled():
             raise InvalidProgramError("stop_with_savepoint needs checkpointing: env.enable_checkpointing(...)")
+        if path is None:
+            path = self._driver.spec.configuration.get_string(SAVEPOINT_DIRECTORY, None)
         if path is None and config.get_checkpoint_storage_dir() is None:
             raise InvalidProgramError("the job has no checkpoint storage directory (its checkpoints go to a "
                                       "temporary one, deleted when it stops): give stop_with_savepoint a path, "

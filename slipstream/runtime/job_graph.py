@@ -161,6 +161,8 @@ def _plan_node(node: StreamNode) -> dict[str, Any]:
     if node.in_edges:
         entry["predecessors"] = [{"id": edge.source.id, "ship_strategy": edge.partitioning.value, "side": "second"}
                                  for edge in node.in_edges]
+    if node.transformation.description is not None:
+        entry["description"] = node.transformation.description
     group = getattr(node.transformation, "slot_sharing_group", None)
     if group is not None:
         entry["slot_sharing_group"] = group
@@ -175,15 +177,19 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
     attributes = node.transformation.get_operator_attributes()
     operator_cls = StreamOperator.registry.get(type(node.transformation))
     notes = [] if operator_cls is None else operator_cls.plan_notes(node.transformation)
+    if node.transformation.description:
+        notes.insert(0, node.transformation.description)
     scope = node.transformation.scope
     if scope.get_level():
         notes.append(f"in loop scope {scope} (level {scope.get_level()})")
     path = node.backlog_path
     if path is BacklogPath.STREAMED and attributes.has_internal_sorter() and not backlog_sorting:
-        notes.append("processes its backlog record by record (backlog_sorting=False)")
+        notes.append("processes its backlog record by record (backlog_sorting=False)" if streaming else
+                     "processes its input record by record with STREAMING's semantics, every rolling update "
+                     "and each watermark as it comes (backlog_sorting=False in BATCH mode)")
     elif path is not None and path is not BacklogPath.STREAMED:
         how = " (vectorised)" if path is BacklogPath.VECTORISED else ""
-        work = None if operator_cls is None else operator_cls.backlog_work(node.transformation)
+        work = None if operator_cls is None else operator_cls.backlog_work(node.transformation, batch_engine)
         work = work or f"sorts its backlog and runs it as batch work on {batch_engine}{how}"
         notes.append(f"{work}, then switches to streaming; "
                      "checkpoints during the backlog hold its buffer (spilled runs as shared files, stored once, "
@@ -195,10 +201,10 @@ def node_notes(node: StreamNode, batch_engine: str = "polars", backlog_sorting: 
         notes.append("emits only at end of input (its output edges block)")
     if attributes.is_output_on_checkpoint():
         notes.append("emits when a checkpoint is taken")
-    if path is BacklogPath.STREAMED and (backlog_sorting or not attributes.has_internal_sorter()):
-        notes.append(f"streams its backlog record by record: {node.backlog_streamed}")  # after what it emits
     spark_plan = getattr(getattr(node.transformation, "source", None), "spark_plan", None)
-    if spark_plan:
+    if spark_plan:  # a Spark source whose operators were folded into its query: it reads the query's result
         notes.append(f"runs on spark as one query: {spark_plan}")
+    elif path is BacklogPath.STREAMED and (backlog_sorting or not attributes.has_internal_sorter()):
+        notes.append(f"streams its backlog record by record: {node.backlog_streamed}")  # after what it emits
     notes.extend(node.notes)
     return notes

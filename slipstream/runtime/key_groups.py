@@ -81,17 +81,46 @@ _NUMBERS = frozenset({int, bool, float})
 _GOLDEN, _HALF = np.uint64(0x9E3779B97F4A7C15), np.uint64(32)
 
 
-def assign_to_key_groups(keys: list[Any], max_parallelism: int) -> list[int]:
-    """The key group of each of ``keys``, as :func:`assign_to_key_group` gives it. Numbers (the
-    usual keys) are mixed by Arrow in one pass, not one Python call each: a checkpoint groups
-    every key of its state, a million of them at 10^6 keys."""
-    if not keys or not _NUMBERS.issuperset(map(type, keys)):
-        return [stable_hash(key) % max_parallelism for key in keys]
+def _key_groups_at_once(keys: list[Any], max_parallelism: int) -> np.ndarray | None:
+    """The key group of each of ``keys`` as a uint64 array when they are all numbers, all str or
+    all bytes (the usual keys), hashed by C functions and mixed in one numpy pass rather than one
+    Python call each; None for any other batch (a str that is not UTF-8 text, say)."""
+    kinds = set(map(type, keys))
+    try:
+        if kinds and _NUMBERS.issuperset(kinds):
+            hashes = np.fromiter(map(hash, keys), np.int64, len(keys)).view(np.uint64)
+        elif kinds == {str}:
+            hashes = np.fromiter(map(zlib.crc32, map(str.encode, keys)), np.uint64, len(keys))
+        elif kinds == {bytes}:
+            hashes = np.fromiter(map(zlib.crc32, keys), np.uint64, len(keys))
+        else:
+            return None
+    except UnicodeEncodeError:  # a lone surrogate: stable_hash encodes it with surrogatepass
+        return None
     # numpy's uint64 arithmetic wraps as stable_hash's & _MASK64 does (pyarrow's scalars would import pandas)
-    hashes = np.fromiter(map(hash, keys), np.int64, len(keys)).view(np.uint64)
     mixed = ((hashes ^ (hashes >> _HALF)) * _GOLDEN) >> _HALF
-    key_groups: list[int] = (mixed % np.uint64(max_parallelism)).tolist()
+    return mixed % np.uint64(max_parallelism)
+
+
+def assign_to_key_groups(keys: list[Any], max_parallelism: int) -> list[int]:
+    """The key group of each of ``keys``, as :func:`assign_to_key_group` gives it: a checkpoint
+    groups every key of its state, a million of them at 10^6 keys."""
+    groups = _key_groups_at_once(keys, max_parallelism)
+    if groups is None:
+        return [stable_hash(key) % max_parallelism for key in keys]
+    key_groups: list[int] = groups.tolist()
     return key_groups
+
+
+def subtasks_at_once(keys: list[Any], max_parallelism: int, parallelism: int) -> list[int] | None:
+    """The subtask of each of ``keys`` (as :func:`subtask_for_key` gives it) in one numpy pass when
+    they are all numbers, all str or all bytes; None for any other batch. A hash edge routes a
+    batch at once."""
+    groups = _key_groups_at_once(keys, max_parallelism)
+    if groups is None:
+        return None
+    subtasks: list[int] = (groups * np.uint64(parallelism) // np.uint64(max_parallelism)).tolist()
+    return subtasks
 
 
 def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import slipstream.operators  # noqa: F401  (registers every operator kind)
+from slipstream.datastream.execution_config import AUTO_UIDS
 from slipstream.datastream.job_spec import JobSpec, RuntimeExecutionMode
 from slipstream.datastream.scope import ROOT_SCOPE
 from slipstream.datastream.transformations import (
@@ -143,7 +144,7 @@ def build_stream_graph(spec: JobSpec) -> StreamGraph:
                                       f"above its max parallelism {max_parallelism}")
         kind = type(transformation).__name__.removesuffix("Transformation").lower()
         node = StreamNode(next(ids), transformation, parallelism, max_parallelism,
-                          transformation.uid or f"{kind}-{transformation.id}")
+                          transformation.uid or transformation.uid_hash or f"{kind}-{transformation.id}")
         nodes.append(node)
         return node
 
@@ -167,9 +168,13 @@ def build_stream_graph(spec: JobSpec) -> StreamGraph:
         target.in_edges.append(edge)
 
     own_node: dict[Transformation, StreamNode] = {}  # a source's own node, before its lowered watermarks
+    uids_required = spec.configuration.get_string(AUTO_UIDS, "true") == "false"
     for transformation in transformations:
         if transformation.is_virtual:
             continue
+        if uids_required and not (transformation.uid or transformation.uid_hash):
+            raise InvalidProgramError(f"auto-generated uids are disabled (disable_auto_generated_uids) but operator "
+                                      f"'{transformation.name}' has no uid or uid hash: give it .uid(...)")
         node = add_node(transformation, _parallelism(transformation, spec))
         node_of[transformation] = node
         for input_index, upstream in enumerate(transformation.inputs):

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 from slipstream.datastream.transformations import Partitioning
-from slipstream.errors import SlipstreamError, UserFunctionError
+from slipstream.errors import SlipstreamError, UserFunctionError, key_cause
 from slipstream.operators.elements import EndOfInput, RecordBatch
 from slipstream.runtime.channels import Channel
 from slipstream.runtime.job_graph import StreamEdge
-from slipstream.runtime.key_groups import stable_hash
+from slipstream.runtime.key_groups import stable_hash, subtasks_at_once
 
 _ROUTED_KEYS_KEPT = 1 << 16
 """Keys whose subtask a hash edge's writer remembers; past them it starts again (hashing a key
@@ -146,12 +146,20 @@ class RecordWriter:
         self._route(batch, targets)
 
     def _targets_of(self, keys: list[Any]) -> list[int]:
-        """The subtask of each key, hashing the keys not seen lately. Equal keys have equal stable
+        """The subtask of each key, for a batch with keys not routed lately, remembered while the
+        dict kept has room. A batch of numbers, of str or of bytes is hashed at once in numpy
+        (past that room too: a dict emptied and refilled by every batch would cost twice as
+        much); other keys one by one, the dict emptied when full. Equal keys have equal stable
         hashes (1, 1.0 and True too), so a dict of what keys were routed to answers for them."""
         cache = self._targets
+        parallelism, max_parallelism = self._downstream_parallelism, self._max_parallelism
+        at_once = subtasks_at_once(keys, max_parallelism, parallelism)
+        if at_once is not None:
+            if len(cache) + len(keys) <= _ROUTED_KEYS_KEPT:
+                cache.update(zip(keys, at_once))
+            return at_once
         if len(cache) + len(keys) > _ROUTED_KEYS_KEPT:
             cache.clear()
-        parallelism, max_parallelism = self._downstream_parallelism, self._max_parallelism
         targets = []
         for key in keys:
             target = cache.get(key)
@@ -162,12 +170,15 @@ class RecordWriter:
 
     def _key_error(self, batch: RecordBatch, selector: Any, cause: BaseException) -> UserFunctionError:
         """Find the record whose key failed, to name it (only on the error path)."""
-        record = None
+        record = key = None
         for record in batch.values:
             try:
-                stable_hash(selector(record))
+                key = selector(record)
+                stable_hash(key)
             except Exception:
                 break
+        if isinstance(cause, TypeError):
+            cause = key_cause(cause, key)
         return UserFunctionError(f"key_by before '{self.edge.target.name}'", self.subtask_index,
                                  self.edge.source.parallelism, record, cause, what="key of record")
 

@@ -540,7 +540,7 @@ class Planner:
                                          "the job on the embedded runtime")
 
     def source(self, transformation: SourceTransformation, batch: bool) -> Any:
-        from slipstream.datastream.connectors.hybrid import HybridSource
+        from slipstream.datastream.connectors.hybrid_source import HybridSource
         from slipstream.datastream.connectors.iterator import IteratorSource
         from slipstream.datastream.connectors.spark import SparkSource
         source = transformation.source

@@ -356,7 +356,7 @@ def build(kind: str, out: str, checkpoints: str, n: int, *, interval_ms: int | N
         (rows.get_side_output(bad).map(lambda r: f"bad,{os.path.basename(r.path)},{r.line}").uid("bad-format")
          .sink_to(bad_sink).uid("bad-sink"))
     elif kind == "hybrid":
-        from slipstream.datastream.connectors.hybrid import HybridSource
+        from slipstream.datastream.connectors.hybrid_source import HybridSource
 
         history = FileSource.for_record_stream_format(
             StreamFormat.text_line_format(), text_numbers(file_input(kind, out), 1, n // 2)

@@ -64,6 +64,29 @@ def test_a_record_that_keeps_failing_ends_the_job_after_the_configured_attempts(
     assert fail.seen == 4  # the first run and three restarts
 
 
+def test_failure_rate_restarts_until_too_many_failures_come_within_the_interval(tmp_path):
+    """Flink's failure rate: at most 2 failures a minute restart; the third within it ends the job."""
+    out, chk = paths(tmp_path)
+    fail = FailOnce(5_000, times=100)
+    env = build("counts", out, chk, 10_000, interval_ms=None, records=1000,
+                restart=RestartStrategies.failure_rate_restart(2, 60_000, 0), fail=fail)
+    with pytest.raises(UserFunctionError, match="injected failure at 5000"):
+        env.execute("poison")
+    assert fail.seen == 3  # the first run and two restarts
+
+
+def test_failure_rate_counts_only_the_failures_within_its_interval(tmp_path):
+    """With an interval shorter than a run, every failure is the only one in it: the job recovers."""
+    out, chk = paths(tmp_path)
+    fail = FailOnce(5_000, times=3)
+    strategy = RestartStrategies.failure_rate_restart(1, 0, 0)
+    assert strategy.allows_restart([10.0]) and strategy.allows_restart([10.0, 20.0])
+    assert not RestartStrategies.failure_rate_restart(1, 60_000, 0).allows_restart([10.0, 20.0])
+    env = build("counts", out, chk, 10_000, interval_ms=None, records=1000, restart=strategy, fail=fail)
+    assert env.execute("recovers").get_accumulator_result("checkpoints")["restarts"] == 3
+    assert committed_output(out) == oracle("counts", 10_000)
+
+
 def test_no_restart_fails_at_once(tmp_path):
     out, chk = paths(tmp_path)
     fail = FailOnce(500)

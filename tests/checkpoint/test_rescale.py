@@ -17,7 +17,7 @@ from slipstream.datastream import RestartStrategies, StreamExecutionEnvironment
 from slipstream.datastream.connectors.arrow import ArrowSource
 from slipstream.datastream.connectors.base import SHARE_FINISHED
 from slipstream.datastream.connectors.file_system import FileSink, FileSource
-from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.hybrid_source import HybridSource
 from slipstream.datastream.connectors.iterator import CollectionSource
 from slipstream.datastream.connectors.number_seq import (
     NumberSequenceSource,

@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 from crash_job import build, file_input, oracle
-from test_kill_recovery import JOB, committed_output, run_until_done
+from test_kill_recovery import JOB, committed_output, kill_rounds
 from test_recovery_in_process import FailOnce
 from test_refused_restore import directory_contents
 
@@ -33,13 +33,8 @@ from slipstream.runtime.checkpoint.storage import CheckpointStorage
 
 def test_bad_records_side_output_is_exactly_once_across_kills(tmp_path):
     """The good rows and the bad ones (in a second FileSink on the source's side output) equal
-    the oracle after SIGKILLs at random moments (``run_until_done`` asserts it)."""
-    rng, kills = random.Random("kill-bad"), 0
-    for attempt in range(5):  # a run may end before the kill's moment came: then another one
-        kills += run_until_done("bad", 60_000, str(tmp_path / f"run{attempt}"), rng, 3 - kills)
-        if kills == 3:
-            break
-    assert kills == 3
+    the oracle after SIGKILLs at random moments (``kill_rounds`` asserts it of every round)."""
+    kill_rounds("bad", 60_000, tmp_path, random.Random("kill-bad"), 3)  # rounds until three kills landed
 
 
 def test_a_bad_line_that_fails_every_attempt_ends_the_job_after_the_configured_restarts(tmp_path, caplog):

@@ -386,3 +386,16 @@ def test_stop_says_when_no_job_runs_there(tmp_path):
     stopped = slipstream("stop", str(tmp_path))
     assert stopped.returncode == 1
     assert "no job started by `slipstream run` is known" in stopped.stderr
+
+
+def test_stop_after_a_run_that_already_stopped_says_so_rather_than_repeating_its_savepoint(tmp_path):
+    """A run stopped by Ctrl-C leaves its record (state STOPPED, its savepoint); `stop` then has no
+    job to stop, and says so, with that savepoint, instead of printing it as just written."""
+    record = {"script": "job.py", "pid": os.getpid(), "state": "STOPPED", "savepoint": "/chk/chk-000007",
+              "resume": "slipstream run job.py --restore /chk/chk-000007"}
+    (tmp_path / "slipstream-run.json").write_text(json.dumps(record))
+    stopped = slipstream("stop", str(tmp_path))
+    assert stopped.returncode == 1 and "Savepoint written" not in stopped.stdout
+    assert "no job is running there: the run of job.py had already stopped; its savepoint: /chk/chk-000007" \
+        in stopped.stderr
+    assert not (tmp_path / "slipstream-run.json").exists()

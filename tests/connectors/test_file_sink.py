@@ -140,3 +140,101 @@ def test_text_sink_output_read_back_by_source(tmp_path):
     for parallelism in (1, 2, 3):
         read = [line for part in read_subtasks(source, parallelism) for line in part]
         assert sorted(read) == sorted(lines)
+
+
+# -- bucket assigners ---------------------------------------------------------------------------------
+def test_a_date_time_bucket_assigner_writes_each_hours_parts_into_its_own_directory(tmp_path, monkeypatch):
+    """Flink's DateTimeBucketAssigner: the processing time a record is written at, formatted, names its
+    part's directory; a new bucket closes the previous one's part. Counters run on across buckets."""
+    import slipstream.datastream.connectors.file_system as file_system
+    from slipstream.datastream.connectors.file_system import BucketAssigner
+
+    clock = [1_764_543_600_000.0]  # 2025-11-30 23:00 UTC, in ms
+    monkeypatch.setattr(file_system.time, "time", lambda: clock[0] / 1000)
+    sink = FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()) \
+        .with_bucket_assigner(BucketAssigner.date_time_bucket_assigner("yyyy-MM-dd--HH", "UTC")) \
+        .with_bucket_check_interval(1000).build()
+    writer = sink.create_writer()
+    writer.open(0, 1)
+    writer.write(["a", "b"], None)
+    clock[0] += 3_600_000  # the next hour
+    writer.write(["c"], None)
+    writer.flush()
+    writer.close()
+    assert sorted(os.listdir(tmp_path)) == ["2025-11-30--23", "2025-12-01--00"]
+    assert (tmp_path / "2025-11-30--23" / "part-0-0").read_text() == "a\nb\n"
+    assert (tmp_path / "2025-12-01--00" / "part-0-1").read_text() == "c\n"
+    again = sink.create_writer()  # a second run numbers its parts after every bucket's
+    again.open(0, 1)
+    again.write(["d"], None)
+    again.flush()
+    assert (tmp_path / "2025-12-01--00" / "part-0-2").read_text() == "d\n"
+
+
+def test_bucket_patterns_and_refusals() -> None:
+    from slipstream.datastream.connectors.file_system import BucketAssigner
+    from slipstream.errors import InvalidProgramError
+
+    assert BucketAssigner.base_path_bucket_assigner().bucket_id(0) == ""
+    nested = BucketAssigner.date_time_bucket_assigner("yyyy/MM/dd/'hour='HH", "UTC")
+    assert nested.bucket_id(0) == "1970/01/01/hour=00"
+    with pytest.raises(InvalidProgramError, match="pattern letter 'Q' is not supported"):
+        BucketAssigner.date_time_bucket_assigner("yyyy-QQ")
+    with pytest.raises(InvalidProgramError, match="unknown time zone"):
+        BucketAssigner.date_time_bucket_assigner("yyyy", "Mars/Olympus")
+    with pytest.raises(InvalidProgramError, match="needs a BucketAssigner"):
+        FileSink.for_row_format("/tmp/x", Encoder.simple_string_encoder()).with_bucket_assigner("hourly")
+
+
+def test_a_bucketed_sink_commits_exactly_once_across_a_restart(tmp_path):
+    """Pending parts in bucket directories are listed in a checkpoint by their path under the base
+    path; a restore commits them and removes what was written after it, in every bucket."""
+    from slipstream.datastream.connectors.file_system import BucketAssigner
+
+    sink = FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()) \
+        .with_bucket_assigner(BucketAssigner.date_time_bucket_assigner("'day'", "UTC")).build()
+    writer = sink.create_writer()
+    writer.open(0, 1)
+    writer.begin_two_phase_commit()  # as the sink operator does when the job checkpoints
+    writer.write(["one", "two"], None)
+    state = writer.prepare_commit(1)
+    writer.write(["after the checkpoint"], None)
+    writer.prepare_commit(2)  # closed, pending, never committed: the job died before checkpoint 2 completed
+    assert state["pending"][0][1] == os.path.join("day", "part-0-0")
+    restored = sink.create_writer()
+    restored.open(0, 1)
+    restored.check_commit_state([state])
+    restored.restore_commit_state([state])
+    assert sorted(os.listdir(tmp_path / "day")) == ["part-0-0"]
+    assert (tmp_path / "day" / "part-0-0").read_text() == "one\ntwo\n"
+
+
+def test_streaming_file_sink_is_the_older_name_and_compaction_is_kept_not_applied(tmp_path):
+    from slipstream.datastream import StreamExecutionEnvironment
+    from slipstream.datastream.connectors.file_system import FileCompactor, FileCompactStrategy, StreamingFileSink
+
+    strategy = FileCompactStrategy.builder().set_size_threshold(1024).enable_compaction_on_checkpoint(2) \
+        .set_num_compact_threads(2).build()
+    assert (strategy.size_threshold, strategy.checkpoints_before_compaction, strategy.num_compact_threads) == (1024, 2, 2)
+    builder = StreamingFileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder())
+    with pytest.warns(UserWarning, match="committed part files are not merged"):
+        builder.enable_compact(strategy, FileCompactor.concat_file_compactor(b"\n"))
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection(["a", "b"]).add_sink(builder.disable_compact().build())
+    env.execute()
+    assert _visible(tmp_path) == ["part-0-0"] and (tmp_path / "part-0-0").read_text() == "a\nb\n"
+
+
+def test_parquet_writers_for_a_row_type_as_pyflinks(tmp_path):
+    from slipstream.datastream import StreamExecutionEnvironment
+    from slipstream.errors import InvalidProgramError
+
+    row_type = Types.ROW_NAMED(["word", "n"], [Types.STRING(), Types.LONG()])
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([("a", 1), ("b", 2)], type_info=row_type) \
+        .sink_to(FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_row_type(row_type)).build())
+    env.execute()
+    table = pq.read_table(tmp_path / "part-0-0")
+    assert table.schema.names == ["word", "n"] and table.to_pylist() == [{"word": "a", "n": 1}, {"word": "b", "n": 2}]
+    with pytest.raises(InvalidProgramError, match="needs a Types.ROW_NAMED"):
+        ParquetBulkWriters.for_row_type(Types.STRING())

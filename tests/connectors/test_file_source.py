@@ -8,11 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from slipstream.attributes import Boundedness
+from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.connectors.base import END_OF_INPUT, NOTHING_AVAILABLE, SourceReaderContext
 from slipstream.datastream.connectors.columnar import ArrowSourceBatch
 from slipstream.datastream.connectors.errors import SourceFormatError, SourcePathNotFoundError, SourceRestoreError
 from slipstream.datastream.connectors.file_system import FileSource, StreamFormat
-from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.hybrid_source import HybridSource
 from slipstream.datastream.connectors.iterator import CollectionSource
 from slipstream.datastream.formats.csv import CsvReaderFormat, CsvSchema
 from slipstream.datastream.formats.json import JsonLinesReaderFormat, JsonRowDeserializationSchema
@@ -344,3 +345,37 @@ def test_a_position_naming_a_file_that_is_gone_is_refused_naming_it(tmp_path, ho
     with pytest.raises(SourceRestoreError) as caught:
         source.check_position(position)
     assert f"'{gone}' does not exist" in str(caught.value) and f") was {how}, but" in str(caught.value)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_a_job_reading_a_bad_line_fails_naming_the_source_subtask_and_the_line(tmp_path, parallelism):
+    """The reader knows the file, line and field; the job's error names the source subtask too."""
+    (tmp_path / "a.csv").write_text("1,a\n2,b\n")
+    (tmp_path / "b.csv").write_text("3,c\nfour,d\n")
+    schema = CsvSchema.builder().add_number_column("id", Types.INT()).add_string_column("name").build()
+    source = FileSource.for_record_stream_format(CsvReaderFormat.for_schema(schema), str(tmp_path)).build()
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.from_source(source, None, "people").add_sink(lambda _: None)
+    with pytest.raises(SourceFormatError, match=rf"^operator 'people' \(uid 'source-1'\), subtask \d/{parallelism}: "
+                                                r"file '.*b.csv', line 2 \(byte offset 4\), field 'id'") as caught:
+        env.execute("bad input")
+    assert caught.value.line_number == 2 and caught.value.source.startswith("operator 'people'")
+
+
+def test_a_non_splittable_enumerator_reads_each_file_whole_in_one_subtask(tmp_path):
+    """Flink's enumerators: by default a Parquet file's row groups are splits read by different
+    subtasks; with the non-splittable one a file is one split, every row group read by one subtask."""
+    from slipstream.datastream.connectors.file_system import FileEnumeratorProvider, FileSplitAssignerProvider
+
+    pq.write_table(pa.table({"n": list(range(40))}), tmp_path / "a.parquet", row_group_size=10)
+    def subtask_counts(enumerator):
+        source = FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(batch_size=100), str(tmp_path)) \
+            .set_file_enumerator(enumerator) \
+            .set_split_assigner(FileSplitAssignerProvider.locality_aware_split_assigner()).build()
+        batches = read_subtasks(source, 4)
+        return sorted(len(rows) for rows in batches), sorted(row.n for rows in batches for row in rows)
+
+    split, values = subtask_counts(FileEnumeratorProvider.default_splittable_file_enumerator())
+    assert values == list(range(40)) and split.count(0) < 3  # row groups spread over subtasks
+    whole, values = subtask_counts(FileEnumeratorProvider.default_non_splittable_file_enumerator())
+    assert values == list(range(40)) and whole == [0, 0, 0, 40]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from slipstream.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
-from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.hybrid_source import HybridSource
 from slipstream.datastream.connectors.iterator import CollectionSource, IteratorSource
 from slipstream.datastream.functions import KeyedProcessFunction
 from slipstream.datastream.state import ValueStateDescriptor

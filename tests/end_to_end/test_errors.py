@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from slipstream.datastream import (
+    CoFlatMapFunction,
     CoMapFunction,
     FlatMapFunction,
     KeyedProcessFunction,
@@ -306,3 +307,59 @@ def test_a_user_error_crosses_a_process_boundary_with_its_cause_and_fields() -> 
     copy_of_line = pickle.loads(pickle.dumps(bad_line))
     assert (str(copy_of_line), copy_of_line.path, copy_of_line.line_number, copy_of_line.field) == \
         (str(bad_line), "in/people.csv", 3, "'score'")
+
+
+def test_a_flat_map_that_returns_none_fails_naming_the_operator_and_record(env) -> None:
+    """As PyFlink's (which fails iterating it): a flat_map function without a return would lose its
+    record's output silently; a connected stream's flat_map1/flat_map2 likewise."""
+    def forgets_to_return(x):
+        [x, x]  # noqa: B018 - the mistake under test
+
+    env.from_collection([1, 2]).flat_map(forgets_to_return).name("twice").add_sink(lambda _: None)
+    with pytest.raises(UserFunctionError, match=r"operator 'twice'.*failed on record [12]: TypeError: a flat_map "
+                                                r"function must return or yield its outputs"):
+        env.execute()
+
+
+def test_a_co_flat_map_that_returns_none_fails_too(env) -> None:
+    class Half(CoFlatMapFunction):
+        def flat_map1(self, value):
+            return [value]
+
+        def flat_map2(self, value):
+            return None
+
+    first, second = env.from_collection([1]), env.from_collection(["a"])
+    first.connect(second).flat_map(Half()).add_sink(lambda _: None)
+    with pytest.raises(UserFunctionError, match=r"failed on record 'a': TypeError: a flat_map function must return"):
+        env.execute()
+
+
+def test_a_key_field_a_record_lacks_is_named_with_the_call_that_chose_it(env) -> None:
+    """``key_by(42)`` on numbers: whichever operator reads the key names it, with its record."""
+    env.from_collection([1, 2]).key_by(42).map(lambda x: x).add_sink(lambda _: None)
+    with pytest.raises(UserFunctionError, match=r"DataStream\.key_by\(42\): a scalar record has only field 0"):
+        env.execute()
+
+
+def test_a_timer_on_a_stream_without_keys_fails_naming_operator_and_record(env) -> None:
+    class Remind(ProcessFunction):
+        def process_element(self, value, ctx):
+            ctx.timer_service().register_event_time_timer(10)
+            yield value
+
+    env.from_collection([7]).process(Remind()).name("remind").add_sink(lambda _: None)
+    with pytest.raises(UserFunctionError, match=r"operator 'remind'.*failed on record 7: RuntimeError: timers can "
+                                                r"only be used on a keyed stream"):
+        env.execute()
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_a_key_that_is_a_list_fails_saying_keys_must_be_hashable(parallelism: int) -> None:
+    """PyFlink pickles keys, so a list works there; here keys are hashed, and the error says what to
+    return instead, in STREAMING mode too (where a bare "unhashable type" came from a dict lookup)."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.from_collection([(1, 2)]).key_by(lambda x: [x[0]]).reduce(lambda a, b: a).add_sink(lambda _: None)
+    with pytest.raises(UserFunctionError, match=r"the key \[1\] is not hashable: a key selector must return a "
+                                                r"hashable value \(a tuple rather than a list\)"):
+        env.execute()

@@ -15,7 +15,7 @@ import pytest
 from test_backlog_switch import sorting_harness, transformation_of
 
 from slipstream.datastream import KeyedStateBootstrapFunction, StreamExecutionEnvironment  # where a user finds it
-from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.hybrid_source import HybridSource
 from slipstream.datastream.connectors.iterator import CollectionSource, IteratorSource
 from slipstream.datastream.functions import KeyedProcessFunction
 from slipstream.datastream.state import ValueStateDescriptor

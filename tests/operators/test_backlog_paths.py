@@ -216,8 +216,9 @@ def test_explain_says_a_built_in_aggregation_is_one_query_over_arrow_batches_onl
     env = StreamExecutionEnvironment.get_execution_environment()
     env.from_collection([(1, 2), (1, 3)]).key_by(lambda r: r[0]).sum(1).print()
     (line,) = [line for line in env.explain().splitlines() if "built-in sum" in line]
-    assert "built-in sum of field 1: one query over a backlog of Arrow batches" in line
-    assert "in STREAMING mode a backlog of Python rows streams record by record" in line
+    assert "built-in sum of field 1; sorts its backlog and runs it as batch work on polars (vectorised): one query " \
+           "over Arrow batches" in line
+    assert "in STREAMING mode a backlog of Python rows streams record by record instead" in line
 
 
 # -- the planner knows no kind: a new one is planned by its declaration alone ----------------------------

@@ -169,7 +169,7 @@ def test_unknown_keys_are_kept_readable_and_named_in_a_warning() -> None:
     ("execution.checkpointing.interval", "soon", "'soon' is not a duration"),
     ("pipeline.operator-chaining", "maybe", "'maybe' is not true or false"),
     ("state.backend", "leveldb", "'leveldb' is not one of hashmap, jobmanager, filesystem, rocksdb"),
-    ("restart-strategy", "failure-rate", "restart strategy 'failure-rate' is not supported"),
+    ("restart-strategy", "exponential-delay", "restart strategy 'exponential-delay' is not supported"),
 ])
 def test_a_value_that_does_not_parse_or_cannot_apply_is_refused_naming_the_key(key: str, value: str,
                                                                                message: str) -> None:
@@ -236,3 +236,14 @@ def test_a_configured_job_runs_with_what_the_configuration_says() -> None:
 
     out = env.from_collection([1, 2]).map(Greet()).execute_and_collect()
     assert sorted(out) == [("hi", 3, 1), ("hi", 3, 2)]
+
+
+def test_the_failure_rate_restart_strategy_from_flinks_keys() -> None:
+    configuration = Configuration()
+    configuration.set_string("restart-strategy.type", "failure-rate")
+    configuration.set_string("restart-strategy.failure-rate.max-failures-per-interval", "3")
+    configuration.set_string("restart-strategy.failure-rate.failure-rate-interval", "5 min")
+    configuration.set_string("restart-strategy.failure-rate.delay", "10 s")
+    env = StreamExecutionEnvironment.get_execution_environment(configuration)
+    assert env.get_restart_strategy() == RestartStrategies.failure_rate_restart(3, 300_000, 10_000)
+    assert env.get_restart_strategy().get_failure_interval().total_seconds() == 300

@@ -128,7 +128,7 @@ def test_checkpoints_are_always_preferred_for_recovery() -> None:
     config = new_env().get_checkpoint_config()
     assert config.is_prefer_checkpoint_for_recovery() is True
     config.set_prefer_checkpoint_for_recovery(True)
-    with pytest.warns(UserWarning, match="no savepoints"):
+    with pytest.warns(UserWarning, match="a savepoint is a checkpoint here"):
         config.set_prefer_checkpoint_for_recovery(False)
 
 

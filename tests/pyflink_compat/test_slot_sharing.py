@@ -1,4 +1,4 @@
-"""``SlotSharingGroup`` and ``MemorySize`` build and check as PyFlink's; using one warns (there are no slots).
+"""``SlotSharingGroup`` and ``MemorySize`` build and check as PyFlink's; using one warns (it places nothing).
 
 Inputs and expected values are those of Flink's ``test_slot_sharing_group.py``; the tests are written anew.
 """
@@ -58,11 +58,11 @@ def test_memory_sizes_compare_convert_and_print() -> None:
 def test_a_streams_group_is_kept_in_the_plan_and_warned_about() -> None:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     group = SlotSharingGroup.builder("slot_sharing_group_1").build()
-    with pytest.warns(UserWarning, match="there are no slots"):
+    with pytest.warns(UserWarning, match="placed on workers by their index"):
         env.register_slot_sharing_group(group)
-    with pytest.warns(UserWarning, match="there are no slots"):
+    with pytest.warns(UserWarning, match="placed on workers by their index"):
         source = env.from_collection([1, 2, 3]).name("collection source").slot_sharing_group(group)
-    with pytest.warns(UserWarning, match="there are no slots"):
+    with pytest.warns(UserWarning, match="placed on workers by their index"):
         source.map(lambda x: x + 1).set_parallelism(3).name("map_operator").slot_sharing_group("slot_sharing_group_2") \
             .print()
     groups = {node["contents"]: node.get("slot_sharing_group") for node in json.loads(env.get_execution_plan())["nodes"]}

@@ -12,7 +12,7 @@ from slipstream.datastream import (
     RuntimeExecutionMode,
     StreamExecutionEnvironment,
 )
-from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.hybrid_source import HybridSource
 from slipstream.datastream.connectors.iterator import CollectionSource, IteratorSource
 from slipstream.errors import InvalidProgramError
 from slipstream.runtime.job_graph import EdgeKind

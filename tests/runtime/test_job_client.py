@@ -106,13 +106,19 @@ def test_a_failing_job_reports_failed_and_its_result_raises_the_error(tmp_path):
     assert client.get_job_status() is JobStatus.FAILED
 
 
-@pytest.mark.parametrize("parallelism,into", [(1, None), (2, None), (4, None), (2, "savepoints")])
-def test_stop_with_savepoint_then_restore_gives_exactly_once_output(tmp_path, parallelism, into):
+@pytest.mark.parametrize("parallelism,into,default", [(1, None, False), (2, None, False), (4, None, False),
+                                                      (2, "savepoints", False), (2, "savepoints", True)])
+def test_stop_with_savepoint_then_restore_gives_exactly_once_output(tmp_path, parallelism, into, default):
+    """Into the checkpoint directory, a path given, or (``default``) the environment's default
+    savepoint directory when none is given."""
     gate = Gate(at=N // 3)
-    client = counting_job(tmp_path, gate, parallelism).execute_async("count")
+    env = counting_job(tmp_path, gate, parallelism)
+    if default:
+        env.set_default_savepoint_directory(str(tmp_path / into))
+    client = env.execute_async("count")
     assert gate.reached.wait(30)
     gate.open_after(0.2)
-    savepoint = client.stop_with_savepoint(None if into is None else str(tmp_path / into))
+    savepoint = client.stop_with_savepoint(None if into is None or default else str(tmp_path / into))
     assert client.get_job_status() is JobStatus.FINISHED
     stopped_at = client.get_metrics()["numbers"]["records_out"]
     assert N // 3 <= stopped_at < N

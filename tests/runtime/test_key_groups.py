@@ -18,6 +18,7 @@ from slipstream.runtime.key_groups import (
     operator_index_for_key_group,
     stable_hash,
     subtask_for_key,
+    subtasks_at_once,
 )
 
 PRELUDE = """
@@ -103,6 +104,24 @@ def test_key_groups_of_many_keys_at_once_are_those_of_each_key(keys: list, max_p
     numbers = [k for k in keys if type(k) in (int, bool, float)]
     assert assign_to_key_groups(numbers, max_parallelism) == \
         [assign_to_key_group(k, max_parallelism) for k in numbers]
+
+
+@given(st.one_of(st.lists(st.one_of(st.integers(), st.integers(min_value=-2**70, max_value=2**70), st.booleans(),
+                                   st.floats(allow_nan=False)), min_size=1, max_size=50),
+                 st.lists(st.text(max_size=4), min_size=1, max_size=50),
+                 st.lists(st.binary(max_size=4), min_size=1, max_size=50)),
+       st.sampled_from([(1, 1), (128, 2), (128, 3), (32768, 7)]))
+def test_subtasks_of_a_batch_at_once_are_those_of_each_key(keys: list, parallelisms: tuple[int, int]) -> None:
+    """A hash edge routes a batch of numbers, of str or of bytes in one numpy pass: each key to the
+    subtask it alone would go to. A batch of mixed kinds, or with a str that is not UTF-8 text, is
+    left to the key-by-key path."""
+    max_parallelism, parallelism = parallelisms
+    assert subtasks_at_once(keys, max_parallelism, parallelism) == \
+        [subtask_for_key(k, max_parallelism, parallelism) for k in keys]
+    odd = 1 if isinstance(keys[0], (str, bytes)) else "text"
+    assert subtasks_at_once([*keys, odd], max_parallelism, parallelism) is None
+    assert subtasks_at_once([*keys, "\ud800"], max_parallelism, parallelism) is None
+    assert subtasks_at_once([], max_parallelism, parallelism) is None
 
 
 def test_key_group_assignment_is_within_range() -> None:

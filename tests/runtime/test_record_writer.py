@@ -93,6 +93,21 @@ def test_hash_uses_the_consumers_max_parallelism() -> None:
         assert all(subtask_for_key(k, 7, 3) == index for k in out)
 
 
+def test_hash_routes_more_keys_than_it_remembers_each_to_its_subtask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the keys a writer remembers, numbers are hashed a batch at a time and other keys one by
+    one: every batch, whichever path it takes, lands on the subtasks the keys own."""
+    monkeypatch.setattr("slipstream.runtime.record_writer._ROUTED_KEYS_KEPT", 64)
+    writer, channels = make_writer(Partitioning.HASH, downstream=3, key_selector=lambda v: v)
+    batches = [list(range(start, start + 50)) for start in range(0, 500, 50)]
+    batches += [[f"k{i}" for i in range(start, start + 50)] for start in range(0, 200, 50)]
+    batches += [[1, 1.0, True, 2**70, -1, 0.5] * 10, list(range(500, 550)), list(range(0, 50))]
+    for batch in batches:
+        outputs = routed(writer, channels, batch)
+        assert sorted(map(str, batch)) == sorted(str(k) for out in outputs for k in out)
+        for index, out in enumerate(outputs):
+            assert all(subtask_for_key(k, 128, 3) == index for k in out)
+
+
 def test_rebalance_is_round_robin_continuing_across_batches() -> None:
     writer, channels = make_writer(Partitioning.REBALANCE, upstream=2, downstream=3, subtask=1)
     writer.emit(RecordBatch([0, 1, 2, 3]))

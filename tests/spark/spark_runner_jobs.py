@@ -189,7 +189,7 @@ def file_source(directory: Path, watched: bool = False) -> FileSource:
 def source(env: StreamExecutionEnvironment, directory: Path, watched: bool = False,
            history: Path | None = None) -> Any:
     """The events of ``directory``; with ``history``, a HybridSource of that directory's files first."""
-    from slipstream.datastream.connectors.hybrid import HybridSource
+    from slipstream.datastream.connectors.hybrid_source import HybridSource
     live = file_source(directory, watched)
     return env.from_source(live if history is None else HybridSource.builder(file_source(history)).add_source(live)
                            .build(), None, "events")

@@ -12,7 +12,7 @@ import pytest
 import spark_runner_jobs as jobs
 
 from slipstream.datastream import StreamExecutionEnvironment
-from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.hybrid_source import HybridSource
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.time import Duration
 from slipstream.datastream.watermark_strategy import WatermarkStrategy

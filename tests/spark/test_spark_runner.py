@@ -185,7 +185,7 @@ def test_a_hybrid_source_then_watches_its_live_directory(spark: Any, tmp_path: P
 
 
 def test_a_hybrid_source_of_other_sources_is_refused(spark: Any, tmp_path: Path) -> None:
-    from slipstream.datastream.connectors.hybrid import HybridSource
+    from slipstream.datastream.connectors.hybrid_source import HybridSource
     from slipstream.datastream.connectors.iterator import CollectionSource
     jobs.write_input(tmp_path / "in", FILES)
     env = StreamExecutionEnvironment.get_execution_environment()

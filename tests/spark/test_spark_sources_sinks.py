@@ -13,7 +13,7 @@ import pytest
 
 from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.connectors.file_system import FileSink
-from slipstream.datastream.connectors.hybrid import HybridSource
+from slipstream.datastream.connectors.hybrid_source import HybridSource
 from slipstream.datastream.connectors.iterator import IteratorSource
 from slipstream.datastream.connectors.spark import SparkSource
 from slipstream.errors import UserFunctionError

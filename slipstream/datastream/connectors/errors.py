@@ -18,8 +18,10 @@ class SourceFormatError(JobExecutionError, ValueError):
     """
 
     def __init__(self, path: str | None, line_number: int | None, offset: int | None,
-                 expected: str, got: object, field: str | None = None) -> None:
-        self._arguments = (path, line_number, offset, expected, got, field)
+                 expected: str, got: object, field: str | None = None, source: str | None = None) -> None:
+        self._arguments = (path, line_number, offset, expected, got, field, source)
+        self.source = source
+        """The source subtask that read it (``operator 'csv' (uid ...), subtask 1/2``), once it is known."""
         self.path = path
         self.line_number = line_number
         self.offset = offset
@@ -36,7 +38,12 @@ class SourceFormatError(JobExecutionError, ValueError):
         shown = repr(got)
         if len(shown) > 200:
             shown = shown[:197] + "..."
-        super().__init__(f"{where}: expected {expected}, got {shown}")
+        super().__init__(f"{source + ': ' if source else ''}{where}: expected {expected}, got {shown}")
+
+    def in_source(self, source: str) -> SourceFormatError:
+        """This error, naming the source subtask that read the record (the reader does not know it)."""
+        path, line_number, offset, expected, got, field, _ = self._arguments
+        return type(self)(path, line_number, offset, expected, got, field, source)
 
     def __reduce__(self) -> tuple[type[SourceFormatError], tuple[object, ...]]:
         """Pickled with its arguments, so a worker process's failure reaches the driver with its fields."""

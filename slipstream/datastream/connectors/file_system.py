@@ -60,6 +60,7 @@ from slipstream.datastream.connectors.base import (
     SourceReader,
     SourceReaderContext,
 )
+from slipstream.datastream.connectors.buckets import BucketAssigner
 from slipstream.datastream.connectors.errors import (
     SinkFormatError,
     SourcePathNotFoundError,
@@ -75,13 +76,29 @@ from slipstream.datastream.formats.base import (
     StreamFormat,
 )
 from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.python_dependencies import warn_not_applied
 from slipstream.datastream.time import Duration, to_millis
 from slipstream.errors import InvalidProgramError
 from slipstream.filesystem import filesystem_of, normalize
 
 __all__ = [
-    "BulkFormat", "BulkWriterFactory", "DefaultRollingPolicy", "Encoder", "FileSink", "FileSource",
-    "FileSourceBuilder", "OnCheckpointRollingPolicy", "OutputFileConfig", "RollingPolicy", "StreamFormat",
+    "BucketAssigner",
+    "BulkFormat",
+    "BulkWriterFactory",
+    "DefaultRollingPolicy",
+    "Encoder",
+    "FileCompactStrategy",
+    "FileCompactor",
+    "FileEnumeratorProvider",
+    "FileSink",
+    "FileSource",
+    "FileSourceBuilder",
+    "FileSplitAssignerProvider",
+    "OnCheckpointRollingPolicy",
+    "OutputFileConfig",
+    "RollingPolicy",
+    "StreamFormat",
+    "StreamingFileSink",
 ]
 
 Split = tuple[int, str, int | None]
@@ -148,12 +165,13 @@ class FileSource(Source):
     """
 
     def __init__(self, reader_format: ReaderFormat, paths: list[str], discovery_interval_ms: int | None,
-                 bad_record_output: OutputTag | None = None) -> None:
+                 bad_record_output: OutputTag | None = None, splittable: bool = True) -> None:
         """Use :meth:`for_record_stream_format` or :meth:`for_bulk_file_format`, then ``build()``."""
         self._format = reader_format
         self._paths = [normalize(p, "FileSource") for p in paths]
         self._discovery_interval_ms = discovery_interval_ms
         self._bad_record_output = bad_record_output
+        self._splittable = splittable
 
     @property
     def paths(self) -> list[str]:
@@ -200,7 +218,7 @@ class FileSource(Source):
                 continue
             if position is SHARE_FINISHED:  # that reader had read every split it owned
                 for path, index, relative in list_files(self._paths):
-                    splits = [(index, relative, part) for part in self._format.split_file(path)]
+                    splits = [(index, relative, part) for part, _ in file_parts(self._format, path, self._splittable)]
                     finished.update(split for split in splits if split_owner(split, old_parallelism) == old)
                 continue
             read, begun = read_position(position)
@@ -233,10 +251,44 @@ class FileSource(Source):
 
     def create_reader(self, subtask_index: int, parallelism: int) -> SourceReader:
         return _FileSourceReader(self._format, self._paths, subtask_index, parallelism,
-                                 self._discovery_interval_ms, self._bad_record_output)
+                                 self._discovery_interval_ms, self._bad_record_output, self._splittable)
 
     def default_name(self) -> str:
         return f"FileSource({', '.join(self._paths)})"
+
+
+class FileEnumeratorProvider:
+    """Whether a ``FileSource`` splits its files (as Flink's enumerators): by default as the format
+    splits them (Parquet by row group), or not at all, a file to a subtask."""
+
+    def __init__(self, splittable: bool) -> None:
+        self.splittable = splittable
+
+    @staticmethod
+    def default_splittable_file_enumerator() -> FileEnumeratorProvider:
+        return FileEnumeratorProvider(True)
+
+    @staticmethod
+    def default_non_splittable_file_enumerator() -> FileEnumeratorProvider:
+        return FileEnumeratorProvider(False)
+
+
+class FileSplitAssignerProvider:
+    """Which subtask reads a split (Flink's locality-aware assigner; kept: every subtask is local)."""
+
+    @staticmethod
+    def locality_aware_split_assigner() -> FileSplitAssignerProvider:
+        return FileSplitAssignerProvider()
+
+
+def file_parts(reader_format: ReaderFormat, path: str, splittable: bool) -> list[tuple[int | None, int | None]]:
+    """The parts of ``path`` a source reads, each with its record count when known: the format's,
+    or the whole file (``None``) when the source does not split files."""
+    parts = reader_format.split_file_counted(path)
+    if splittable or len(parts) <= 1:
+        return parts
+    counts = [records for _, records in parts]
+    return [(None, None if None in counts else sum(c for c in counts if c is not None))]
 
 
 class FileSourceBuilder:
@@ -249,6 +301,22 @@ class FileSourceBuilder:
         self._paths = list(paths)
         self._discovery_interval_ms: int | None = None
         self._bad_record_output: OutputTag | None = None
+        self._splittable = True
+
+    def set_file_enumerator(self, file_enumerator: FileEnumeratorProvider) -> FileSourceBuilder:
+        """Whether a file is read in parts by several subtasks (the default: as its format splits it,
+        Parquet by row group) or whole by one (``default_non_splittable_file_enumerator()``)."""
+        if not isinstance(file_enumerator, FileEnumeratorProvider):
+            raise InvalidProgramError(f"set_file_enumerator needs a FileEnumeratorProvider, got {file_enumerator!r}")
+        self._splittable = file_enumerator.splittable
+        return self
+
+    def set_split_assigner(self, split_assigner: FileSplitAssignerProvider) -> FileSourceBuilder:
+        """Kept: splits go to subtasks by a hash of their name; every subtask runs on this machine, so
+        there is no locality to prefer."""
+        if not isinstance(split_assigner, FileSplitAssignerProvider):
+            raise InvalidProgramError(f"set_split_assigner needs a FileSplitAssignerProvider, got {split_assigner!r}")
+        return self
 
     def monitor_continuously(self, discovery_interval: Duration) -> FileSourceBuilder:
         """Make the source unbounded: keep listing the paths every ``discovery_interval`` and read new files."""
@@ -290,15 +358,18 @@ class FileSourceBuilder:
         return self
 
     def build(self) -> FileSource:
-        return FileSource(self._format, self._paths, self._discovery_interval_ms, self._bad_record_output)
+        return FileSource(self._format, self._paths, self._discovery_interval_ms, self._bad_record_output,
+                          self._splittable)
 
 
 class _FileSourceReader(SourceReader):
     """Reads this subtask's splits one after another; discovers new ones in a thread when monitoring."""
 
     def __init__(self, reader_format: ReaderFormat, paths: list[str], subtask_index: int, parallelism: int,
-                 discovery_interval_ms: int | None, bad_record_output: OutputTag | None = None) -> None:
+                 discovery_interval_ms: int | None, bad_record_output: OutputTag | None = None,
+                 splittable: bool = True) -> None:
         self._format = reader_format
+        self._splittable = splittable
         self._bad_record_output = bad_record_output
         self._paths = paths
         self._subtask_index = subtask_index
@@ -339,7 +410,7 @@ class _FileSourceReader(SourceReader):
             if path in self._seen_files:
                 continue
             self._seen_files.add(path)
-            for part, records in self._format.split_file_counted(path):
+            for part, records in file_parts(self._format, path, self._splittable):
                 split = (index, relative, part)
                 if split_owner(split, self._parallelism) == self._subtask_index and split not in self._finished:
                     splits.append(split)
@@ -536,13 +607,15 @@ class FileSink(Sink):
     """
 
     def __init__(self, base_path: str, encoder: Encoder | None, writer_factory: BulkWriterFactory | None,
-                 output_file_config: OutputFileConfig, rolling_policy: RollingPolicy) -> None:
+                 output_file_config: OutputFileConfig, rolling_policy: RollingPolicy,
+                 bucket_assigner: BucketAssigner | None = None) -> None:
         """Use :meth:`for_row_format` or :meth:`for_bulk_format`, then ``build()``."""
         self._base_path = normalize(base_path, "FileSink")
         self._encoder = encoder
         self._writer_factory = writer_factory
         self._output_file_config = output_file_config
         self._rolling_policy = rolling_policy
+        self._bucket_assigner = bucket_assigner or BucketAssigner.base_path_bucket_assigner()
 
     def is_transactional(self) -> bool:
         return True
@@ -577,7 +650,7 @@ class FileSink(Sink):
 
     def create_writer(self) -> SinkWriter:
         return _PartFileWriter(self._base_path, self._encoder, self._writer_factory,
-                               self._output_file_config, self._rolling_policy)
+                               self._output_file_config, self._rolling_policy, self._bucket_assigner)
 
     def default_name(self) -> str:
         return f"FileSink({self._base_path})"
@@ -593,9 +666,40 @@ class RowFormatBuilder:
         self._writer_factory = writer_factory
         self._rolling_policy = rolling_policy
         self._output_file_config = OutputFileConfig()
+        self._bucket_assigner = BucketAssigner.base_path_bucket_assigner()
+        self._bucket_check_interval_ms = 60_000
+        self._compaction: tuple[FileCompactStrategy, FileCompactor] | None = None  # enable_compact: kept
 
     def with_output_file_config(self, output_file_config: OutputFileConfig) -> RowFormatBuilder:
         self._output_file_config = output_file_config
+        return self
+
+    def with_bucket_assigner(self, bucket_assigner: BucketAssigner) -> RowFormatBuilder:
+        """The directory under the base path each part file goes to (the base path by default)."""
+        if not isinstance(bucket_assigner, BucketAssigner):
+            raise InvalidProgramError(f"with_bucket_assigner needs a BucketAssigner, got {bucket_assigner!r}")
+        self._bucket_assigner = bucket_assigner
+        return self
+
+    def enable_compact(self, strategy: FileCompactStrategy, compactor: FileCompactor) -> RowFormatBuilder:
+        """Kept and warned about: part files are not merged after they are committed."""
+        if not isinstance(strategy, FileCompactStrategy) or not isinstance(compactor, FileCompactor):
+            raise InvalidProgramError("enable_compact needs a FileCompactStrategy and a FileCompactor, "
+                                      f"got {strategy!r} and {compactor!r}")
+        warn_not_applied("FileSink compaction", "committed part files are not merged")
+        self._compaction = (strategy, compactor)
+        return self
+
+    def disable_compact(self) -> RowFormatBuilder:
+        self._compaction = None
+        return self
+
+    def with_bucket_check_interval(self, interval: int) -> RowFormatBuilder:
+        """Kept: Flink checks its rolling policy's time limits every ``interval`` ms; slipstream
+        checks them as records arrive and at every flush."""
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval <= 0:
+            raise InvalidProgramError(f"the bucket check interval must be positive milliseconds, got {interval!r}")
+        self._bucket_check_interval_ms = interval
         return self
 
     def with_rolling_policy(self, rolling_policy: RollingPolicy) -> RowFormatBuilder:
@@ -606,11 +710,65 @@ class RowFormatBuilder:
 
     def build(self) -> FileSink:
         return FileSink(self._base_path, self._encoder, self._writer_factory, self._output_file_config,
-                        self._rolling_policy)
+                        self._rolling_policy, self._bucket_assigner)
 
 
 class BulkFormatBuilder(RowFormatBuilder):
     """Configures a bulk-format :class:`FileSink`; parts roll at flushes unless a policy says otherwise."""
+
+
+class FileCompactStrategy:
+    """When Flink's FileSink would merge small committed files (``enable_compact``; kept here)."""
+
+    def __init__(self, size_threshold: int = -1, checkpoints_before_compaction: int = 1,
+                 num_compact_threads: int = 1) -> None:
+        self.size_threshold = size_threshold
+        self.checkpoints_before_compaction = checkpoints_before_compaction
+        self.num_compact_threads = num_compact_threads
+
+    @staticmethod
+    def builder() -> FileCompactStrategy.Builder:
+        return FileCompactStrategy.Builder()
+
+    class Builder:
+        def __init__(self) -> None:
+            self._settings: dict[str, int] = {}
+
+        def set_size_threshold(self, size_threshold: int) -> FileCompactStrategy.Builder:
+            self._settings["size_threshold"] = size_threshold
+            return self
+
+        def enable_compaction_on_checkpoint(self, num_checkpoints_before_compaction: int
+                                            ) -> FileCompactStrategy.Builder:
+            self._settings["checkpoints_before_compaction"] = num_checkpoints_before_compaction
+            return self
+
+        def set_num_compact_threads(self, num_compact_threads: int) -> FileCompactStrategy.Builder:
+            self._settings["num_compact_threads"] = num_compact_threads
+            return self
+
+        def build(self) -> FileCompactStrategy:
+            return FileCompactStrategy(**self._settings)
+
+
+class FileCompactor:
+    """How Flink's FileSink would merge files: concatenated (with a delimiter) or copied as they are."""
+
+    def __init__(self, kind: str, file_delimiter: bytes | None = None) -> None:
+        self.kind = kind
+        self.file_delimiter = file_delimiter
+
+    @staticmethod
+    def concat_file_compactor(file_delimiter: bytes | None = None) -> FileCompactor:
+        return FileCompactor("concat", file_delimiter)
+
+    @staticmethod
+    def identical_file_compactor() -> FileCompactor:
+        return FileCompactor("identical")
+
+
+class StreamingFileSink(FileSink):
+    """Flink's older name for :class:`FileSink` (added with ``add_sink``): the same builders and files."""
 
 
 FileSink.RowFormatBuilder = RowFormatBuilder  # type: ignore[attr-defined]
@@ -646,8 +804,11 @@ class _PartFileWriter(SinkWriter):
     """Writes one subtask's part files: in progress under a hidden name, renamed to final on flush."""
 
     def __init__(self, base_path: str, encoder: Encoder | None, writer_factory: BulkWriterFactory | None,
-                 output_file_config: OutputFileConfig, rolling_policy: RollingPolicy) -> None:
+                 output_file_config: OutputFileConfig, rolling_policy: RollingPolicy,
+                 bucket_assigner: BucketAssigner) -> None:
         self._base_path = base_path
+        self._buckets = bucket_assigner
+        self._bucket = ""  # the bucket the open part is in: a directory under the base path ("": itself)
         self._fs = filesystem_of(base_path)
         self._encoder = encoder
         self._writer_factory = writer_factory
@@ -670,17 +831,36 @@ class _PartFileWriter(SinkWriter):
     def open(self, subtask_index: int, parallelism: int) -> None:
         self._subtask_index = subtask_index
         self._fs.makedirs(self._base_path, private=False)
-        # Start after this subtask's existing parts, so a second run adds files instead of replacing them.
-        existing = set(self._fs.listdir(self._base_path))
-        while self._part_name(self._counter) in existing:
-            self._counter += 1
+        # Start after this subtask's existing parts (in any bucket), so a second run adds files instead
+        # of replacing them.
+        prefix, suffix = self._config.get_part_prefix(), self._config.get_part_suffix()
+        for path in self._files():
+            owner = _part_owner(os.path.basename(path), prefix, suffix)
+            if owner is not None and owner[0] == subtask_index and not owner[2]:
+                self._counter = max(self._counter, owner[1] + 1)
+
+    def _files(self, directory: str | None = None) -> Iterator[str]:
+        """Every file under the base path, in its buckets' directories too (walked, as the buckets of
+        a date-time assigner may nest: ``yyyy/MM/dd``)."""
+        directory = directory or self._base_path
+        if not self._fs.is_dir(directory):
+            return
+        for name in self._fs.listdir(directory):
+            path = os.path.join(directory, name)
+            if self._fs.is_dir(path):
+                yield from self._files(path)
+            else:
+                yield path
 
     def _open_part(self) -> BinaryIO:
-        """Open the next part file; its stream."""
+        """Open the next part file, in the current bucket; its stream."""
         name = self._part_name(self._counter)
         self._counter += 1
-        self._final_path = os.path.join(self._base_path, name)
-        self._in_progress_path = os.path.join(self._base_path, f".{name}.inprogress.{uuid.uuid4().hex}")
+        directory = os.path.join(self._base_path, self._bucket) if self._bucket else self._base_path
+        if self._bucket:
+            self._fs.makedirs(directory, private=False)
+        self._final_path = os.path.join(directory, name)
+        self._in_progress_path = os.path.join(directory, f".{name}.inprogress.{uuid.uuid4().hex}")
         stream = self._stream = self._fs.open_output(self._in_progress_path)
         if self._writer_factory is not None:
             self._bulk_writer = self._writer_factory.create(stream)
@@ -718,6 +898,10 @@ class _PartFileWriter(SinkWriter):
             raise
 
     def _write(self, values: list[Any]) -> None:
+        bucket = self._buckets.bucket_id(time.time() * 1000)
+        if bucket != self._bucket:  # a new bucket (the next hour's, say): the open part is done
+            self._close_part()
+            self._bucket = bucket
         if self._stream is not None and self._policy.should_roll(
                 self._stream.tell(), self._opened_at_ms, self._last_write_ms, _now_ms()):
             self._close_part()
@@ -777,8 +961,9 @@ class _PartFileWriter(SinkWriter):
             _raise_disk_full(exc, self._in_progress_path)
             raise
         self._prepared[checkpoint_id] = list(self._pending)
+        base = self._base_path
         return {"subtask": self._subtask_index, "counter": self._counter,
-                "pending": [[os.path.basename(a), os.path.basename(b)] for a, b in self._pending]}
+                "pending": [[os.path.relpath(a, base), os.path.relpath(b, base)] for a, b in self._pending]}
 
     def commit(self, checkpoint_id: int) -> None:
         done = [cid for cid in self._prepared if cid <= checkpoint_id]
@@ -790,24 +975,24 @@ class _PartFileWriter(SinkWriter):
                     committed.add((in_progress, final))
         if committed:
             self._pending = [entry for entry in self._pending if entry not in committed]
-            self._fs.fsync_dir(self._base_path)
+            for directory in sorted({os.path.dirname(final) for _, final in committed}):
+                self._fs.fsync_dir(directory)
 
     def _listed_parts(self, states: list[Any]) -> list[tuple[str, str]]:
-        """The (in-progress, final) paths of the parts ``states`` had pending."""
+        """The (in-progress, final) paths of the parts ``states`` had pending (relative to the base
+        path: a bucket's directory, then the name)."""
         return [(os.path.join(self._base_path, in_progress), os.path.join(self._base_path, final))
                 for state in states for in_progress, final in state["pending"]]
 
     def _parts_of(self, counters: dict[int, int]) -> list[tuple[str, int, int, bool]]:
         """``(path, subtask, counter, in_progress)`` of every part file written by the subtasks
         of ``counters`` (the subtasks whose state is being restored)."""
-        if not self._fs.is_dir(self._base_path):
-            return []
         prefix, suffix = self._config.get_part_prefix(), self._config.get_part_suffix()
         parts = []
-        for name in self._fs.listdir(self._base_path):
-            owner = _part_owner(name, prefix, suffix)
+        for path in self._files():
+            owner = _part_owner(os.path.basename(path), prefix, suffix)
             if owner is not None and owner[0] in counters:
-                parts.append((os.path.join(self._base_path, name), *owner))
+                parts.append((path, *owner))
         return parts
 
     def check_commit_state(self, states: list[Any]) -> None:
@@ -829,10 +1014,14 @@ class _PartFileWriter(SinkWriter):
         for in_progress, final in self._listed_parts(states):
             self._commit_part(in_progress, final)
         counters = _restored_counters(states)
+        directories = {self._base_path}
         for path, _, _, part_in_progress in self._parts_of(counters):
             if part_in_progress:
                 self._fs.remove(path)  # written after the checkpoint
-        self._fs.fsync_dir(self._base_path)
+                directories.add(os.path.dirname(path))
+        directories.update(os.path.dirname(final) for _, final in self._listed_parts(states))
+        for directory in sorted(directories):
+            self._fs.fsync_dir(directory)
         own = counters.get(self._subtask_index)
         if own is not None:
             self._counter = max(self._counter, own)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from slipstream.datastream.connectors.base import RecordWriteError, Sink, SinkWriter
+from slipstream.datastream.flink_strings import flink_formatter
+from slipstream.datastream.typeinfo import TypeInformation
 from slipstream.errors import CheckpointError
 
 Commit = tuple[int, int, list[Any]]
@@ -61,11 +63,15 @@ class RelayedSink(Sink):
 
 
 class PrintSink(RelayedSink):
-    """Prints each record on its own line, prefixed as Flink does: ``id:subtask> value``."""
+    """Prints each record on its own line, prefixed as Flink does: ``id:subtask> value``; a record of a
+    declared ``type_info`` as Flink writes its Java value (``+I[1, a]``), any other with ``str``
+    (:mod:`slipstream.datastream.flink_strings`)."""
 
-    def __init__(self, sink_identifier: str | None = None, stderr: bool = False) -> None:
+    def __init__(self, sink_identifier: str | None = None, stderr: bool = False,
+                 type_info: TypeInformation | None = None) -> None:
         self.sink_identifier = sink_identifier
         self.stderr = stderr
+        self.type_info = type_info
 
     def default_name(self) -> str:
         return "Print to Std. Err" if self.stderr else "Print to Std. Out"
@@ -84,6 +90,7 @@ class _PrintWriter(SinkWriter):
     def __init__(self, sink: PrintSink) -> None:
         self._sink = sink
         self._prefix = ""
+        self._text = flink_formatter(sink.type_info)
 
     def open(self, subtask_index: int, parallelism: int) -> None:
         parts = []
@@ -94,8 +101,8 @@ class _PrintWriter(SinkWriter):
         self._prefix = (":".join(parts) + "> ") if parts else ""
 
     def write(self, values: list[Any], timestamps: list[Any] | None) -> None:
-        prefix = self._prefix
-        text = "".join(f"{prefix}{value}\n" for value in values)
+        prefix, written = self._prefix, self._text
+        text = "".join(f"{prefix}{written(value)}\n" for value in values)
         if not self._sink.relay(text):
             self._sink.write(text)
 

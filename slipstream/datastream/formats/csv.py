@@ -148,8 +148,9 @@ class CsvSchemaBuilder:
     def add_string_column(self, name: str) -> CsvSchemaBuilder:
         return self._add(CsvColumn(name, Types.STRING()))
 
-    def add_number_column(self, name: str, number_type: TypeInformation = Types.LONG()) -> CsvSchemaBuilder:
-        """Add a number column of ``number_type`` (default ``Types.LONG()``, PyFlink's BIGINT)."""
+    def add_number_column(self, name: str, number_type: TypeInformation | None = None) -> CsvSchemaBuilder:
+        """Add a number column of ``number_type`` (None: ``Types.LONG()``, PyFlink's BIGINT)."""
+        number_type = Types.LONG() if number_type is None else number_type
         if number_type not in _NUMBER_TYPES:
             raise InvalidProgramError(
                 f"CsvSchema number column {name!r}: number_type must be one of {_NUMBER_TYPES}, got {number_type!r}")
@@ -159,8 +160,10 @@ class CsvSchemaBuilder:
         return self._add(CsvColumn(name, Types.BOOLEAN()))
 
     def add_array_column(self, name: str, separator: str | None = None,
-                         element_type: TypeInformation = Types.STRING()) -> CsvSchemaBuilder:
-        """Add a column holding a list, its elements separated by ``separator`` (default ``;``)."""
+                         element_type: TypeInformation | None = None) -> CsvSchemaBuilder:
+        """Add a column holding a list of ``element_type`` (None: ``Types.STRING()``), its elements
+        separated by ``separator`` (default ``;``)."""
+        element_type = Types.STRING() if element_type is None else element_type
         if element_type not in _PARSERS:
             raise InvalidProgramError(
                 f"CsvSchema array column {name!r}: element_type must be a basic type, got {element_type!r}")

@@ -24,7 +24,7 @@ from slipstream.datastream.formats.base import (
     BulkWriterFactory,
     FileRecordReader,
 )
-from slipstream.datastream.typeinfo import Row
+from slipstream.datastream.typeinfo import Row, RowTypeInfo
 from slipstream.errors import InvalidProgramError
 from slipstream.filesystem import filesystem_of
 
@@ -32,15 +32,33 @@ from slipstream.filesystem import filesystem_of
 class ParquetColumnarRowInputFormat(BulkFormat):
     """Reads Parquet files in Arrow record batches of up to ``batch_size`` rows, one row group per split.
 
-    Args:
-        columns: the columns to read, in this order; all of them when None.
+    Args (PyFlink's, then slipstream's ``columns``):
+        row_type: the columns to read, by the field names of a ``Types.ROW_NAMED`` (PyFlink's takes
+            the Table API's row type, which slipstream does not have); all of them when None.
+        hadoop_config: refused when given: files are read by Arrow, there is no Hadoop.
         batch_size: the most rows per batch (a poll may ask for fewer).
+        is_utc_timestamp: accepted; Arrow reads a timestamp as stored, without converting it to the
+            local zone (what Flink does when it is True).
+        is_case_sensitive: whether column names must match in case (False: ``ID`` reads ``id``).
+        columns: the columns to read, by name, in this order (instead of ``row_type``).
     """
 
-    def __init__(self, columns: list[str] | None = None, batch_size: int = 2048) -> None:
+    def __init__(self, row_type: RowTypeInfo | None = None, hadoop_config: Any = None, batch_size: int = 2048,
+                 is_utc_timestamp: bool = False, is_case_sensitive: bool = True,
+                 columns: list[str] | None = None) -> None:
         if batch_size < 1:
             raise InvalidProgramError(f"ParquetColumnarRowInputFormat: batch_size must be positive, got {batch_size}")
-        self._columns = None if columns is None else list(columns)
+        if hadoop_config is not None:
+            raise InvalidProgramError("ParquetColumnarRowInputFormat: hadoop_config does not apply, files are read "
+                                      "by Arrow (a remote path's file system is fsspec's)")
+        if row_type is not None and columns is not None:
+            raise InvalidProgramError("ParquetColumnarRowInputFormat: give row_type or columns, not both")
+        if row_type is not None and not isinstance(row_type, RowTypeInfo):
+            raise InvalidProgramError("ParquetColumnarRowInputFormat: row_type must be a Types.ROW_NAMED(...) naming "
+                                      f"the columns to read, got {row_type!r}")
+        names = row_type.get_field_names() if row_type is not None else columns
+        self._columns = None if names is None else list(names)
+        self._case_sensitive = is_case_sensitive
         self._batch_size = batch_size
 
     def split_file(self, path: str) -> list[int | None]:
@@ -55,7 +73,7 @@ class ParquetColumnarRowInputFormat(BulkFormat):
             parquet.close(force=True)
 
     def create_reader(self, path: str, part: int | None, position: Any | None) -> FileRecordReader:
-        return _RowGroupReader(path, part or 0, self._columns, self._batch_size, position)
+        return _RowGroupReader(path, part, self._columns, self._batch_size, position, self._case_sensitive)
 
 
 def _open_parquet(path: str) -> pq.ParquetFile:
@@ -70,17 +88,21 @@ def _open_parquet(path: str) -> pq.ParquetFile:
 
 
 class _RowGroupReader(FileRecordReader):
-    """Reads one row group; its position is the number of its rows already returned."""
+    """Reads one row group (every one for ``None``: the whole file); its position is the number of
+    its rows already returned."""
 
-    def __init__(self, path: str, row_group: int, columns: list[str] | None, batch_size: int,
-                 position: Any | None) -> None:
+    def __init__(self, path: str, row_group: int | None, columns: list[str] | None, batch_size: int,
+                 position: Any | None, case_sensitive: bool = True) -> None:
         self._file = _open_parquet(path)
         names = self._file.schema_arrow.names
+        if columns is not None and not case_sensitive:
+            by_lower = {name.lower(): name for name in names}
+            columns = [by_lower.get(column.lower(), column) for column in columns]
         missing = [c for c in columns or [] if c not in names]
         if missing:
             raise SourceFormatError(path, None, None, f"columns {missing} among the file's columns", names)
         self._batches: Iterator[pa.RecordBatch] = self._file.iter_batches(
-            batch_size=batch_size, row_groups=[row_group], columns=columns)
+            batch_size=batch_size, row_groups=None if row_group is None else [row_group], columns=columns)
         self._pending: pa.RecordBatch | None = None
         self._rows_read = 0
         if position is not None:
@@ -236,3 +258,17 @@ class ParquetBulkWriters:
         if row_group_size < 1:
             raise InvalidProgramError(f"ParquetBulkWriters: row_group_size must be positive, got {row_group_size}")
         return ParquetBulkWriterFactory(schema, row_group_size)
+
+    @staticmethod
+    def for_row_type(row_type: RowTypeInfo, hadoop_config: Any = None, utc_timestamp: bool = False
+                     ) -> BulkWriterFactory:
+        """PyFlink's form: the columns of a ``Types.ROW_NAMED(...)`` (PyFlink's takes the Table API's
+        row type, which slipstream does not have); ``hadoop_config`` does not apply, timestamps are
+        written as they are (``utc_timestamp`` is accepted)."""
+        if not isinstance(row_type, RowTypeInfo):
+            raise InvalidProgramError(f"ParquetBulkWriters.for_row_type needs a Types.ROW_NAMED(...), got {row_type!r}")
+        if hadoop_config is not None:
+            raise InvalidProgramError("ParquetBulkWriters.for_row_type: hadoop_config does not apply, files are "
+                                      "written by Arrow")
+        arrow_type = row_type.to_arrow_type()
+        return ParquetBulkWriters.for_schema(pa.schema([arrow_type.field(i) for i in range(arrow_type.num_fields)]))

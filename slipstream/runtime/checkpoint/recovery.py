@@ -79,7 +79,7 @@ class Recovery:
         self.config = spec.checkpoint_config
         self.enabled = self.config.is_checkpointing_enabled()
         self.strategy = spec.restart_strategy
-        self.max_restarts = self.strategy.max_restarts() if self.strategy is not None else 0
+        self.failures: list[float] = []  # when runs failed (time.monotonic()), for the strategy to judge
         self.job_name = spec.job_name
         self.restore_from = restore_from
         self.fingerprint = job_fingerprint(graph) if self.enabled or restore_from is not None else ""
@@ -134,13 +134,15 @@ class Recovery:
         """Whether a run that failed with ``failure`` is followed by another; if so, wait the
         strategy's delay and find what it restores from: the latest checkpoint (without
         checkpoints, what the first run restored from)."""
+        self.failures.append(time.monotonic())
         if not isinstance(failure, Exception) or isinstance(failure, NOT_RESTARTABLE) or \
-                self.attempt >= self.max_restarts:
+                self.strategy is None or not self.strategy.allows_restart(self.failures):
             return False
         self.attempt += 1
-        log.warning("job '%s' failed (%s: %s); restart %d of %d", self.job_name, type(failure).__name__,
-                    failure, self.attempt, self.max_restarts)
-        time.sleep(self.strategy.delay_ms() / 1000 if self.strategy is not None else 0)
+        limit = self.strategy.max_restarts()
+        log.warning("job '%s' failed (%s: %s); restart %d%s", self.job_name, type(failure).__name__, failure,
+                    self.attempt, f" of {limit}" if limit else f" ({self.strategy.get_description()})")
+        time.sleep(self.strategy.delay_ms() / 1000)
         if self.enabled:
             assert self.storage is not None
             self.restore = find_restore_point(self.storage, LATEST, self.fingerprint)

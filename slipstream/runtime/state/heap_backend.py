@@ -52,7 +52,7 @@ from slipstream.datastream.state import (
     StateDescriptor,
 )
 from slipstream.datastream.typeinfo import Row
-from slipstream.errors import CheckpointError, SlipstreamError
+from slipstream.errors import CheckpointError, SlipstreamError, unhashable_key
 from slipstream.operators.memory import SAMPLE_ENTRIES, MemoryBudget, entry_bytes
 from slipstream.operators.timers import TimerQueue
 from slipstream.runtime.checkpoint.pacing import chunk_rows, paced
@@ -138,8 +138,7 @@ class KeyedBackendBase(ABC):
         try:
             hash(key)
         except TypeError:
-            raise TypeError(f"the key {key!r} is not hashable: a key selector must return a hashable "
-                            f"value (a tuple rather than a list), got a {type(key).__name__}") from None
+            raise unhashable_key(key) from None
         self.current_key = key
         if self._key_listeners:
             for listener in self._key_listeners:
