@@ -8,10 +8,11 @@ from slipstream.common.configuration import Configuration
 from slipstream.common.execution_config import ExecutionConfig
 from slipstream.common.job_execution_result import JobExecutionResult
 from slipstream.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
+from slipstream.common.serialization import DeserializationSchema, Encoder, SerializationSchema, SimpleStringSchema
 from slipstream.common.time import Duration, Time
 from slipstream.common.typeinfo import Row, RowKind, TypeInformation, Types
 from slipstream.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
 
-__all__ = ["Configuration", "Duration", "ExecutionConfig", "JobExecutionResult", "RestartStrategies",
-           "RestartStrategyConfiguration", "Row", "RowKind", "Time", "TimestampAssigner", "TypeInformation", "Types",
-           "WatermarkStrategy"]
+__all__ = ["Configuration", "DeserializationSchema", "Duration", "Encoder", "ExecutionConfig", "JobExecutionResult",
+           "RestartStrategies", "RestartStrategyConfiguration", "Row", "RowKind", "SerializationSchema",
+           "SimpleStringSchema", "Time", "TimestampAssigner", "TypeInformation", "Types", "WatermarkStrategy"]

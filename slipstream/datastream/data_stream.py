@@ -417,7 +417,8 @@ class DataStream(_OperatorSettings, Generic[T]):
         if not isinstance(sink, SinkBase):
             raise InvalidProgramError(f"sink_to expects a Sink, got {sink!r}")
         return DataStreamSink(self._env, self._env._add_transformation(
-            SinkTransformation, f"Sink: {sink.default_name()}", [self._transformation], sink=sink))
+            SinkTransformation, f"Sink: {sink.default_name()}", [self._transformation],
+            sink=sink.for_input_type(self.get_type())))
 
     def add_sink(self, sink_func: Any) -> DataStreamSink:
         """Write this stream with a sink function: a ``Sink``, or a callable called per record."""
@@ -434,7 +435,7 @@ class DataStream(_OperatorSettings, Generic[T]):
         declared output type as Flink writes its Java value (a row ``+I[1, a]``, a tuple ``(1,a)``),
         any other with ``str``, as PyFlink does."""
         from slipstream.datastream.connectors.sinks import PrintSink
-        return self.sink_to(PrintSink(sink_identifier, type_info=self.get_type()))
+        return self.sink_to(PrintSink(sink_identifier))
 
     def cache(self) -> CachedDataStream[T]:
         """This bounded stream's records, kept once a job computed them: later jobs of this environment

@@ -15,8 +15,10 @@ import pytest
 PYFLINK_NAMES: dict[str, list[str]] = {
     "common": ["Configuration", "Duration", "ExecutionConfig", "JobExecutionResult", "RestartStrategies",
                "RestartStrategyConfiguration", "Row", "RowKind", "Time", "TypeInformation", "Types",
-               "WatermarkStrategy"],
+               "WatermarkStrategy", "SerializationSchema", "DeserializationSchema", "SimpleStringSchema", "Encoder"],
     "common.configuration": ["Configuration"],
+    "common.serialization": ["SerializationSchema", "DeserializationSchema", "SimpleStringSchema", "ByteArraySchema",
+                             "Encoder", "BulkWriterFactory"],
     "common.execution_config": ["ExecutionConfig"],
     "common.job_execution_result": ["JobExecutionResult"],
     "common.restart_strategy": ["RestartStrategies", "RestartStrategyConfiguration"],
@@ -76,7 +78,6 @@ PYFLINK_NAMES: dict[str, list[str]] = {
 NOT_PROVIDED: dict[str, list[str]] = {
     "common": ["CompletableFuture", "JobClient", "JobID", "JobStatus",  # execute_async: issue 18
                "ExecutionMode", "InputDependencyConstraint",  # the DataSet API's
-               "SerializationSchema", "DeserializationSchema", "SimpleStringSchema", "Encoder",
                "TypeSerializer", "Instant"],
     "datastream": ["SourceFunction", "SinkFunction", "CustomStateBackend", "CustomCheckpointStorage",  # Java classes
                    "JobManagerCheckpointStorage", "ExternalizedCheckpointRetention"],

@@ -11,13 +11,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from slipstream.attributes import Boundedness
 from slipstream.datastream.columnar import rows_from_arrow
 from slipstream.datastream.connectors.errors import SourceRestoreError
+
+if TYPE_CHECKING:
+    from slipstream.datastream.typeinfo import TypeInformation
 
 
 @dataclass(slots=True)
@@ -226,6 +229,11 @@ class Sink(ABC):
 
     @abstractmethod
     def create_writer(self) -> SinkWriter: ...
+
+    def for_input_type(self, type_info: TypeInformation | None) -> Sink:
+        """This sink as it writes a stream of ``type_info`` (``sink_to`` asks): itself, unless what it
+        writes depends on the type, as Flink's text of a typed record does."""
+        return self
 
     def default_name(self) -> str:
         return type(self).__name__

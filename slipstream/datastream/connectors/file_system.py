@@ -37,6 +37,7 @@ every flush.
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import os
 import threading
@@ -78,6 +79,7 @@ from slipstream.datastream.formats.base import (
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.python_dependencies import warn_not_applied
 from slipstream.datastream.time import Duration, to_millis
+from slipstream.datastream.typeinfo import TypeInformation
 from slipstream.errors import InvalidProgramError
 from slipstream.filesystem import filesystem_of, normalize
 
@@ -647,6 +649,15 @@ class FileSink(Sink):
         if not isinstance(writer_factory, BulkWriterFactory):
             raise InvalidProgramError(f"FileSink.for_bulk_format needs a BulkWriterFactory, got {writer_factory!r}")
         return BulkFormatBuilder(base_path, None, writer_factory, RollingPolicy.on_checkpoint_rolling_policy())
+
+    def for_input_type(self, type_info: TypeInformation | None) -> FileSink:
+        """With a row format, the sink whose encoder writes records of ``type_info`` (the simple string
+        encoder writes a typed record's Java text, as Flink's does)."""
+        if self._encoder is None:
+            return self
+        typed = copy.copy(self)
+        typed._encoder = self._encoder.for_type(type_info)
+        return typed
 
     def create_writer(self) -> SinkWriter:
         return _PartFileWriter(self._base_path, self._encoder, self._writer_factory,

@@ -10,6 +10,7 @@ with them (see :class:`CollectSink`).
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -67,11 +68,15 @@ class PrintSink(RelayedSink):
     declared ``type_info`` as Flink writes its Java value (``+I[1, a]``), any other with ``str``
     (:mod:`slipstream.datastream.flink_strings`)."""
 
-    def __init__(self, sink_identifier: str | None = None, stderr: bool = False,
-                 type_info: TypeInformation | None = None) -> None:
+    def __init__(self, sink_identifier: str | None = None, stderr: bool = False) -> None:
         self.sink_identifier = sink_identifier
         self.stderr = stderr
-        self.type_info = type_info
+        self.type_info: TypeInformation | None = None
+
+    def for_input_type(self, type_info: TypeInformation | None) -> PrintSink:
+        typed = copy.copy(self)
+        typed.type_info = type_info
+        return typed
 
     def default_name(self) -> str:
         return "Print to Std. Err" if self.stderr else "Print to Std. Out"

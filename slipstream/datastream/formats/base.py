@@ -15,12 +15,15 @@ whole part file (Parquet, or CSV with a header).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from slipstream.datastream.connectors.base import SourceBatch
 from slipstream.datastream.connectors.errors import BadRecord, SourceFormatError
 from slipstream.errors import InvalidProgramError
 from slipstream.filesystem import filesystem_of
+
+if TYPE_CHECKING:
+    from slipstream.datastream.typeinfo import TypeInformation
 
 
 class FileRecordReader(ABC):
@@ -193,6 +196,10 @@ class Encoder(ABC):
     @abstractmethod
     def encode(self, value: Any) -> bytes:
         """The bytes for ``value``, including any record separator."""
+
+    def for_type(self, type_info: TypeInformation | None) -> Encoder:
+        """This encoder for records of ``type_info``: itself, unless what it writes depends on the type."""
+        return self
 
     @staticmethod
     def simple_string_encoder(charset_name: str = "UTF-8") -> Encoder:

@@ -38,11 +38,12 @@ from slipstream.datastream.formats.base import (
     StreamFormat,
 )
 from slipstream.datastream.formats.blocks import BlockLineReader, Segments, lone_carriage_returns
+from slipstream.datastream.serialization import DeserializationSchema, SerializationSchema
 from slipstream.datastream.typeinfo import Row, RowTypeInfo, Types
 from slipstream.errors import InvalidProgramError
 
 
-class JsonRowDeserializationSchema:
+class JsonRowDeserializationSchema(DeserializationSchema):
     """Turns a JSON object into a named ``Row`` of the given ``RowTypeInfo``.
 
     A field absent from the object is None, or an error with
@@ -70,6 +71,9 @@ class JsonRowDeserializationSchema:
         return JsonRowDeserializationSchemaBuilder()
 
     def get_type_info(self) -> RowTypeInfo:
+        return self._type_info
+
+    def get_produced_type(self) -> RowTypeInfo:
         return self._type_info
 
     def deserialize(self, message: bytes | str) -> Row | None:
@@ -150,7 +154,7 @@ def to_json(value: Any) -> str:
         raise SinkFormatError(f"JSON: cannot write record {value!r}: {error}") from None
 
 
-class JsonRowSerializationSchema:
+class JsonRowSerializationSchema(SerializationSchema):
     """Turns a row of the given ``RowTypeInfo`` into a JSON object (bytes), fields named by the type."""
 
     def __init__(self, type_info: RowTypeInfo) -> None:

@@ -1,11 +1,13 @@
-"""Plain text: lines in (``StreamFormat.text_line_format()``), ``str(value)`` lines out
+"""Plain text: lines in (``StreamFormat.text_line_format()``), a record's text per line out
 (``Encoder.simple_string_encoder()``)."""
 
 from __future__ import annotations
 
 import codecs
+import copy
 from typing import Any
 
+from slipstream.datastream.flink_strings import flink_formatter
 from slipstream.datastream.formats.base import (
     Encoder,
     FileRecordReader,
@@ -13,6 +15,7 @@ from slipstream.datastream.formats.base import (
     StreamFormat,
     check_charset,
 )
+from slipstream.datastream.typeinfo import TypeInformation
 from slipstream.errors import InvalidProgramError
 
 
@@ -38,7 +41,9 @@ class _TextLineReader(LineRecordReader):
 
 
 class SimpleStringEncoder(Encoder):
-    """Encodes a record as ``str(record)`` followed by ``\\n``.
+    """Encodes a record as its text followed by ``\\n``: in a stream of a declared type the text Flink
+    writes (the Java value's ``toString()``: a tuple ``(a,1)``, a row ``+I[1, a]``), otherwise ``str(record)``,
+    as PyFlink's pickled records (:mod:`slipstream.datastream.flink_strings`).
 
     Examples:
         >>> Encoder.simple_string_encoder().encode(42)
@@ -51,6 +56,12 @@ class SimpleStringEncoder(Encoder):
         except LookupError:
             raise InvalidProgramError(f"unknown charset {charset_name!r}") from None
         self._charset = charset_name
+        self._text = flink_formatter(None)
+
+    def for_type(self, type_info: TypeInformation | None) -> SimpleStringEncoder:
+        typed = copy.copy(self)
+        typed._text = flink_formatter(type_info)
+        return typed
 
     def encode(self, value: Any) -> bytes:
-        return f"{value}\n".encode(self._charset)
+        return f"{self._text(value)}\n".encode(self._charset)
