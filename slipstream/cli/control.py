@@ -68,7 +68,7 @@ class ControlFile:
         directory = control_directory(env)
         self.made_directory = not os.path.isdir(directory)
         self.path = os.path.join(directory, CONTROL_NAME)
-        self.record = {"pid": os.getpid(), "script": self.script, "job_id": client.get_job_id(),
+        self.record = {"pid": os.getpid(), "script": self.script, "job_id": client.get_job_id().to_hex_string(),
                        "started": time.time(), "urls": client.get_urls(), "state": "RUNNING"}
         _write(self.path, self.record)
 

@@ -142,7 +142,7 @@ def wait_for_result(client: JobClient) -> JobExecutionResult | None:
         if not client.wait(0):
             return None
         click.echo("Ctrl-C: the job had just finished", err=True)
-    return client.get_job_execution_result()
+    return client.get_job_execution_result().result()
 
 
 def stop_gracefully(env: StreamExecutionEnvironment, client: JobClient) -> str | None:
@@ -159,11 +159,12 @@ def stop_gracefully(env: StreamExecutionEnvironment, client: JobClient) -> str |
                    err=True)
         keeps_checkpoints = config.get_checkpoint_storage_dir() is not None or env.get_default_savepoint_directory()
         target = None if keeps_checkpoints else os.path.abspath(SAVEPOINT_DIR)  # None: the job's own place
-        return client.stop_with_savepoint(target)
+        return client.stop_with_savepoint(savepoint_directory=target).result()
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         click.echo("Ctrl-C again: stopping at once, without a savepoint", err=True)
-        client.cancel(timeout=CANCEL_GRACE_S)
+        client.cancel()
+        client.wait(CANCEL_GRACE_S)
         return None
 
 

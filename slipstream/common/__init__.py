@@ -4,15 +4,20 @@
 The classes live in :mod:`slipstream.datastream`; this package only re-exports them.
 """
 
+from slipstream.common.completable_future import CompletableFuture
 from slipstream.common.configuration import Configuration
 from slipstream.common.execution_config import ExecutionConfig
+from slipstream.common.job_client import JobClient
 from slipstream.common.job_execution_result import JobExecutionResult
+from slipstream.common.job_id import JobID
+from slipstream.common.job_status import JobStatus
 from slipstream.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
 from slipstream.common.serialization import DeserializationSchema, Encoder, SerializationSchema, SimpleStringSchema
 from slipstream.common.time import Duration, Time
 from slipstream.common.typeinfo import Row, RowKind, TypeInformation, Types
 from slipstream.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
 
-__all__ = ["Configuration", "DeserializationSchema", "Duration", "Encoder", "ExecutionConfig", "JobExecutionResult",
+__all__ = ["CompletableFuture", "Configuration", "DeserializationSchema", "Duration", "Encoder", "ExecutionConfig",
+           "JobClient", "JobExecutionResult", "JobID", "JobStatus",
            "RestartStrategies", "RestartStrategyConfiguration", "Row", "RowKind", "SerializationSchema",
            "SimpleStringSchema", "Time", "TimestampAssigner", "TypeInformation", "Types", "WatermarkStrategy"]

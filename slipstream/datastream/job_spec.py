@@ -21,6 +21,7 @@ from typing import Any
 
 from slipstream.datastream.checkpoint_config import CheckpointConfig
 from slipstream.datastream.configuration import Configuration
+from slipstream.datastream.job_id import JobID
 from slipstream.datastream.restart_strategy import RestartStrategyConfiguration
 from slipstream.datastream.state_backend import StateBackend
 from slipstream.datastream.transformations import Transformation
@@ -115,8 +116,8 @@ class JobExecutionResult:
         self._net_runtime = net_runtime_ms
         self.metrics = metrics
 
-    def get_job_id(self) -> str:
-        return self._job_id
+    def get_job_id(self) -> JobID:
+        return JobID(self._job_id)
 
     def get_net_runtime(self) -> int:
         """Milliseconds the job ran."""

@@ -1,7 +1,8 @@
 """A live job: ``env.execute_async()`` runs the job on a thread and hands back a :class:`JobClient`.
 
-As Flink's ``JobClient``: the job's status, its metrics so far, cancel, stop with a
-savepoint, and its result once it ends. The job's tasks run only on the job's own thread,
+As Flink's ``JobClient``: the job's status, its accumulators (metrics) so far, cancel, stop
+with a savepoint, and its result once it ends, each as a :class:`CompletableFuture` (PyFlink's
+``client.get_job_execution_result().result()`` waits for the end). The job's tasks run only on the job's own thread,
 driven turn by turn by the one :class:`~slipstream.runtime.driver.JobDriver`; the client
 only sets flags the driver reads between two turns (cancel, a savepoint request) and reads
 the counters the tasks keep. A turn is short (a few batches per task), except during the
@@ -13,6 +14,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from slipstream.datastream.completable_future import CompletableFuture
+from slipstream.datastream.job_id import JobID
 from slipstream.datastream.pipeline_options import SAVEPOINT_DIRECTORY
 from slipstream.datastream.progress_listener import JobProgress
 from slipstream.errors import InvalidProgramError, JobCancelledError, JobExecutionError
@@ -31,6 +34,7 @@ class JobClient:
         self._driver = driver
         self._cancel_requested = False
         self._done = threading.Event()
+        self._result: CompletableFuture[JobExecutionResult] = CompletableFuture()
         self._thread = threading.Thread(target=self._drive, name=f"slipstream job '{driver.job_name}'",
                                         daemon=True)
 
@@ -47,20 +51,40 @@ class JobClient:
                 if self._cancel_requested:
                     turns.close()
                     return
-        except BaseException:  # noqa: BLE001 - kept by the driver, raised by get_job_execution_result
+        except BaseException:  # noqa: BLE001 - kept by the driver, set in the result's future
             pass
         finally:
             self._done.set()
+            self._complete_result()
 
-    # -- Flink's JobClient ------------------------------------------------------------------------
-    def get_job_id(self) -> str:
-        return self._driver.job_id
+    def _complete_result(self) -> None:
+        """The job ended: its result, or what it failed with (:class:`JobCancelledError` when it was
+        cancelled), into the future :meth:`get_job_execution_result` hands out."""
+        driver = self._driver
+        if driver.error is not None:
+            self._result.set_exception(driver.error)
+        elif driver.status is JobStatus.CANCELED or driver.result is None:
+            self._result.set_exception(JobCancelledError(f"job '{driver.job_name}' ({driver.job_id}) was cancelled"))
+        else:
+            self._result.set_result(driver.result)
 
-    def get_job_status(self) -> JobStatus:
+    def _status(self) -> JobStatus:
         status = self._driver.status
         if self._cancel_requested and not status.is_globally_terminal_state():
             return JobStatus.CANCELLING
         return status
+
+    # -- Flink's JobClient ------------------------------------------------------------------------
+    def get_job_id(self) -> JobID:
+        return JobID(self._driver.job_id)
+
+    def get_job_status(self) -> CompletableFuture[JobStatus]:
+        """The job's status now (``CANCELLING`` from a cancel until the job stopped)."""
+        return CompletableFuture.completed(self._status())
+
+    def get_accumulators(self) -> CompletableFuture[dict[str, dict[str, Any]]]:
+        """:meth:`get_metrics`, as Flink's accumulators: while the job runs, or after it ended."""
+        return CompletableFuture.completed(self.get_metrics())
 
     def get_metrics(self) -> dict[str, dict[str, Any]]:
         """Per operator, its counters so far (records in and out, and operator-specific ones, with
@@ -86,29 +110,37 @@ class JobClient:
         monitor = self._driver.monitor
         return {name: server.url for name, server in monitor.servers.items()} if monitor is not None else {}
 
-    def cancel(self, timeout: float | None = None) -> bool:
-        """Stop the job after its current turn, without a final checkpoint; waits up to ``timeout``
-        seconds (None: until it has stopped) and says whether it has. Checkpoints already taken
-        stay, so the job can be restored from the latest one."""
+    def cancel(self) -> CompletableFuture[None]:
+        """Stop the job after its current turn, without a final checkpoint; the future completes
+        once it has stopped. Checkpoints already taken stay, so the job can be restored from the
+        latest one."""
         if not self._done.is_set():
             self._cancel_requested = True
-        return self._done.wait(timeout)
+        stopped: CompletableFuture[None] = CompletableFuture()
+        self._result.add_done_callback(lambda _: stopped.set_result(None))
+        return stopped
 
-    def stop_with_savepoint(self, path: str | None = None) -> str:
-        """Take a checkpoint now (a savepoint), commit it, and stop; returns its directory, from which
-        ``execute(restore_from=...)`` (or ``slipstream run --restore``) continues the job.
+    def stop_with_savepoint(self, advance_to_end_of_event_time: bool = False,
+                            savepoint_directory: str | None = None) -> CompletableFuture[str]:
+        """Take a checkpoint now (a savepoint), commit it, and stop; the future holds its directory,
+        from which ``execute(restore_from=...)`` (or ``slipstream run --restore``) continues the job.
 
-        The savepoint is taken in the checkpoint storage directory and, with ``path`` (by default
-        the environment's ``set_default_savepoint_directory``), copied into ``path``. While the
+        The savepoint is taken in the checkpoint storage directory and, with ``savepoint_directory``
+        (by default the environment's ``set_default_savepoint_directory``), copied into it. While the
         backlog's sorted batch work runs (FLIP-327) no checkpoint can be taken, so the savepoint
-        waits for it to end. A job that ends first returns its final checkpoint.
+        waits for it to end. A job that ends first gives its final checkpoint. Flink's drain
+        (``advance_to_end_of_event_time=True``: fire every event-time timer first) is refused.
         """
+        if advance_to_end_of_event_time:
+            raise InvalidProgramError("stop_with_savepoint(advance_to_end_of_event_time=True) is not supported: "
+                                      "slipstream stops without draining; event-time timers not yet due stay "
+                                      "in the savepoint and fire after a restore")
         if self._done.is_set():
-            raise InvalidProgramError(f"the job has already ended ({self.get_job_status().name}): "
-                                      "no savepoint to take")
+            raise InvalidProgramError(f"the job has already ended ({self._status().name}): no savepoint to take")
         config = self._driver.spec.checkpoint_config
         if not config.is_checkpointing_enabled():
             raise InvalidProgramError("stop_with_savepoint needs checkpointing: env.enable_checkpointing(...)")
+        path = savepoint_directory
         if path is None:
             path = self._driver.spec.configuration.get_string(SAVEPOINT_DIRECTORY, None)
         if path is None and config.get_checkpoint_storage_dir() is None:
@@ -117,28 +149,32 @@ class JobClient:
                                       "or set_checkpoint_storage_dir(...)")
         request = SavepointRequest(target=path)
         self._driver.savepoint_request = request
-        self.get_job_execution_result()
-        if request.path is None:  # it ended before the driver saw the request
-            raise JobExecutionError(f"job '{self._driver.job_name}' ended before the savepoint was taken")
-        return request.path
+        taken: CompletableFuture[str] = CompletableFuture()
 
-    def get_job_execution_result(self) -> JobExecutionResult:
-        """Wait until the job ends; its result, or the error it failed with (:class:`JobCancelledError`
-        when it was cancelled)."""
-        self._done.wait()
-        if self._driver.error is not None:
-            raise self._driver.error
-        if self._driver.status is JobStatus.CANCELED:
-            raise JobCancelledError(f"job '{self._driver.job_name}' ({self.get_job_id()}) was cancelled")
-        assert self._driver.result is not None
-        return self._driver.result
+        def on_end(result: CompletableFuture[JobExecutionResult]) -> None:
+            error = result.exception()
+            if error is not None:
+                taken.set_exception(error)
+            elif request.path is None:  # it ended before the driver saw the request
+                taken.set_exception(JobExecutionError(
+                    f"job '{self._driver.job_name}' ended before the savepoint was taken"))
+            else:
+                taken.set_result(request.path)
+
+        self._result.add_done_callback(on_end)  # type: ignore[arg-type]  # the future is a CompletableFuture
+        return taken
+
+    def get_job_execution_result(self) -> CompletableFuture[JobExecutionResult]:
+        """The job's result once it ends (``.result()`` waits for it), or the error it failed with
+        (:class:`JobCancelledError` when it was cancelled)."""
+        return self._result
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds (None: until the end) for the job to end; whether it has."""
         return self._done.wait(timeout)
 
     def __repr__(self) -> str:
-        return f"JobClient(job_id={self.get_job_id()!r}, status={self.get_job_status().name})"
+        return f"JobClient(job_id={self._driver.job_id!r}, status={self._status().name})"
 
 
 def submit_job(driver: JobDriver) -> JobClient:

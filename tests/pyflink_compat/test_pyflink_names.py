@@ -15,7 +15,12 @@ import pytest
 PYFLINK_NAMES: dict[str, list[str]] = {
     "common": ["Configuration", "Duration", "ExecutionConfig", "JobExecutionResult", "RestartStrategies",
                "RestartStrategyConfiguration", "Row", "RowKind", "Time", "TypeInformation", "Types",
-               "WatermarkStrategy", "SerializationSchema", "DeserializationSchema", "SimpleStringSchema", "Encoder"],
+               "WatermarkStrategy", "SerializationSchema", "DeserializationSchema", "SimpleStringSchema", "Encoder",
+               "CompletableFuture", "JobClient", "JobID", "JobStatus"],
+    "common.completable_future": ["CompletableFuture"],
+    "common.job_client": ["JobClient"],
+    "common.job_id": ["JobID"],
+    "common.job_status": ["JobStatus"],
     "common.configuration": ["Configuration"],
     "common.serialization": ["SerializationSchema", "DeserializationSchema", "SimpleStringSchema", "ByteArraySchema",
                              "Encoder", "BulkWriterFactory"],
@@ -76,8 +81,7 @@ PYFLINK_NAMES: dict[str, list[str]] = {
 }
 
 NOT_PROVIDED: dict[str, list[str]] = {
-    "common": ["CompletableFuture", "JobClient", "JobID", "JobStatus",  # execute_async: issue 18
-               "ExecutionMode", "InputDependencyConstraint",  # the DataSet API's
+    "common": ["ExecutionMode", "InputDependencyConstraint",  # the DataSet API's
                "TypeSerializer", "Instant"],
     "datastream": ["SourceFunction", "SinkFunction", "CustomStateBackend", "CustomCheckpointStorage",  # Java classes
                    "JobManagerCheckpointStorage", "ExternalizedCheckpointRetention"],

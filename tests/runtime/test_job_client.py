@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import Counter
 
 import pytest
@@ -71,16 +70,22 @@ def committed(directory) -> Counter:
 def test_status_runs_through_created_running_finished_and_metrics_grow(tmp_path):
     gate = Gate(at=N // 2)
     client = counting_job(tmp_path, gate, checkpoints=False).execute_async("count")
-    assert client.get_job_status() in (JobStatus.CREATED, JobStatus.RUNNING)
+    assert client.get_job_status().result() in (JobStatus.CREATED, JobStatus.RUNNING)
     assert gate.reached.wait(30)
-    assert client.get_job_status() is JobStatus.RUNNING
+    assert client.get_job_status().result() is JobStatus.RUNNING
     held = client.get_metrics()
     assert 0 < held["numbers"]["records_out"] < N
+    assert client.get_accumulators().result()["numbers"]["records_out"] >= held["numbers"]["records_out"]
+    future = client.get_job_execution_result()
+    assert not future.done()  # PyFlink's future: the job has not ended
     gate.opened.set()
-    result = client.get_job_execution_result()
-    assert client.get_job_status() is JobStatus.FINISHED
-    assert client.get_job_status().is_globally_terminal_state()
+    result = future.result(timeout=60)
+    assert future.done() and client.get_job_execution_result() is future
+    assert client.get_job_status().result() is JobStatus.FINISHED
+    assert client.get_job_status().result().is_globally_terminal_state()
     assert result.get_job_id() == client.get_job_id()
+    job_id = client.get_job_id()
+    assert len(job_id.to_hex_string()) == 32 and str(job_id) == result.get_job_id().to_hex_string()
     final = client.get_metrics()
     assert final["numbers"]["records_out"] == N > held["numbers"]["records_out"]
     assert final["gate"]["records_in"] == N
@@ -92,18 +97,19 @@ def test_cancel_stops_the_job_and_its_result_raises(tmp_path):
     client = counting_job(tmp_path, gate).execute_async("count")
     assert gate.reached.wait(30)
     gate.open_after(0.2)
-    client.cancel()
-    assert client.get_job_status() is JobStatus.CANCELED
+    assert client.cancel().result(timeout=60) is None
+    assert client.get_job_status().result() is JobStatus.CANCELED
     assert client.get_metrics()["numbers"]["records_out"] < N
     with pytest.raises(JobCancelledError, match="cancelled"):
-        client.get_job_execution_result()
+        client.get_job_execution_result().result()
 
 
 def test_a_failing_job_reports_failed_and_its_result_raises_the_error(tmp_path):
     client = counting_job(tmp_path, Gate(at=1000, fail=True), checkpoints=False).execute_async("count")
     with pytest.raises(UserFunctionError, match="bad record 1000"):
-        client.get_job_execution_result()
-    assert client.get_job_status() is JobStatus.FAILED
+        client.get_job_execution_result().result()
+    assert isinstance(client.get_job_execution_result().exception(), UserFunctionError)
+    assert client.get_job_status().result() is JobStatus.FAILED
 
 
 @pytest.mark.parametrize("parallelism,into,default", [(1, None, False), (2, None, False), (4, None, False),
@@ -118,8 +124,9 @@ def test_stop_with_savepoint_then_restore_gives_exactly_once_output(tmp_path, pa
     client = env.execute_async("count")
     assert gate.reached.wait(30)
     gate.open_after(0.2)
-    savepoint = client.stop_with_savepoint(None if into is None or default else str(tmp_path / into))
-    assert client.get_job_status() is JobStatus.FINISHED
+    savepoint = client.stop_with_savepoint(
+        False, None if into is None or default else str(tmp_path / into)).result(timeout=60)
+    assert client.get_job_status().result() is JobStatus.FINISHED
     stopped_at = client.get_metrics()["numbers"]["records_out"]
     assert N // 3 <= stopped_at < N
     assert os.path.dirname(savepoint) == str(tmp_path / (into or "chk"))
@@ -136,7 +143,9 @@ def test_stop_with_savepoint_needs_checkpointing(tmp_path):
     client = counting_job(tmp_path, gate, checkpoints=False).execute_async("count")
     with pytest.raises(InvalidProgramError, match="enable_checkpointing"):
         client.stop_with_savepoint()
+    with pytest.raises(InvalidProgramError, match="advance_to_end_of_event_time=True"):
+        client.stop_with_savepoint(advance_to_end_of_event_time=True)
     gate.opened.set()
-    client.get_job_execution_result()
+    client.get_job_execution_result().result()
     with pytest.raises(InvalidProgramError, match="already ended"):
         client.stop_with_savepoint()

@@ -73,6 +73,6 @@ def test_changing_the_environment_while_its_job_runs_changes_nothing_of_the_job(
     client = env.execute_async("running")
     env.set_parallelism(4).configure(batch_size=100).disable_operator_chaining()
     gate.set()
-    metrics = client.get_job_execution_result().get_all_accumulator_results()
+    metrics = client.get_job_execution_result().result().get_all_accumulator_results()
     assert metrics["held"]["records_in"] == 20
     assert client._driver.graph.vertices[1].parallelism == 2 and len(client._driver.graph.vertices) == 2

@@ -83,7 +83,7 @@ def test_a_delay_in_a_map_shows_in_the_latency_after_it_in_metrics_progress_and_
                 if sample.name.startswith("slipstream_operator_latency"):
                     scraped[(sample.name, sample.labels["operator_name"], sample.labels.get("quantile"))] = \
                         sample.value
-    result = client.get_job_execution_result()
+    result = client.get_job_execution_result().result()
     elapsed_ms = (time.monotonic() - started) * 1000
     assert Counter(out) == Counter(range(1, n + 1))
     metrics = result.get_all_accumulator_results()
@@ -211,7 +211,7 @@ def test_the_web_view_shows_each_operators_latency_in_chromium(tmp_path):
             assert not client.wait(0.05), "the job ended before a marker reached its sink"
         dom = browse(client.get_urls()["web view"], "--dump-dom")
     finally:
-        client.cancel()
+        client.cancel().result(timeout=60)
     cell = re.search(r'<tr data-uid="sink">.*?<td class="latency">([^<]*)</td>', dom)
     assert cell and re.fullmatch(r"[\d.]+ / [\d.]+ ms", cell.group(1)), dom[:2000]
     assert re.search(r'id="live-sink"[^>]*>[^<]*p99 [\d.]+ ms<', dom)

@@ -92,9 +92,9 @@ def run_with(client: str, env: StreamExecutionEnvironment, stream: Any) -> None:
         stream.add_sink(lambda record: None)
         job = env.execute_async("job")
         try:
-            job.get_job_execution_result()
+            job.get_job_execution_result().result()
         finally:
-            assert job.get_job_status() is (JobStatus.FAILED if job._driver.error else JobStatus.FINISHED)
+            assert job.get_job_status().result() is (JobStatus.FAILED if job._driver.error else JobStatus.FINISHED)
 
 
 @pytest.mark.one_process("it counts the attempts in its injector's attribute, in this process")
@@ -151,9 +151,10 @@ def test_a_cancelled_job_ends_cancelled_for_its_client_and_its_listeners(tmp_pat
     running_counts(env, held).add_sink(lambda record: None)
     job = env.execute_async("held")
     assert reached.wait(30)
-    assert not job.cancel(timeout=0)  # asked; the job's thread is held inside a turn
-    assert job.get_job_status() is JobStatus.CANCELLING
+    stopped = job.cancel()
+    assert not stopped.done()  # asked; the job's thread is held inside a turn
+    assert job.get_job_status().result() is JobStatus.CANCELLING
     release.set()
-    assert job.wait(30)
-    assert job.get_job_status() is JobStatus.CANCELED is job._driver.status
+    assert stopped.result(timeout=30) is None and job.wait(0)
+    assert job.get_job_status().result() is JobStatus.CANCELED is job._driver.status
     assert [event.status for event in endings.events] == ["CANCELED"]

@@ -68,7 +68,7 @@ def test_a_scrape_shows_the_running_jobs_counts_under_flinks_names(tmp_path, par
         assert samples[("slipstream_job_uptime", None)] > 0
     finally:
         released.set()
-    client.get_job_execution_result()
+    client.get_job_execution_result().result()
     final = scrape_after_end(client)
     assert final is None  # the endpoint closes with the job
 
@@ -84,7 +84,7 @@ def test_the_final_figures_match_an_oracle(tmp_path):
     released = threading.Event()
     released.set()
     client = slowed_job(tmp_path, 2, released).execute_async("counted")
-    client.get_job_execution_result()
+    client.get_job_execution_result().result()
     progress = client.get_progress()
     assert progress.status == "FINISHED"
     evens = sum(1 for x in range(1, N + 1) if x % 2 == 0)

@@ -108,7 +108,7 @@ def test_the_page_plan_progress_and_metrics_are_served_over_loopback(capsys):
             get(url + "nothing-here")
     finally:
         released.set()
-    client.get_job_execution_result()
+    client.get_job_execution_result().result()
     capsys.readouterr()
 
 
@@ -140,7 +140,7 @@ def test_chromium_renders_the_plan_and_live_figures_of_a_running_job(tmp_path, c
         browse(url, f"--screenshot={screenshot}")
     finally:
         released.set()
-    client.get_job_execution_result()
+    client.get_job_execution_result().result()
     capsys.readouterr()
     updates = int(re.search(r'<body data-updates="(\d+)"', dom).group(1))
     assert updates >= 1, "the page's script never showed the job's progress"
