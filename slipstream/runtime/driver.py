@@ -18,10 +18,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from slipstream.datastream.completable_future import CompletableFuture
 from slipstream.datastream.data_stream import CloseableIterator
 from slipstream.filesystem import normalize
 from slipstream.runtime.checkpoint.coordinator import CheckpointCoordinator
@@ -57,13 +58,17 @@ class JobStatus(Enum):
 
 @dataclass
 class SavepointRequest:
-    """A request to take a checkpoint now (a savepoint) and stop the job once it is complete.
+    """A request to take a checkpoint now (a savepoint) and, with ``stop``, stop the job once it is complete.
 
     ``target`` is a directory the savepoint is copied into (None: it stays in the checkpoint
-    storage directory); ``path`` is where the savepoint is once the job has stopped.
+    storage directory); ``path`` is where the savepoint is once it is placed there, and ``placed``
+    holds it then. A savepoint that does not stop the job is placed as soon as it completes, and
+    the job goes on (a copy that fails fails ``placed``, not the job).
     """
 
     target: str | None = None
+    stop: bool = True
+    placed: CompletableFuture[str] = field(default_factory=CompletableFuture)
     checkpoint_id: int | None = None  # the checkpoint of the current run triggered as the savepoint
     path: str | None = None
 
@@ -158,13 +163,20 @@ class JobDriver:
         if request is None or coordinator is None:
             return
         path = request.path or coordinator.latest_completed_path
-        if path is not None and request.target is not None:
+        if path is not None:
+            self.place(request, path)
+
+    def place(self, request: SavepointRequest, path: str) -> None:
+        """Put the savepoint at ``path`` where ``request`` wants it (copied and checked into its
+        target, if it has one) and tell it where it is."""
+        if request.target is not None:
             copy = os.path.join(normalize(request.target, "savepoint target"), os.path.basename(path))
             copy_checkpoint(path, copy)
             assert self.recovery.storage is not None
             self.recovery.storage.read_verified(copy, self.recovery.fingerprint)
             path = copy
         request.path = path
+        request.placed.set_result(path)
 
     def run(self) -> JobExecutionResult:
         """Run the job to its end and return its result."""
@@ -184,7 +196,14 @@ def _drive(run: Run, coordinator: CheckpointCoordinator | None, driver: JobDrive
             coordinator.on_turn(now)
             request = driver.savepoint_request
             if request is not None and _savepoint_taken(request, coordinator, now):
-                return True
+                if request.stop:
+                    return True
+                assert request.path is not None  # set by _savepoint_taken
+                driver.savepoint_request = None  # placed now, while the job goes on
+                try:
+                    driver.place(request, request.path)
+                except Exception as error:  # noqa: BLE001 - the savepoint's failure, not the job's
+                    request.placed.set_exception(error)
         if not run.run_turn():
             return False
         yield

@@ -11,7 +11,9 @@ sorted batch work of the backlog, which a cancel or a savepoint waits for.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.completable_future import CompletableFuture
@@ -135,34 +137,48 @@ class JobClient:
             raise InvalidProgramError("stop_with_savepoint(advance_to_end_of_event_time=True) is not supported: "
                                       "slipstream stops without draining; event-time timers not yet due stay "
                                       "in the savepoint and fire after a restore")
+        return self._request_savepoint(savepoint_directory, stop=True)
+
+    def trigger_savepoint(self, savepoint_directory: str | None = None) -> CompletableFuture[str]:
+        """Take a savepoint now and go on running; the future holds its directory once it is complete
+        and copied into ``savepoint_directory`` (by default the environment's
+        ``set_default_savepoint_directory``; one of them is needed, as checkpoints are pruned)."""
+        if savepoint_directory is None:
+            savepoint_directory = self._driver.spec.configuration.get_string(SAVEPOINT_DIRECTORY, None)
+        if savepoint_directory is None:
+            raise InvalidProgramError("trigger_savepoint needs a directory to keep the savepoint in: give one, "
+                                      "or env.set_default_savepoint_directory(...)")
+        return self._request_savepoint(savepoint_directory, stop=False)
+
+    def _request_savepoint(self, path: str | None, stop: bool) -> CompletableFuture[str]:
+        """Ask the job's thread for a savepoint into ``path`` (and a stop); the future of its directory
+        fails with the job, or if the job ended before the savepoint could be taken."""
         if self._done.is_set():
             raise InvalidProgramError(f"the job has already ended ({self._status().name}): no savepoint to take")
         config = self._driver.spec.checkpoint_config
         if not config.is_checkpointing_enabled():
-            raise InvalidProgramError("stop_with_savepoint needs checkpointing: env.enable_checkpointing(...)")
-        path = savepoint_directory
+            raise InvalidProgramError("a savepoint needs checkpointing: env.enable_checkpointing(...)")
+        if self._driver.savepoint_request is not None:
+            raise InvalidProgramError("a savepoint is under way: wait for its future before asking for another")
         if path is None:
             path = self._driver.spec.configuration.get_string(SAVEPOINT_DIRECTORY, None)
         if path is None and config.get_checkpoint_storage_dir() is None:
             raise InvalidProgramError("the job has no checkpoint storage directory (its checkpoints go to a "
                                       "temporary one, deleted when it stops): give stop_with_savepoint a path, "
                                       "or set_checkpoint_storage_dir(...)")
-        request = SavepointRequest(target=path)
+        request = SavepointRequest(target=path, stop=stop)
         self._driver.savepoint_request = request
-        taken: CompletableFuture[str] = CompletableFuture()
 
-        def on_end(result: CompletableFuture[JobExecutionResult]) -> None:
-            error = result.exception()
-            if error is not None:
-                taken.set_exception(error)
-            elif request.path is None:  # it ended before the driver saw the request
-                taken.set_exception(JobExecutionError(
-                    f"job '{self._driver.job_name}' ended before the savepoint was taken"))
-            else:
-                taken.set_result(request.path)
+        def on_end(result: Future[JobExecutionResult]) -> None:
+            if request.placed.done():
+                return
+            error = result.exception() or JobExecutionError(
+                f"job '{self._driver.job_name}' ended before the savepoint was taken")
+            with contextlib.suppress(InvalidStateError):  # placed meanwhile by the job's thread
+                request.placed.set_exception(error)
 
-        self._result.add_done_callback(on_end)  # type: ignore[arg-type]  # the future is a CompletableFuture
-        return taken
+        self._result.add_done_callback(on_end)
+        return request.placed
 
     def get_job_execution_result(self) -> CompletableFuture[JobExecutionResult]:
         """The job's result once it ends (``.result()`` waits for it), or the error it failed with

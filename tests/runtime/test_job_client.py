@@ -149,3 +149,51 @@ def test_stop_with_savepoint_needs_checkpointing(tmp_path):
     client.get_job_execution_result().result()
     with pytest.raises(InvalidProgramError, match="already ended"):
         client.stop_with_savepoint()
+
+
+def listed_counts(tmp_path, gate: Gate, lines: list[str]) -> StreamExecutionEnvironment:
+    """The counting job into ``lines`` (a sink without commits, so any checkpoint may be restored)."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.configure(batch_size=64, backlog_sorting=False, show_progress=False)
+    env.enable_checkpointing(20)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    (env.from_source(NumberSequenceSource(1, N), None, "numbers").uid("numbers")
+     .map(gate).name("gate").uid("gate").map(lambda x: (x % KEYS, 1)).uid("pairs")
+     .key_by(lambda p: p[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("count")
+     .map(lambda p: f"{p[0]},{p[1]}").uid("format").add_sink(lines.append).uid("sink"))
+    return env
+
+
+def test_trigger_savepoint_keeps_the_job_running_and_the_savepoint_resumes_it(tmp_path):
+    gate, lines = Gate(at=N // 3), []
+    client = listed_counts(tmp_path, gate, lines).execute_async("count")
+    assert gate.reached.wait(30)
+    taken = client.trigger_savepoint(str(tmp_path / "savepoints"))
+    with pytest.raises(InvalidProgramError, match="under way"):
+        client.stop_with_savepoint()
+    assert not taken.done()  # the job's thread is held at the gate: no checkpoint yet
+    gate.opened.set()
+    savepoint = taken.result(timeout=60)
+    assert os.path.dirname(savepoint) == str(tmp_path / "savepoints")
+    client.get_job_execution_result().result(timeout=120)
+    assert Counter(lines) == oracle(N)  # the run went on to its end
+    # the savepoint holds each key's count at N // 3 or later: resumed, each key counts on from there
+    resumed_lines: list[str] = []
+    listed_counts(tmp_path, Gate(), resumed_lines).execute("count", restore_from=savepoint)
+    resumed: dict[int, list[int]] = {}
+    for line in resumed_lines:
+        key, count = map(int, line.split(","))
+        resumed.setdefault(key, []).append(count)
+    final = Counter(x % KEYS for x in range(1, N + 1))
+    for key, counts in resumed.items():
+        assert sorted(counts) == list(range(final[key] - len(counts) + 1, final[key] + 1))
+    assert N - N // 3 >= len(resumed_lines) > 0
+
+
+def test_trigger_savepoint_needs_a_directory(tmp_path):
+    gate = Gate(at=100)
+    client = counting_job(tmp_path, gate).execute_async("count")
+    with pytest.raises(InvalidProgramError, match="needs a directory"):
+        client.trigger_savepoint()
+    gate.opened.set()
+    client.get_job_execution_result().result(timeout=60)
