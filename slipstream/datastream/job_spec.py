@@ -119,6 +119,13 @@ class JobExecutionResult:
     def get_job_id(self) -> JobID:
         return JobID(self._job_id)
 
+    def is_job_execution_result(self) -> bool:
+        """True: the job ran to its end here (Flink's detached submissions have no result)."""
+        return True
+
+    def get_job_execution_result(self) -> JobExecutionResult:
+        return self
+
     def get_net_runtime(self) -> int:
         """Milliseconds the job ran."""
         return self._net_runtime

@@ -618,9 +618,8 @@ class RowTypeInfo(TypeInformation):
 
     _arrow_identity = False
 
-    def __init__(self, field_types: Sequence[TypeInformation],
-                 field_names: Sequence[str] | None = None) -> None:
-        self._field_types = _check_types(field_types, "Types.ROW")
+    def __init__(self, types: Sequence[TypeInformation], field_names: Sequence[str] | None = None) -> None:
+        self._field_types = _check_types(types, "Types.ROW")
         self._named = field_names is not None
         if field_names is None:
             self._field_names = [f"f{i}" for i in range(len(self._field_types))]
@@ -731,8 +730,8 @@ class TupleTypeInfo(TypeInformation):
 
     _arrow_identity = False
 
-    def __init__(self, field_types: Sequence[TypeInformation]) -> None:
-        self._field_types = _check_types(field_types, "Types.TUPLE")
+    def __init__(self, types: Sequence[TypeInformation]) -> None:
+        self._field_types = _check_types(types, "Types.TUPLE")
 
     def get_field_types(self) -> list[TypeInformation]:
         return list(self._field_types)

@@ -23,7 +23,7 @@ from slipstream.datastream.formats.parquet import ParquetColumnarRowInputFormat
 from slipstream.datastream.state import StateTtlConfig
 from slipstream.datastream.state_backend import FsStateBackend
 from slipstream.datastream.time import Duration, Time
-from slipstream.datastream.typeinfo import MapTypeInfo
+from slipstream.datastream.typeinfo import MapTypeInfo, RowTypeInfo, TupleTypeInfo
 from slipstream.datastream.window import (
     CountTrigger,
     DynamicEventTimeSessionWindows,
@@ -38,7 +38,11 @@ def test_time_and_type_and_result_keywords() -> None:
         Types.MAP(Types.STRING(), Types.INT())
     env = StreamExecutionEnvironment.get_execution_environment()
     env.from_collection([1]).add_sink(lambda _: None)
-    assert env.execute().get_accumulator_result(accumulator_name="no such") is None
+    result = env.execute()
+    assert result.get_accumulator_result(accumulator_name="no such") is None
+    assert result.is_job_execution_result() and result.get_job_execution_result() is result
+    assert RowTypeInfo(types=[Types.INT()], field_names=["a"]) == Types.ROW_NAMED(["a"], [Types.INT()])
+    assert TupleTypeInfo(types=[Types.STRING()]) == Types.TUPLE([Types.STRING()])
 
 
 def test_windows_and_triggers_keywords() -> None:
