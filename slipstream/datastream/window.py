@@ -17,11 +17,12 @@ Examples:
 
 from __future__ import annotations
 
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, BinaryIO, Generic, NamedTuple, TypeVar
 
 from slipstream.datastream.functions import Function, RuntimeContext
 from slipstream.datastream.state import (
@@ -31,7 +32,7 @@ from slipstream.datastream.state import (
     StateDescriptor,
     ValueStateDescriptor,
 )
-from slipstream.datastream.time import MAX_TIMESTAMP, Duration, Time, to_millis
+from slipstream.datastream.time import MAX_TIMESTAMP, MIN_TIMESTAMP, Duration, Time, to_millis
 from slipstream.errors import InvalidProgramError
 
 T = TypeVar("T")
@@ -126,6 +127,44 @@ class GlobalWindow(Window):
 
 
 _GLOBAL_WINDOW = GlobalWindow()
+
+MAX_LONG_VALUE = MAX_TIMESTAMP
+MIN_LONG_VALUE = MIN_TIMESTAMP
+_LONG = struct.Struct(">q")
+
+
+# -- window serializers (PyFlink's names: a custom assigner's get_window_serializer returns one) -----
+class TimeWindowSerializer:
+    """A :class:`TimeWindow` as Flink writes it: its start and end, 8 bytes each, big-endian.
+    Windows stay Python objects inside slipstream; this is for code of one's own that stores them."""
+
+    def serialize(self, element: TimeWindow, stream: BinaryIO) -> None:
+        stream.write(_LONG.pack(element.start) + _LONG.pack(element.end))
+
+    def deserialize(self, stream: BinaryIO) -> TimeWindow:
+        start, end = _LONG.unpack(stream.read(8))[0], _LONG.unpack(stream.read(8))[0]
+        return TimeWindow(start, end)
+
+
+class CountWindowSerializer:
+    """A :class:`CountWindow` as Flink writes it: its id, 8 bytes big-endian."""
+
+    def serialize(self, element: CountWindow, stream: BinaryIO) -> None:
+        stream.write(_LONG.pack(element.id))
+
+    def deserialize(self, stream: BinaryIO) -> CountWindow:
+        return CountWindow(_LONG.unpack(stream.read(8))[0])
+
+
+class GlobalWindowSerializer:
+    """The :class:`GlobalWindow` as Flink writes it: one zero byte."""
+
+    def serialize(self, element: GlobalWindow, stream: BinaryIO) -> None:
+        stream.write(b"\x00")
+
+    def deserialize(self, stream: BinaryIO) -> GlobalWindow:
+        stream.read(1)
+        return _GLOBAL_WINDOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -589,7 +628,14 @@ def _check_offset(name: str, size: int, offset: int, against: str) -> None:
                                   f"got {against} {size} and offset {offset}")
 
 
-class _EventTimeAssigner(WindowAssigner[Any, TimeWindow]):
+class _TimeWindowAssigner(WindowAssigner[Any, TimeWindow]):
+    """An assigner of :class:`TimeWindow` s."""
+
+    def get_window_serializer(self) -> TimeWindowSerializer:
+        return TimeWindowSerializer()
+
+
+class _EventTimeAssigner(_TimeWindowAssigner):
     """The event-time clock of an assigner whose other base gives ``_windows_for(element, time)``:
     the record's timestamp; an :class:`EventTimeTrigger` fires by default."""
 
@@ -608,7 +654,7 @@ class _EventTimeAssigner(WindowAssigner[Any, TimeWindow]):
         return True
 
 
-class _ProcessingTimeAssigner(WindowAssigner[Any, TimeWindow]):
+class _ProcessingTimeAssigner(_TimeWindowAssigner):
     """The processing-time clock of an assigner whose other base gives ``_windows_for(element,
     time)``: the clock when the record arrives; a :class:`ProcessingTimeTrigger` fires by default."""
 
@@ -799,6 +845,9 @@ class DynamicProcessingTimeSessionWindows(ProcessingTimeSessionWindows):
 class GlobalWindows(WindowAssigner[Any, GlobalWindow]):
     """Puts every element of a key into one :class:`GlobalWindow`; fires only with a custom trigger."""
 
+    def get_window_serializer(self) -> GlobalWindowSerializer:
+        return GlobalWindowSerializer()
+
     @staticmethod
     def create() -> GlobalWindows:
         return GlobalWindows()
@@ -907,6 +956,9 @@ class _CountWindows(WindowAssigner[Any, CountWindow]):
     def __init__(self, window_size: int) -> None:
         self.size = _positive_count("count window size", window_size)
         self._counter = ValueStateDescriptor("count-window-assigner")
+
+    def get_window_serializer(self) -> CountWindowSerializer:
+        return CountWindowSerializer()
 
     def _next_index(self, context: WindowAssigner.WindowAssignerContext) -> int:
         counter = context.get_runtime_context().get_state(self._counter)

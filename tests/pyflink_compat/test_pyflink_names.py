@@ -75,7 +75,9 @@ PYFLINK_NAMES: dict[str, list[str]] = {
                           "CountTumblingWindowAssigner", "CountSlidingWindowAssigner", "SessionWindowTimeGapExtractor",
                           "GlobalWindows", "CountWindow", "TimeWindow", "GlobalWindow", "PurgingTrigger",
                           "EventTimeTrigger", "ProcessingTimeTrigger", "CountTrigger", "Trigger", "TriggerResult",
-                          "WindowAssigner", "MergingWindowAssigner", "CountEvictor", "TimeEvictor"],
+                          "WindowAssigner", "MergingWindowAssigner", "CountEvictor", "TimeEvictor",
+                          "TimeWindowSerializer", "CountWindowSerializer", "GlobalWindowSerializer",
+                          "MAX_LONG_VALUE", "MIN_LONG_VALUE"],
     "metrics": ["MetricGroup"],
     "metrics.metricbase": ["MetricGroup", "Metric", "Counter", "Meter", "Distribution"],
 }
