@@ -487,22 +487,17 @@ class StreamExecutionEnvironment:
         return None if value is None else value == "true"
 
     def register_type(self, type_class_name: str) -> None:
-        """Warned about: it registers a Java class with Flink's serializers; records here are Python
-        objects, pickled where they cross processes."""
-        self._warn_serializer(f"register_type({type_class_name!r})")
+        """Kept (``get_config().get_registered_pojo_types()``) and warned about: it registers a Java class
+        with Flink's serializers; records here are Python objects, pickled where they cross processes."""
+        self.get_config().register_pojo_type(type_class_name)
 
     def add_default_kryo_serializer(self, type_class_name: str, serializer_class_name: str) -> None:
-        """Warned about: there is no Kryo (records are Python objects, pickled where they cross processes)."""
-        self._warn_serializer(f"add_default_kryo_serializer({type_class_name!r}, {serializer_class_name!r})")
+        """Kept (``get_config().get_default_kryo_serializer_classes()``) and warned about: there is no Kryo."""
+        self.get_config().add_default_kryo_serializer(type_class_name, serializer_class_name)
 
     def register_type_with_kryo_serializer(self, type_class_name: str, serializer_class_name: str) -> None:
-        """Warned about: there is no Kryo (records are Python objects, pickled where they cross processes)."""
-        self._warn_serializer(f"register_type_with_kryo_serializer({type_class_name!r}, {serializer_class_name!r})")
-
-    @staticmethod
-    def _warn_serializer(call: str) -> None:
-        python_dependencies.warn_not_applied(call, "records are Python objects, pickled where they cross "
-                                                   "processes; there are no Java serializers")
+        """Kept (``get_config().get_registered_types_with_kryo_serializer_classes()``) and warned about."""
+        self.get_config().register_type_with_kryo_serializer(type_class_name, serializer_class_name)
 
     def register_cached_file(self, file_path: str, name: str, executable: bool = False) -> None:
         """Recorded (``pipeline.cached-files``, as Flink's) and warned about: Flink copies the file to

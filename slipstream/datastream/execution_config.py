@@ -5,7 +5,8 @@ parallelism and the restart strategy are the environment's own settings, read an
 written through either object, as in Flink. The switches of Java's serialisation and closures
 (object reuse, closure cleaner, generic types, forced Kryo or Avro) are kept under Flink's keys and
 change nothing (turning one where it would matter is warned about); disabling auto-generated uids
-makes every operator need a uid, as in Flink. Kryo and POJO registrations have no counterpart.
+makes every operator need a uid, as in Flink. Kryo and POJO registrations, task cancellation's
+interval and timeout and snapshot compression are kept the same way, readable through their getters.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ AUTO_UIDS = "pipeline.auto-generate-uids"
 """False: every operator must have a uid (or a uid hash); the planner refuses a job otherwise."""
 FORCE_KRYO = "pipeline.force-kryo"
 FORCE_AVRO = "pipeline.force-avro"
+DEFAULT_KRYO_SERIALIZERS = "pipeline.default-kryo-serializers"
+KRYO_TYPE_SERIALIZERS = "pipeline.kryo-type-serializers"  # registerTypeWithKryoSerializer's (no key in Flink's options)
+KRYO_TYPES = "pipeline.registered-kryo-types"
+POJO_TYPES = "pipeline.registered-pojo-types"
+CANCELLATION_INTERVAL = "task.cancellation.interval"
+CANCELLATION_TIMEOUT = "task.cancellation.timeout"
+SNAPSHOT_COMPRESSION = "execution.checkpointing.snapshot-compression"
+_NO_JAVA_SERIALIZERS = "records are Python objects, pickled where they cross processes; there are no Java serializers"
 
 
 class ExecutionConfig:
@@ -166,6 +175,86 @@ class ExecutionConfig:
 
     def is_force_avro_enabled(self) -> bool:
         return self._flag(FORCE_AVRO, False)
+
+    # -- Java serializers' registrations: kept under Flink's keys, read back, warned about ----------
+    def _names(self, key: str) -> list[str]:
+        value = self._env._pipeline.configuration.get_string(key, "")
+        return [name for name in value.split(";") if name]
+
+    def _add_name(self, key: str, name: str, call: str) -> ExecutionConfig:
+        warn_not_applied(call, _NO_JAVA_SERIALIZERS)
+        names = self._names(key)
+        if name not in names:
+            self._env._pipeline.configuration.set_string(key, ";".join([*names, name]))
+        return self
+
+    def _serializers(self, key: str) -> dict[str, str]:
+        pairs = (entry.split(",serializer:") for entry in self._names(key))
+        return {type_name.removeprefix("class:"): serializer for type_name, serializer in pairs}
+
+    def _add_serializer(self, key: str, type_class_name: str, serializer_class_name: str, call: str) -> ExecutionConfig:
+        warn_not_applied(call, _NO_JAVA_SERIALIZERS)
+        serializers = {**self._serializers(key), type_class_name: serializer_class_name}
+        self._env._pipeline.configuration.set_string(
+            key, ";".join(f"class:{name},serializer:{serializer}" for name, serializer in serializers.items()))
+        return self
+
+    def add_default_kryo_serializer(self, type_class_name: str, serializer_class_name: str) -> ExecutionConfig:
+        return self._add_serializer(DEFAULT_KRYO_SERIALIZERS, type_class_name, serializer_class_name,
+                                    f"add_default_kryo_serializer({type_class_name!r}, {serializer_class_name!r})")
+
+    def register_type_with_kryo_serializer(self, type_class_name: str, serializer_class_name: str) -> ExecutionConfig:
+        call = f"register_type_with_kryo_serializer({type_class_name!r}, {serializer_class_name!r})"
+        return self._add_serializer(KRYO_TYPE_SERIALIZERS, type_class_name, serializer_class_name, call)
+
+    def register_pojo_type(self, type_class_name: str) -> ExecutionConfig:
+        return self._add_name(POJO_TYPES, type_class_name, f"register_pojo_type({type_class_name!r})")
+
+    def register_kryo_type(self, type_class_name: str) -> ExecutionConfig:
+        return self._add_name(KRYO_TYPES, type_class_name, f"register_kryo_type({type_class_name!r})")
+
+    def get_default_kryo_serializer_classes(self) -> dict[str, str]:
+        """Type class name -> serializer class name, as registered."""
+        return self._serializers(DEFAULT_KRYO_SERIALIZERS)
+
+    def get_registered_types_with_kryo_serializer_classes(self) -> dict[str, str]:
+        return self._serializers(KRYO_TYPE_SERIALIZERS)
+
+    def get_registered_pojo_types(self) -> list[str]:
+        return self._names(POJO_TYPES)
+
+    def get_registered_kryo_types(self) -> list[str]:
+        return self._names(KRYO_TYPES)
+
+    # -- task cancellation and snapshot compression: kept, read back -------------------------------
+    def _millis_setting(self, key: str, default: int) -> int:
+        value = self._env._pipeline.configuration.get_string(key, None)
+        return default if value is None else int(value)
+
+    def set_task_cancellation_interval(self, interval: int) -> ExecutionConfig:
+        """Kept: a cancel stops the job between two turns, so there is nothing to repeat it at."""
+        self._env._pipeline.configuration.set_string(CANCELLATION_INTERVAL, str(_milliseconds(interval, "interval")))
+        return self
+
+    def get_task_cancellation_interval(self) -> int:
+        """Milliseconds (30,000 unless set, as Flink's)."""
+        return self._millis_setting(CANCELLATION_INTERVAL, 30_000)
+
+    def set_task_cancellation_timeout(self, timeout: int) -> ExecutionConfig:
+        """Kept: a cancel stops the job between two turns; 0 disables the timeout, as in Flink."""
+        self._env._pipeline.configuration.set_string(CANCELLATION_TIMEOUT, str(_milliseconds(timeout, "timeout")))
+        return self
+
+    def get_task_cancellation_timeout(self) -> int:
+        """Milliseconds (180,000 unless set, as Flink's)."""
+        return self._millis_setting(CANCELLATION_TIMEOUT, 180_000)
+
+    def set_use_snapshot_compression(self, use_snapshot_compression: bool) -> ExecutionConfig:
+        return self._set_flag(SNAPSHOT_COMPRESSION, use_snapshot_compression,
+                              "checkpoint files are written uncompressed" if use_snapshot_compression else None)
+
+    def is_use_snapshot_compression(self) -> bool:
+        return self._flag(SNAPSHOT_COMPRESSION, False)
 
     def _key(self) -> tuple[Any, ...]:
         return (self.get_parallelism(), self.get_max_parallelism(), self.get_restart_strategy(),

@@ -145,6 +145,10 @@ def test_java_serializer_settings_and_cached_files_are_kept_and_warned_about(tmp
                  lambda: env.register_type_with_kryo_serializer("com.example.Pojo", "com.example.Ser")):
         with pytest.warns(UserWarning, match="no Java serializers"):
             call()
+    config = env.get_config()
+    assert config.get_registered_pojo_types() == ["com.example.Pojo"]
+    assert config.get_default_kryo_serializer_classes() == {"com.example.Pojo": "com.example.Ser"}
+    assert config.get_registered_types_with_kryo_serializer_classes() == {"com.example.Pojo": "com.example.Ser"}
     path = str(tmp_path / "lookup.csv")
     with pytest.warns(UserWarning, match="read the file at its own path"):
         env.register_cached_file(path, "lookup")
@@ -260,3 +264,22 @@ def test_state_backends_getters_and_kept_tuning(tmp_path) -> None:
     rocks_env.set_number_of_transfering_threads(2)
     with pytest.warns(UserWarning, match="number_of_transfer_threads"):
         env.set_state_backend(rocks_env)
+
+
+def test_execution_configs_java_settings_are_kept_and_read_back() -> None:
+    config = fresh().get_config()
+    assert config.get_registered_kryo_types() == [] and config.get_registered_pojo_types() == []
+    with pytest.warns(UserWarning, match="no Java serializers"):
+        config.register_kryo_type("com.example.A").register_kryo_type("com.example.B")
+    with pytest.warns(UserWarning, match="no Java serializers"):
+        config.register_kryo_type("com.example.A")  # once only, as Flink's set
+    assert config.get_registered_kryo_types() == ["com.example.A", "com.example.B"]
+    assert (config.get_task_cancellation_interval(), config.get_task_cancellation_timeout()) == (30_000, 180_000)
+    config.set_task_cancellation_interval(1_000).set_task_cancellation_timeout(0)
+    assert (config.get_task_cancellation_interval(), config.get_task_cancellation_timeout()) == (1_000, 0)
+    with pytest.raises(InvalidProgramError, match="integer milliseconds"):
+        config.set_task_cancellation_timeout(-1)
+    assert not config.is_use_snapshot_compression()
+    with pytest.warns(UserWarning, match="uncompressed"):
+        config.set_use_snapshot_compression(True)
+    assert config.is_use_snapshot_compression()
