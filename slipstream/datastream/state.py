@@ -328,7 +328,11 @@ class AppendingState(State, Generic[T, V]):
     def add(self, value: T) -> None: ...
 
 
-class ListState(AppendingState[T, Iterable[T]]):
+class MergingState(AppendingState[T, V]):
+    """An appending state whose contents merge when the windows they belong to merge (sessions)."""
+
+
+class ListState(MergingState[T, Iterable[T]]):
     @abstractmethod
     def update(self, values: list[T]) -> None: ...
 
@@ -339,11 +343,11 @@ class ListState(AppendingState[T, Iterable[T]]):
         return iter(self.get())
 
 
-class ReducingState(AppendingState[T, T]):
+class ReducingState(MergingState[T, T]):
     pass
 
 
-class AggregatingState(AppendingState[T, V]):
+class AggregatingState(MergingState[T, V]):
     pass
 
 

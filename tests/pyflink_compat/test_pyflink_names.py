@@ -63,7 +63,7 @@ PYFLINK_NAMES: dict[str, list[str]] = {
     "datastream.state": ["ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                          "ReducingStateDescriptor", "AggregatingStateDescriptor", "ValueState", "ListState",
                          "MapState", "ReducingState", "AggregatingState", "StateTtlConfig", "BroadcastState",
-                         "ReadOnlyBroadcastState"],
+                         "ReadOnlyBroadcastState", "State", "AppendingState", "MergingState"],
     "datastream.state_backend": ["StateBackend", "HashMapStateBackend", "EmbeddedRocksDBStateBackend",
                                  "MemoryStateBackend", "FsStateBackend", "RocksDBStateBackend", "PredefinedOptions"],
     "datastream.stream_execution_environment": ["StreamExecutionEnvironment"],
@@ -120,3 +120,9 @@ def test_the_names_not_provided_are_absent_and_listed_in_the_readme() -> None:
 def test_metrics_also_export_a_gauge() -> None:
     from slipstream.metrics import Gauge, MetricGroup
     assert issubclass(Gauge, importlib.import_module("slipstream.metrics").Metric) and MetricGroup
+
+
+def test_the_state_interfaces_nest_as_pyflinks() -> None:
+    from slipstream.datastream.state import AggregatingState, AppendingState, ListState, MergingState, ReducingState
+    assert all(issubclass(kind, MergingState) for kind in (ListState, ReducingState, AggregatingState))
+    assert issubclass(MergingState, AppendingState)
