@@ -140,8 +140,7 @@ class BroadcastProcessOperator(OnTimerOperator):
         self.held = ReplayCache(ctx.channel_memory_budget, f"operator '{ctx.name}' (records waiting for the "
                                 "broadcast backlog)", ctx.spill_dir)
         if self.key_selector is not None:
-            self.timers: InternalTimerService | None = InternalTimerService(
-                self.keyed_backend(), ctx.processing_time_service, self._on_event_time, self._on_processing_time)
+            self.timers: InternalTimerService | None = self.keyed_timers()
             self.context: ProcessContext = ReadOnlyBroadcastContext(self, KeyedTimerService(self.timers))
         else:
             self.timers = None

@@ -59,8 +59,7 @@ class CoProcessOperator(OnTimerOperator):
     def setup(self, ctx: OperatorContext) -> None:
         super().setup(ctx)
         if self.transformation.kind == "keyed_process":
-            self.timers: InternalTimerService | None = InternalTimerService(
-                self.keyed_backend(), ctx.processing_time_service, self._on_event_time, self._on_processing_time)
+            self.timers: InternalTimerService | None = self.keyed_timers()
             self.context = ProcessContext(self, KeyedTimerService(self.timers))
         else:
             self.timers = None

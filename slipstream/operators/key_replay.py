@@ -145,17 +145,29 @@ class KeyReplay:
     def _enter(self, key: Any, set_key: Any) -> None:
         set_key(key)
         if self.timers is not None:
-            self.timers.begin_key_run(key, self._aside.pop(key, []))
+            self.timers.begin_key_run(key, self._aside.pop(key, []), hold_processing=self.batch_mode)
         self._level = 0
         self.set_watermark(self.held[0])
         self.outputs.interval = 0
 
     def _leave(self) -> None:
         """End the current key's run: fire its timers due by the last held watermark, and put the
-        others back among every key's."""
-        self.advance(self.last)
-        if self.timers is not None:
-            self.timers.end_key_run()
+        others back among every key's. In BATCH mode the key's event-time timers fire at the end of
+        time and then its processing-time timers, timers registered meanwhile ignored (Flink's batch
+        execution: otherwise a timer that registers the next one would never end)."""
+        timers = self.timers
+        if timers is None:
+            self.advance(self.last)
+            return
+        timers.quiesced = self.batch_mode
+        try:
+            self.advance(self.last)
+        finally:
+            timers.quiesced = False
+        if self.batch_mode:
+            self.outputs.interval = max(self.last - 1, 0)  # beside its event-time timers' outputs
+            timers.fire_processing_timers_at_end()
+        timers.end_key_run()
 
     def advance(self, interval: int) -> None:
         """Bring the current key to interval ``interval``: fire its event-time timers due by the

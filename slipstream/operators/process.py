@@ -27,6 +27,7 @@ from slipstream.datastream.functions import (
     TimerService,
 )
 from slipstream.datastream.output_tag import OutputTag
+from slipstream.datastream.time import MAX_TIMESTAMP
 from slipstream.datastream.transformations import KeyedProcessTransformation, ProcessTransformation, Transformation
 from slipstream.errors import UserCode, raise_user_error, user_code
 from slipstream.operators.backlog import BacklogSortingOperator, uses_processing_time
@@ -190,13 +191,22 @@ class OnTimerOperator(StreamOperator):
     _fired_outputs: tuple[list[Any], list[Any]] | None = None
     """While a watermark fires event-time timers: their main outputs and timestamps, sent on as one batch."""
 
+    def keyed_timers(self) -> InternalTimerService:
+        """This operator's keyed timers; in BATCH mode its processing-time timers wait for the end of the
+        input rather than the clock (:meth:`finish`), as Flink's batch execution fires them."""
+        return InternalTimerService(self.keyed_backend(), self.ctx.processing_time_service, self._on_event_time,
+                                    self._on_processing_time, processing_at_end=self.ctx.batch_mode)
+
     def on_watermark(self, watermark: Any) -> None:
         if self.timers is not None:
             fired = self._fired_outputs = ([], [])
+            # BATCH mode's final watermark fires every timer, registrations then ignored (as in Flink)
+            self.timers.quiesced = self.ctx.batch_mode and watermark.timestamp == MAX_TIMESTAMP
             try:
                 self.timers.advance_watermark(watermark.timestamp)
             finally:
                 self._fired_outputs = None
+                self.timers.quiesced = False
             emit(self, fired[0], fired[1], self.context)
         self.output.emit_watermark(watermark)
 
@@ -227,6 +237,13 @@ class OnTimerOperator(StreamOperator):
                         stamps.append(timestamp)
         except Exception as exc:
             raise_user_error(self, exc, self._describe_firing, "on_timer")
+
+    def finish(self) -> None:
+        """In BATCH mode the processing-time timers still waiting fire once the input has ended (after
+        a sorted backlog's replay, which fires each key's at the end of its run), as in Flink."""
+        super().finish()
+        if self.ctx.batch_mode and self.timers is not None:
+            self.timers.fire_processing_timers_at_end()
 
     def _on_processing_time(self, timer: InternalTimer) -> None:
         self._firing = timer
@@ -319,8 +336,7 @@ class KeyedProcessOperator(OnTimerOperator, BacklogSortingOperator):
 
     def setup(self, ctx: OperatorContext) -> None:
         super().setup(ctx)
-        self.timers = InternalTimerService(self.keyed_backend(), ctx.processing_time_service,
-                                           self._on_event_time, self._on_processing_time)
+        self.timers = self.keyed_timers()
         self.context = ProcessContext(self, KeyedTimerService(self.timers))
         self.key_selector = self.transformation.key_selectors[0]
         self._bootstrap: BootstrapBacklog | None = None

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from slipstream.datastream.functions import TimerService
-from slipstream.datastream.time import MIN_TIMESTAMP
+from slipstream.datastream.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from slipstream.operators.base import KeyedStateBackend, ProcessingTimeService
 
 VOID_NAMESPACE = None
+_log = logging.getLogger("slipstream.timers")
 
 
 class InternalTimer(NamedTuple):
@@ -204,8 +206,11 @@ class InternalTimerService:
 
     def __init__(self, backend: KeyedStateBackend, processing_time_service: ProcessingTimeService,
                  on_event_time: Callable[[InternalTimer], None],
-                 on_processing_time: Callable[[InternalTimer], None]) -> None:
+                 on_processing_time: Callable[[InternalTimer], None], processing_at_end: bool = False) -> None:
+        """``processing_at_end`` (BATCH mode): processing-time timers never follow the clock; they wait
+        for :meth:`fire_processing_timers_at_end`."""
         self._backend = backend
+        self._processing_at_end = processing_at_end
         self._clock = processing_time_service
         self._on_event_time = on_event_time
         self._on_processing_time = on_processing_time
@@ -214,7 +219,15 @@ class InternalTimerService:
         """Where event-time timers go: every key's queue (the backend's), or the key run's (:meth:`begin_key_run`)."""
         self._key_run = _KeyRunQueue(self._all_event)
         self._processing = backend.timer_queue("processing")
+        self._processing_run = _KeyRunQueue(self._processing)
+        self._processing_target: Any = self._processing
+        """Where processing-time timers go: every key's queue, or in BATCH mode the key run's (held
+        until the end of the key's run, see :meth:`begin_key_run`)."""
         self._wakeups: set[int] = set()
+        self.quiesced = False
+        """Set while BATCH mode fires a key's timers at the end of time: registrations are ignored then,
+        as in Flink's batch execution, or a timer that registers the next one would never end."""
+        self._quiesce_warned = False
         self.current_watermark = MIN_TIMESTAMP
         self.processing_time_registrations = 0
         """Processing-time timers registered so far (a backlog replay counts the ones it causes)."""
@@ -223,21 +236,49 @@ class InternalTimerService:
         return self._clock.get_current_processing_time()
 
     def register_event_time_timer(self, namespace: Any, timestamp: int) -> None:
+        if self.quiesced:
+            self._ignored("event", timestamp)
+            return
         self._event.add(timestamp, self._backend.get_current_key(), namespace)
 
     def delete_event_time_timer(self, namespace: Any, timestamp: int) -> None:
         self._event.remove(timestamp, self._backend.get_current_key(), namespace)
 
     def register_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
-        if self._processing.add(timestamp, self._backend.get_current_key(), namespace):
+        if self.quiesced:
+            self._ignored("processing", timestamp)
+            return
+        target = self._processing_target
+        if target.add(timestamp, self._backend.get_current_key(), namespace):
             self.processing_time_registrations += 1
-            self._schedule_wakeup(timestamp)
+            if target is self._processing:
+                self._schedule_wakeup(timestamp)
 
     def delete_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
-        self._processing.remove(timestamp, self._backend.get_current_key(), namespace)
+        self._processing_target.remove(timestamp, self._backend.get_current_key(), namespace)
+
+    def _ignored(self, domain: str, timestamp: int) -> None:
+        if not self._quiesce_warned:
+            self._quiesce_warned = True
+            _log.warning("a %s-time timer for %d was registered while BATCH mode fired a key's timers at the end of "
+                         "its input: ignored, as Flink's batch execution ignores it (and any later one like it)",
+                         domain, timestamp)
+
+    def fire_processing_timers_at_end(self) -> None:
+        """BATCH mode: fire the processing-time timers waiting (the key run's, or every key's), each with
+        its key current, in timestamp order: processing time jumps to the end of time once the input has
+        ended, as in Flink's batch execution. Timers registered meanwhile are ignored."""
+        queue = self._processing_target
+        self.quiesced = True
+        try:
+            while (timer := queue.pop_due(MAX_TIMESTAMP)) is not None:
+                self._backend.set_current_key(timer.key)
+                self._on_processing_time(timer)
+        finally:
+            self.quiesced = False
 
     def _schedule_wakeup(self, timestamp: int) -> None:
-        if timestamp not in self._wakeups:
+        if not self._processing_at_end and timestamp not in self._wakeups:
             self._wakeups.add(timestamp)
             self._clock.register_timer(timestamp, self._fire_processing_time)
 
@@ -267,17 +308,28 @@ class InternalTimerService:
             aside.setdefault(timer.key, []).append(timer)
         return aside
 
-    def begin_key_run(self, key: Any, timers: list[InternalTimer]) -> None:
+    def begin_key_run(self, key: Any, timers: list[InternalTimer], hold_processing: bool = False) -> None:
         """Until :meth:`end_key_run`, keep the event-time timers of ``key`` (the current key, whose
         backlog is replayed alone) in a queue of their own, starting with ``timers`` (set aside by
-        :meth:`set_aside_event_timers`, in their order, so equal timestamps keep it)."""
+        :meth:`set_aside_event_timers`, in their order, so equal timestamps keep it); with
+        ``hold_processing`` (BATCH mode) its processing-time timers too, for
+        :meth:`fire_processing_timers_at_end` rather than the clock."""
         self._key_run.start(key)
         self._event = self._key_run
         for timer in timers:
             self._key_run.add(timer.timestamp, key, timer.namespace)
+        if hold_processing:
+            self._processing_run.start(key)
+            self._processing_target = self._processing_run
 
     def end_key_run(self) -> None:
         """Put the key run's timers still waiting back among every key's, in firing order."""
+        if self._processing_target is self._processing_run:
+            key = self._processing_run.key
+            self._processing_target = self._processing
+            for timestamp, namespace in self._processing_run.drain():
+                if self._processing.add(timestamp, key, namespace):
+                    self._schedule_wakeup(timestamp)
         if self._event is self._all_event:
             return
         key = self._key_run.key

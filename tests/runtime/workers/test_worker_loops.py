@@ -53,21 +53,31 @@ class KillOnceCheckpointed:
     """SIGKILLs the process it runs in at the first record after a checkpoint completed that was
     triggered once a record ``arms`` accepted came by (the one after the checkpoint that may have
     been in flight then) — the first time only (the file ``marker`` remembers it across processes
-    and restarts). Armed, each record waits ``pause_s``, so the job does not end before."""
+    and restarts). Armed, each record waits ``pause_s``, so the job does not end before. The checkpoint
+    directory is listed at most every ``LOOK_S`` (with up to a thousand checkpoints retained, a listing
+    per record made one turn of a loaded machine outlast the worker's heartbeat timeout)."""
+
+    LOOK_S = 0.005
 
     def __init__(self, checkpoints: str, marker: str, arms: Callable[[Any], bool], pause_s: float = 0.0002) -> None:
         self.checkpoints, self.marker, self.arms, self.pause_s = checkpoints, marker, arms, pause_s
         self.armed_after: int | None = None  # the newest complete checkpoint when it was armed
+        self._looked_at, self._newest_seen = -1.0, 0
 
     def _newest(self) -> int:
-        return max(CheckpointStorage(self.checkpoints).complete_ids(), default=0) \
-            if os.path.isdir(self.checkpoints) else 0
+        now = time.monotonic()
+        if now - self._looked_at >= self.LOOK_S:
+            self._looked_at = now
+            self._newest_seen = max(CheckpointStorage(self.checkpoints).complete_ids(), default=0) \
+                if os.path.isdir(self.checkpoints) else 0
+        return self._newest_seen
 
     def __call__(self, value: Any) -> Any:
         if os.path.exists(self.marker):
             return value
         if self.armed_after is None:
             if self.arms(value):
+                self._looked_at = -1.0  # arming reads the directory as it is now
                 self.armed_after = self._newest()
         elif self._newest() > self.armed_after + 1:
             with open(self.marker, "w") as file:
