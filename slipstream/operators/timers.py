@@ -225,7 +225,8 @@ class InternalTimerService:
         until the end of the key's run, see :meth:`begin_key_run`)."""
         self._wakeups: set[int] = set()
         self.quiesced = False
-        """Set while BATCH mode fires a key's timers at the end of time: registrations are ignored then,
+        """Set while the timers left at the end of the input fire (BATCH mode's, a processing-time window's):
+        registrations are ignored then,
         as in Flink's batch execution, or a timer that registers the next one would never end."""
         self._quiesce_warned = False
         self.current_watermark = MIN_TIMESTAMP
@@ -260,8 +261,8 @@ class InternalTimerService:
     def _ignored(self, domain: str, timestamp: int) -> None:
         if not self._quiesce_warned:
             self._quiesce_warned = True
-            _log.warning("a %s-time timer for %d was registered while BATCH mode fired a key's timers at the end of "
-                         "its input: ignored, as Flink's batch execution ignores it (and any later one like it)",
+            _log.warning("a %s-time timer for %d was registered while the timers left at the end of the input "
+                         "fired: ignored, as Flink's batch execution ignores it (and any later one like it)",
                          domain, timestamp)
 
     def fire_processing_timers_at_end(self) -> None:

@@ -429,29 +429,14 @@ class WindowOperator(ColumnarBacklog):
             self._persist(merging)
 
     def end_input(self, input_index: int = 0) -> None:
-        """Evaluate and clear every processing-time window still waiting for its timer."""
+        """Processing time jumps to the end of time for the windows still waiting: their
+        processing-time timers fire in timestamp order through the trigger (a processing-time
+        trigger fires the window, a count trigger that has not fired lets it be cleared), as
+        Flink's batch execution fires them; so do those of event-time windows in BATCH mode."""
         super().end_input(input_index)  # runs a backlog still buffered once every input ended
-        if not self._event_time:
-            seen: set[tuple[Any, Window]] = set()
-            pending = sorted(self.timers.snapshot()["processing"], key=lambda timer: timer[0])
-            for timestamp, key, window in pending:
-                if (key, window) not in seen:
-                    seen.add((key, window))
-                    timer = InternalTimer(timestamp, key, window)
-                    self.backend.set_current_key(key)
-                    self._guarded(timer, self._fire_at_end, window)
+        if not self._event_time or self.ctx.batch_mode:
+            self.timers.fire_processing_timers_at_end()
         self._flush()
-
-    def _fire_at_end(self, window: Window) -> None:
-        merging = self._merging_window_set() if self._merging else None
-        state_window = window if merging is None else merging.get_state_window(window)
-        if state_window is None:
-            return
-        self._fire(window, state_window)
-        self._delete_cleanup_timer(window)
-        self._clear_all_state(window, state_window, merging)
-        if merging is not None:
-            self._persist(merging)
 
     # -- windows ----------------------------------------------------------------------------------
     def _cleanup_time(self, window: Window) -> int:

@@ -92,3 +92,22 @@ def test_a_timer_registering_the_next_one_ends_in_a_batch_streamed_record_by_rec
     got = run(Chained(), 1, sorting=False)
     assert not set(out for outs in per_key_oracle().values() for out in outs) - set(got)
     assert max(timestamp for domain, _, timestamp in got if domain == "EVENT_TIME") < FAR
+
+
+@pytest.mark.parametrize("mode", [RuntimeExecutionMode.BATCH, RuntimeExecutionMode.STREAMING])
+def test_processing_time_windows_left_at_the_end_go_through_their_trigger(mode: RuntimeExecutionMode) -> None:
+    """An hour-long processing-time window ends with the input: its cleanup timer fires through the
+    trigger — the default one fires the window; a count trigger fires only full windows (Flink's)."""
+    from slipstream.datastream.time import Time
+    from slipstream.datastream.window import CountTrigger, TumblingProcessingTimeWindows
+
+    def counts(trigger: Any) -> list[tuple[str, int]]:
+        env = StreamExecutionEnvironment.get_execution_environment().set_runtime_mode(mode)
+        windowed = (env.from_collection([("a", 1), ("b", 1), ("a", 1), ("a", 1), ("b", 1)]).key_by(lambda r: r[0])
+                    .window(TumblingProcessingTimeWindows.of(Time.hours(1))))
+        if trigger is not None:
+            windowed = windowed.trigger(trigger)
+        return sorted(windowed.reduce(lambda x, y: (x[0], x[1] + y[1])).execute_and_collect())
+
+    assert counts(None) == [("a", 3), ("b", 2)]
+    assert counts(CountTrigger.of(3)) == [("a", 3)]  # b's window of two is cleared unfired
