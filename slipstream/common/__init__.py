@@ -13,6 +13,7 @@ from slipstream.common.job_id import JobID
 from slipstream.common.job_status import JobStatus
 from slipstream.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
 from slipstream.common.serialization import DeserializationSchema, Encoder, SerializationSchema, SimpleStringSchema
+from slipstream.common.serializer import TypeSerializer
 from slipstream.common.time import Duration, Time
 from slipstream.common.typeinfo import Row, RowKind, TypeInformation, Types
 from slipstream.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
@@ -20,4 +21,5 @@ from slipstream.common.watermark_strategy import TimestampAssigner, WatermarkStr
 __all__ = ["CompletableFuture", "Configuration", "DeserializationSchema", "Duration", "Encoder", "ExecutionConfig",
            "JobClient", "JobExecutionResult", "JobID", "JobStatus",
            "RestartStrategies", "RestartStrategyConfiguration", "Row", "RowKind", "SerializationSchema",
-           "SimpleStringSchema", "Time", "TimestampAssigner", "TypeInformation", "Types", "WatermarkStrategy"]
+           "SimpleStringSchema", "Time", "TimestampAssigner", "TypeInformation", "TypeSerializer", "Types",
+           "WatermarkStrategy"]

@@ -29,6 +29,7 @@ AUTO_UIDS = "pipeline.auto-generate-uids"
 """False: every operator must have a uid (or a uid hash); the planner refuses a job otherwise."""
 FORCE_KRYO = "pipeline.force-kryo"
 FORCE_AVRO = "pipeline.force-avro"
+AUTO_TYPE_REGISTRATION = "pipeline.auto-type-registration"
 DEFAULT_KRYO_SERIALIZERS = "pipeline.default-kryo-serializers"
 KRYO_TYPE_SERIALIZERS = "pipeline.kryo-type-serializers"  # registerTypeWithKryoSerializer's (no key in Flink's options)
 KRYO_TYPES = "pipeline.registered-kryo-types"
@@ -175,6 +176,13 @@ class ExecutionConfig:
 
     def is_force_avro_enabled(self) -> bool:
         return self._flag(FORCE_AVRO, False)
+
+    def disable_auto_type_registration(self) -> ExecutionConfig:
+        """Kept: no type is registered with a serializer here, automatically or not."""
+        return self._set_flag(AUTO_TYPE_REGISTRATION, False)
+
+    def is_auto_type_registration_disabled(self) -> bool:
+        return not self._flag(AUTO_TYPE_REGISTRATION, True)
 
     # -- Java serializers' registrations: kept under Flink's keys, read back, warned about ----------
     def _names(self, key: str) -> list[str]:

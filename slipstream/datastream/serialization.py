@@ -18,10 +18,27 @@ from __future__ import annotations
 
 import codecs
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import IO, Any, Generic, TypeVar
 
 from slipstream.datastream.typeinfo import TypeInformation, Types
 from slipstream.errors import InvalidProgramError
+
+T = TypeVar("T")
+
+
+class TypeSerializer(ABC, Generic[T]):
+    """Writes values of one type to a binary stream and reads them back (PyFlink's
+    ``pyflink.common.serializer.TypeSerializer``: what a custom window assigner's
+    ``get_window_serializer`` returns). Records inside slipstream stay Python objects; this is
+    for code of one's own that stores values as Flink would."""
+
+    @abstractmethod
+    def serialize(self, element: T, stream: IO[bytes]) -> None:
+        """Write ``element`` to ``stream``."""
+
+    @abstractmethod
+    def deserialize(self, stream: IO[bytes]) -> T:
+        """Read one value from ``stream``."""
 
 
 class SerializationSchema(ABC):
@@ -89,4 +106,4 @@ class ByteArraySchema(SerializationSchema, DeserializationSchema):
         return Types.PRIMITIVE_ARRAY(Types.BYTE())
 
 
-__all__ = ["ByteArraySchema", "DeserializationSchema", "SerializationSchema", "SimpleStringSchema"]
+__all__ = ["ByteArraySchema", "DeserializationSchema", "SerializationSchema", "SimpleStringSchema", "TypeSerializer"]

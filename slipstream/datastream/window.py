@@ -22,9 +22,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, BinaryIO, Generic, NamedTuple, TypeVar
+from typing import IO, Any, Generic, NamedTuple, TypeVar
 
 from slipstream.datastream.functions import Function, RuntimeContext
+from slipstream.datastream.serialization import TypeSerializer
 from slipstream.datastream.state import (
     ReducingState,
     ReducingStateDescriptor,
@@ -134,35 +135,35 @@ _LONG = struct.Struct(">q")
 
 
 # -- window serializers (PyFlink's names: a custom assigner's get_window_serializer returns one) -----
-class TimeWindowSerializer:
+class TimeWindowSerializer(TypeSerializer[TimeWindow]):
     """A :class:`TimeWindow` as Flink writes it: its start and end, 8 bytes each, big-endian.
     Windows stay Python objects inside slipstream; this is for code of one's own that stores them."""
 
-    def serialize(self, element: TimeWindow, stream: BinaryIO) -> None:
+    def serialize(self, element: TimeWindow, stream: IO[bytes]) -> None:
         stream.write(_LONG.pack(element.start) + _LONG.pack(element.end))
 
-    def deserialize(self, stream: BinaryIO) -> TimeWindow:
+    def deserialize(self, stream: IO[bytes]) -> TimeWindow:
         start, end = _LONG.unpack(stream.read(8))[0], _LONG.unpack(stream.read(8))[0]
         return TimeWindow(start, end)
 
 
-class CountWindowSerializer:
+class CountWindowSerializer(TypeSerializer[CountWindow]):
     """A :class:`CountWindow` as Flink writes it: its id, 8 bytes big-endian."""
 
-    def serialize(self, element: CountWindow, stream: BinaryIO) -> None:
+    def serialize(self, element: CountWindow, stream: IO[bytes]) -> None:
         stream.write(_LONG.pack(element.id))
 
-    def deserialize(self, stream: BinaryIO) -> CountWindow:
+    def deserialize(self, stream: IO[bytes]) -> CountWindow:
         return CountWindow(_LONG.unpack(stream.read(8))[0])
 
 
-class GlobalWindowSerializer:
+class GlobalWindowSerializer(TypeSerializer[GlobalWindow]):
     """The :class:`GlobalWindow` as Flink writes it: one zero byte."""
 
-    def serialize(self, element: GlobalWindow, stream: BinaryIO) -> None:
+    def serialize(self, element: GlobalWindow, stream: IO[bytes]) -> None:
         stream.write(b"\x00")
 
-    def deserialize(self, stream: BinaryIO) -> GlobalWindow:
+    def deserialize(self, stream: IO[bytes]) -> GlobalWindow:
         stream.read(1)
         return _GLOBAL_WINDOW
 

@@ -279,6 +279,8 @@ def test_execution_configs_java_settings_are_kept_and_read_back() -> None:
     assert (config.get_task_cancellation_interval(), config.get_task_cancellation_timeout()) == (1_000, 0)
     with pytest.raises(InvalidProgramError, match="integer milliseconds"):
         config.set_task_cancellation_timeout(-1)
+    assert not config.is_auto_type_registration_disabled()
+    assert config.disable_auto_type_registration().is_auto_type_registration_disabled()
     assert not config.is_use_snapshot_compression()
     with pytest.warns(UserWarning, match="uncompressed"):
         config.set_use_snapshot_compression(True)

@@ -16,7 +16,8 @@ PYFLINK_NAMES: dict[str, list[str]] = {
     "common": ["Configuration", "Duration", "ExecutionConfig", "JobExecutionResult", "RestartStrategies",
                "RestartStrategyConfiguration", "Row", "RowKind", "Time", "TypeInformation", "Types",
                "WatermarkStrategy", "SerializationSchema", "DeserializationSchema", "SimpleStringSchema", "Encoder",
-               "CompletableFuture", "JobClient", "JobID", "JobStatus"],
+               "CompletableFuture", "JobClient", "JobID", "JobStatus", "TypeSerializer"],
+    "common.serializer": ["TypeSerializer"],
     "common.completable_future": ["CompletableFuture"],
     "common.job_client": ["JobClient"],
     "common.job_id": ["JobID"],
@@ -84,7 +85,7 @@ PYFLINK_NAMES: dict[str, list[str]] = {
 
 NOT_PROVIDED: dict[str, list[str]] = {
     "common": ["ExecutionMode", "InputDependencyConstraint",  # the DataSet API's
-               "TypeSerializer", "Instant"],
+               "Instant"],
     "datastream": ["SourceFunction", "SinkFunction", "CustomStateBackend", "CustomCheckpointStorage",  # Java classes
                    "JobManagerCheckpointStorage", "ExternalizedCheckpointRetention"],
 }

@@ -10,6 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from slipstream.common import Duration, Types, WatermarkStrategy
+from slipstream.common.serializer import TypeSerializer
 from slipstream.common.watermark_strategy import TimestampAssigner
 from slipstream.datastream import StreamExecutionEnvironment
 from slipstream.datastream.window import (
@@ -45,6 +46,8 @@ def test_windows_are_written_as_flink_writes_them() -> None:
     data, back = round_trip(GlobalWindowSerializer(), GlobalWindow.get())
     assert data == b"\x00" and back is GlobalWindow.get()
     assert (MIN_LONG_VALUE, MAX_LONG_VALUE) == (-(2 ** 63), 2 ** 63 - 1)
+    assert all(isinstance(serializer, TypeSerializer)
+               for serializer in (TimeWindowSerializer(), CountWindowSerializer(), GlobalWindowSerializer()))
 
 
 def test_each_built_in_assigner_names_its_serializer() -> None:
