@@ -132,6 +132,7 @@ _GLOBAL_WINDOW = GlobalWindow()
 MAX_LONG_VALUE = MAX_TIMESTAMP
 MIN_LONG_VALUE = MIN_TIMESTAMP
 _LONG = struct.Struct(">q")
+_TWO_LONGS = struct.Struct(">qq")
 
 
 # -- window serializers (PyFlink's names: a custom assigner's get_window_serializer returns one) -----
@@ -140,11 +141,10 @@ class TimeWindowSerializer(TypeSerializer[TimeWindow]):
     Windows stay Python objects inside slipstream; this is for code of one's own that stores them."""
 
     def serialize(self, element: TimeWindow, stream: IO[bytes]) -> None:
-        stream.write(_LONG.pack(element.start) + _LONG.pack(element.end))
+        stream.write(_TWO_LONGS.pack(element.start, element.end))
 
     def deserialize(self, stream: IO[bytes]) -> TimeWindow:
-        start, end = _LONG.unpack(stream.read(8))[0], _LONG.unpack(stream.read(8))[0]
-        return TimeWindow(start, end)
+        return TimeWindow(*_TWO_LONGS.unpack(stream.read(_TWO_LONGS.size)))
 
 
 class CountWindowSerializer(TypeSerializer[CountWindow]):
