@@ -41,15 +41,17 @@ def get_field(record: Any, field: int | str) -> Any:
 _SUBSCRIPT = ["LOAD_FAST", "LOAD_CONST", "BINARY_SUBSCR", "RETURN_VALUE"]
 
 
-def as_item_getter(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def as_item_getter(function: Callable[..., Any], arguments: int = 1) -> Callable[..., Any]:
     """``operator.itemgetter(c)`` for a plain ``lambda r: r[c]`` (PyFlink's usual ``key_by(lambda x:
     x[0])``), else ``function`` itself. The same lookup with the same errors, done in C: it costs a
     third of the lambda's call, paid for every record by a hash edge and again by the keyed operator.
-    A lambda of any other form (a default, a closure's index, a slice) is left as it is."""
+    With ``arguments=2`` the same for ``lambda r, _: r[c]`` (a timestamp assigner), whose getter takes
+    the record alone. A lambda of any other form (a default, a closure's index, a slice) is left as it is."""
     if type(function) is not types.FunctionType or function.__defaults__ or function.__kwdefaults__:
         return function
     code = function.__code__
-    if code.co_argcount != 1 or code.co_kwonlyargcount or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+    variadic = code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    if code.co_argcount != arguments or code.co_kwonlyargcount or variadic:
         return function
     steps = [step for step in dis.get_instructions(function) if step.opname not in ("RESUME", "CACHE", "NOP")]
     if [step.opname for step in steps] != _SUBSCRIPT or steps[0].arg != 0:  # r[c], r the one argument

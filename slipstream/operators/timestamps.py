@@ -22,11 +22,13 @@ generator, which take the column and stay columnar.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slipstream.datastream.fields import as_item_getter
 from slipstream.datastream.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_TIMESTAMP, Watermark
 from slipstream.datastream.transformations import TimestampsAndWatermarksTransformation
 from slipstream.datastream.watermark_strategy import (
@@ -47,6 +49,17 @@ from slipstream.operators.elements import RecordBatch, WatermarkStatus
 PERIODIC_GENERATORS = (BoundedOutOfOrdernessWatermarks, AscendingTimestampsWatermarks, NoWatermarksGenerator)
 """Generators that keep only the largest timestamp and emit on the periodic call: seeing a batch's
 largest timestamp once is the same to them as seeing every record's."""
+
+_INT_ONLY = frozenset({int})
+
+
+def timestamp_item_getter(assigner: TimestampAssigner) -> Callable[[Any], Any] | None:
+    """``operator.itemgetter(c)`` when ``assigner`` wraps ``lambda r, _: r[c]`` (the usual assigner), else None."""
+    function = getattr(assigner, "callable_", None)
+    if function is None:
+        return None
+    getter = as_item_getter(function, arguments=2)
+    return None if getter is function else getter
 
 
 def _checked_timestamp(timestamp: Any) -> int:
@@ -107,6 +120,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         self.idle = False
         self._assigner: TimestampAssigner
         self._generator: WatermarkGenerator
+        self._keeps_largest = False  # the generator keeps only the largest timestamp: one call a batch
+        self._item_getter: Callable[[Any], Any] | None = None
         self._wm_output = _OperatorWatermarkOutput(self)
         self._pending_values: list[Any] = []
         self._pending_timestamps: list[Any] = []
@@ -121,6 +136,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         self._assigner = self.strategy.create_timestamp_assigner()
         with user_code(self, lambda: self.strategy.generator_supplier, what="watermark generator supplier"):
             self._generator = self.strategy.create_watermark_generator(clock)
+        self._keeps_largest = type(self._generator) in PERIODIC_GENERATORS
+        self._item_getter = timestamp_item_getter(self._assigner)
         if self._idle_timeout is not None:
             self._last_activity = clock()
             self._arm_idle_timer()
@@ -132,24 +149,56 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         values = batch.values
         if not values:
             return
-        in_timestamps = batch.timestamps
+        self._wm_output.mark_active()  # records make an idle output active again
+        if self._keeps_largest:
+            stamps = self._extract_at_once(values, batch.timestamps)
+            self._pending_values, self._pending_timestamps, self._flushed = values, stamps, 0
+            self._generator.on_event(None, max(stamps), self._wm_output)
+        else:
+            self._extract_each(values, batch.timestamps, self._generator.on_event)
+        self.flush_pending()
+        self._after_batch()
+
+    def _extract_at_once(self, values: list[Any], carried: list[Any] | None) -> list[int]:
+        """Every record's timestamp, for a generator that sees only the batch's largest: in C where the
+        assigner is ``lambda r, _: r[c]``, else in one comprehension; should one fail, again one record at
+        a time, so that the error names the record (assigners are pure functions of their record)."""
+        try:
+            if self._item_getter is not None:
+                stamps = list(map(self._item_getter, values))
+            else:
+                extract = self._assigner.extract_timestamp
+                stamps = [extract(value, MIN_TIMESTAMP) for value in values] if carried is None else \
+                    [extract(value, MIN_TIMESTAMP if previous is None else previous)
+                     for value, previous in zip(values, carried, strict=True)]
+        except Exception:  # noqa: BLE001 - found again and named below
+            return self._extract_each(values, carried, None)
+        if not _INT_ONLY.issuperset(map(type, stamps)):
+            value = None
+            with user_code(self, lambda: value):
+                for index, value in enumerate(values):  # noqa: B007 - the record the error names
+                    stamps[index] = _checked_timestamp(stamps[index])
+        return stamps
+
+    def _extract_each(self, values: list[Any], carried: list[Any] | None,
+                      on_event: Callable[[Any, int, WatermarkOutput], None] | None) -> list[int]:
+        """Every record's timestamp, one record at a time, each seen by ``on_event`` (a punctuated
+        generator, which may emit a watermark between two records: the records before it are sent first)."""
         extract = self._assigner.extract_timestamp
-        on_event = self._generator.on_event
         wm_output = self._wm_output
-        out_timestamps: list[int] = []
-        self._pending_values, self._pending_timestamps, self._flushed = values, out_timestamps, 0
-        wm_output.mark_active()  # records make an idle output active again
+        stamps: list[int] = []
+        self._pending_values, self._pending_timestamps, self._flushed = values, stamps, 0
         value = None
         with user_code(self, lambda: value):
-            for i, value in enumerate(values):
-                previous = in_timestamps[i] if in_timestamps is not None else None
+            for index, value in enumerate(values):
+                previous = carried[index] if carried is not None else None
                 timestamp = extract(value, MIN_TIMESTAMP if previous is None else previous)
                 if type(timestamp) is not int:
                     timestamp = _checked_timestamp(timestamp)
-                out_timestamps.append(timestamp)
-                on_event(value, timestamp, wm_output)
-        self.flush_pending()
-        self._after_batch()
+                stamps.append(timestamp)
+                if on_event is not None:
+                    on_event(value, timestamp, wm_output)
+        return stamps
 
     def _after_batch(self) -> None:
         self._periodic_emit()
