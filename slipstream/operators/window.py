@@ -57,6 +57,7 @@ from slipstream.datastream.time import MAX_TIMESTAMP, Watermark
 from slipstream.datastream.transformations import Transformation, WindowTransformation
 from slipstream.datastream.window import (
     AllWindowFunction,
+    EventTimeTrigger,
     Evictor,
     KeyedStateStore,
     MergingWindowAssigner,
@@ -287,7 +288,16 @@ class WindowOperator(ColumnarBacklog):
         self.assigner_context = _AssignerContext(self)
         self.evictor_context = _EvictorContext(self)
         self._call_evaluator = self._evaluator_call()
+        if self._by_event_time_trigger():
+            self._process_element = self._process_element_by_event_time  # type: ignore[method-assign]
+            self._on_timer = self._on_timer_by_event_time  # type: ignore[method-assign]
         super().open()
+
+    def _by_event_time_trigger(self) -> bool:
+        """Whether these are the usual windows — by event time, not merging, Flink's ``EventTimeTrigger``, no
+        evictor — whose trigger's rules the operator applies itself, calling it for nothing."""
+        return (self._event_time and not self._merging and self.evictor is None
+                and type(self.trigger) is EventTimeTrigger)
 
     def snapshot_state(self) -> dict[str, Any]:
         """The timers (window contents and trigger state are keyed state, snapshotted by the backend)."""
@@ -378,6 +388,33 @@ class WindowOperator(ColumnarBacklog):
         if skipped and self._is_element_late(timestamp):
             self._late(value, timestamp)
 
+    def _process_element_by_event_time(self, value: Any, timestamp: int | None) -> None:
+        """:meth:`_process_element` with ``EventTimeTrigger``'s rules inlined (see
+        :meth:`_by_event_time_trigger`): a window fires on an element that comes once the watermark passed
+        its end (within the allowed lateness), else its end gets a timer; its cleanup timer, at the same
+        instant without allowed lateness, is that one. The same state, timers and outputs, in the same order."""
+        self.backend.set_current_key(self._key_selector(value))
+        watermark = self.timers.current_watermark
+        lateness = self.allowed_lateness
+        register = self.timers.register_event_time_timer
+        skipped = True
+        for window in self.assigner.assign_windows(value, timestamp, self.assigner_context):
+            end = window.max_timestamp()
+            cleanup = min(end + lateness, MAX_TIMESTAMP)
+            if cleanup <= watermark:
+                continue  # the window is late: gone already
+            skipped = False
+            self.contents.set_current_namespace(window)
+            self.contents.add(value)
+            if end <= watermark:
+                self._fire(window, window)
+            else:
+                register(window, end)
+            if cleanup not in (end, MAX_TIMESTAMP):
+                register(window, cleanup)
+        if skipped and timestamp is not None and timestamp + lateness <= watermark:
+            self._late(value, timestamp)
+
     def _late(self, value: Any, timestamp: int | None) -> None:
         if self.late_data_tag is None:
             count_and_warn(self.ctx, LATE_DROPPED_METRIC, 1, lambda: (
@@ -427,6 +464,18 @@ class WindowOperator(ColumnarBacklog):
             self._clear_all_state(window, state_window, merging)
         if merging is not None:
             self._persist(merging)
+
+    def _on_timer_by_event_time(self, timer: InternalTimer, event_time: bool) -> None:
+        """:meth:`_on_timer` with ``EventTimeTrigger``'s rules inlined (see :meth:`_by_event_time_trigger`):
+        its timer at the window's end fires the window; the cleanup timer clears it."""
+        if not event_time:
+            return  # the trigger ignores processing time, and so does the cleanup of event-time windows
+        window = timer.namespace
+        end = window.max_timestamp()
+        if timer.timestamp == end:
+            self._fire(window, window)
+        if timer.timestamp == min(end + self.allowed_lateness, MAX_TIMESTAMP):
+            self._clear_all_state(window, window, None)
 
     def end_input(self, input_index: int = 0) -> None:
         """Processing time jumps to the end of time for the windows still waiting: their
