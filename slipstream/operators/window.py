@@ -288,6 +288,8 @@ class WindowOperator(ColumnarBacklog):
         self.assigner_context = _AssignerContext(self)
         self.evictor_context = _EvictorContext(self)
         self._call_evaluator = self._evaluator_call()
+        self._contents_listed = isinstance(self.contents, ListState)  # (looked up once: an ABC check costs)
+        self._evaluator_clears = isinstance(self._evaluator(), (ProcessWindowFunction, ProcessAllWindowFunction))
         if self._by_event_time_trigger():
             self._process_element = self._process_element_by_event_time  # type: ignore[method-assign]
             self._on_timer = self._on_timer_by_event_time  # type: ignore[method-assign]
@@ -475,7 +477,9 @@ class WindowOperator(ColumnarBacklog):
         if timer.timestamp == end:
             self._fire(window, window)
         if timer.timestamp == min(end + self.allowed_lateness, MAX_TIMESTAMP):
-            self._clear_all_state(window, window, None)
+            self.contents.set_current_namespace(window)
+            self.contents.clear()  # (the trigger's one timer, at the window's end, has fired: it has nothing to clear)
+            self._clear_function_state(window)
 
     def end_input(self, input_index: int = 0) -> None:
         """Processing time jumps to the end of time for the windows still waiting: their
@@ -529,12 +533,15 @@ class WindowOperator(ColumnarBacklog):
         self.contents.clear()
         self.trigger_context.window = window
         self.trigger.clear(window, self.trigger_context)
-        evaluator = self._evaluator()
-        if isinstance(evaluator, (ProcessWindowFunction, ProcessAllWindowFunction)):
-            self.window_context.current_window = window
-            evaluator.clear(self.window_context)
+        self._clear_function_state(window)
         if merging is not None:
             merging.retire_window(window)
+
+    def _clear_function_state(self, window: Window) -> None:
+        """Let a process window function clear its per-window state (``ProcessWindowFunction.clear``)."""
+        if self._evaluator_clears:
+            self.window_context.current_window = window
+            self._evaluator().clear(self.window_context)
 
     def _merging_window_set(self) -> MergingWindowSet:
         mapping = self.backend.get_state(_MERGING_DESCRIPTOR).value()
@@ -574,9 +581,9 @@ class WindowOperator(ColumnarBacklog):
         self.contents.set_current_namespace(state_window)
         if self.evictor is None:
             contents = self.contents.get()
-            if contents is None or (isinstance(self.contents, ListState) and not contents):
+            if contents is None or (self._contents_listed and not contents):
                 return
-            inputs = list(contents) if isinstance(self.contents, ListState) else [contents]
+            inputs = list(contents) if self._contents_listed else [contents]
             self._evaluate(window, inputs)
             return
         elements = list(self.contents.get())
