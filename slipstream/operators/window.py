@@ -290,12 +290,12 @@ class WindowOperator(ColumnarBacklog):
         self._call_evaluator = self._evaluator_call()
         self._contents_listed = isinstance(self.contents, ListState)  # (looked up once: an ABC check costs)
         self._evaluator_clears = isinstance(self._evaluator(), (ProcessWindowFunction, ProcessAllWindowFunction))
-        if self._by_event_time_trigger():
+        if self.uses_default_event_time_trigger():
             self._process_element = self._process_element_by_event_time  # type: ignore[method-assign]
             self._on_timer = self._on_timer_by_event_time  # type: ignore[method-assign]
         super().open()
 
-    def _by_event_time_trigger(self) -> bool:
+    def uses_default_event_time_trigger(self) -> bool:
         """Whether these are the usual windows — by event time, not merging, Flink's ``EventTimeTrigger``, no
         evictor — whose trigger's rules the operator applies itself, calling it for nothing."""
         return (self._event_time and not self._merging and self.evictor is None
@@ -392,7 +392,7 @@ class WindowOperator(ColumnarBacklog):
 
     def _process_element_by_event_time(self, value: Any, timestamp: int | None) -> None:
         """:meth:`_process_element` with ``EventTimeTrigger``'s rules inlined (see
-        :meth:`_by_event_time_trigger`): a window fires on an element that comes once the watermark passed
+        :meth:`uses_default_event_time_trigger`): a window fires on an element that comes once the watermark passed
         its end (within the allowed lateness), else its end gets a timer; its cleanup timer, at the same
         instant without allowed lateness, is that one. The same state, timers and outputs, in the same order."""
         self.backend.set_current_key(self._key_selector(value))
@@ -468,7 +468,7 @@ class WindowOperator(ColumnarBacklog):
             self._persist(merging)
 
     def _on_timer_by_event_time(self, timer: InternalTimer, event_time: bool) -> None:
-        """:meth:`_on_timer` with ``EventTimeTrigger``'s rules inlined (see :meth:`_by_event_time_trigger`):
+        """:meth:`_on_timer` with ``EventTimeTrigger``'s rules inlined (see :meth:`uses_default_event_time_trigger`):
         its timer at the window's end fires the window; the cleanup timer clears it."""
         if not event_time:
             return  # the trigger ignores processing time, and so does the cleanup of event-time windows

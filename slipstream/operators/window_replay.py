@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from slipstream.datastream.output_tag import OutputTag
 from slipstream.datastream.window import (
-    EventTimeTrigger,
     ProcessAllWindowFunction,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
@@ -45,8 +44,8 @@ def replays_windows_by_key(operator: WindowOperator) -> bool:
     """Whether ``operator``'s backlog can run key by key here (see the module docstring; a
     co-group's two inputs go their own way)."""
     return (operator.num_inputs == 1 and type(operator.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
-            and type(operator.trigger) is EventTimeTrigger and operator.evictor is None
-            and operator.allowed_lateness == 0 and operator.timers is not None
+            and operator.uses_default_event_time_trigger() and operator.allowed_lateness == 0
+            and operator.timers is not None
             and not operator.timers.num_event_time_timers() and not operator.timers.num_processing_time_timers())
 
 
