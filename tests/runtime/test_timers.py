@@ -138,22 +138,27 @@ def stored(queue: Any) -> int:
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["add", "delete", "advance"]), st.sampled_from([1, 2, "x", "y"]),
-                          st.integers(0, 20)), max_size=60))
+@given(st.lists(st.tuples(st.sampled_from(["add", "delete", "advance", "freeze"]),
+                          st.sampled_from([1, 2, "x", (1, None)]), st.integers(0, 20),
+                          st.sampled_from([None, None, None, "w"])), max_size=60))
 def test_timers_fire_as_a_plain_model_says(ops: list) -> None:
-    """The oracle: live timers with their registration number; due ones fire by (time, number)."""
+    """The oracle: live timers with their registration number; due ones fire by (time, number). Timers
+    with and without a namespace mix (the heap backend keeps keys alone until the first namespace comes),
+    and a frozen copy taken on the way reads, after the changes up to the next one (a checkpoint's is
+    read before the next checkpoint freezes), the timers of its moment."""
     h = Harness()
-    live: dict[tuple[int, Any], int] = {}
-    expected: list[tuple[int, Any]] = []
+    live: dict[tuple[int, Any, Any], int] = {}
+    expected: list[tuple[int, Any, Any]] = []
+    frozen: tuple[Any, list[tuple[int, Any, Any]]] | None = None
     watermark = -1
-    for number, (op, key, timestamp) in enumerate(ops):
+    for number, (op, key, timestamp, namespace) in enumerate(ops):
         h.backend.set_current_key(key)
         if op == "add" and timestamp > watermark:
-            h.service.register_event_time_timer(None, timestamp)
-            live.setdefault((timestamp, key), number)
+            h.service.register_event_time_timer(namespace, timestamp)
+            live.setdefault((timestamp, key, namespace), number)
         elif op == "delete":
-            h.service.delete_event_time_timer(None, timestamp)
-            live.pop((timestamp, key), None)
+            h.service.delete_event_time_timer(namespace, timestamp)
+            live.pop((timestamp, key, namespace), None)
         elif op == "advance" and timestamp > watermark:
             watermark = timestamp
             h.service.advance_watermark(watermark)
@@ -162,8 +167,15 @@ def test_timers_fire_as_a_plain_model_says(ops: list) -> None:
             expected += [ident for ident, _ in due]
             for ident, _ in due:
                 del live[ident]
+        elif op == "freeze":
+            if frozen is not None:
+                assert frozen[0].lists()["event"] == frozen[1]
+            in_order = sorted(live.items(), key=lambda item: (item[0][0], item[1]))
+            frozen = (h.service.freeze(), [ident for ident, _ in in_order])
         assert stored(h.service._event) == len(live)
-    assert [f[1:3] for f in h.fired] == expected
+    assert [f[1:4] for f in h.fired] == expected
+    if frozen is not None:
+        assert frozen[0].lists()["event"] == frozen[1]
 
 
 def test_timers_registered_while_firing_at_or_before_the_watermark_fire_in_the_same_advance() -> None:
@@ -197,6 +209,23 @@ def test_a_timer_registered_while_firing_before_the_rest_of_a_timestamp_fires_fi
         h.event(key, 20)
     h.service.advance_watermark(20)
     assert [f[1:3] for f in h.fired] == [(20, "a"), (15, "a"), (20, "b"), (20, "d"), (20, "a")]
+    assert h.service.num_event_time_timers() == 0
+
+
+def test_a_first_timer_with_a_namespace_registered_while_firing_leaves_the_rest_to_fire() -> None:
+    """The heap backend keeps timers by key until one has a namespace; the first such, registered by an
+    ``on_timer`` while a timestamp fires, must not lose the timers of that timestamp still to fire."""
+    h = Harness()
+
+    def register_with_a_namespace(timer: InternalTimer) -> None:
+        if timer.key == "a" and timer.namespace is None:
+            h.service.register_event_time_timer("window", 20)
+
+    h.on_event = register_with_a_namespace
+    for key in ("a", "b", "c"):
+        h.event(key, 20)
+    h.service.advance_watermark(20)
+    assert [f[1:4] for f in h.fired] == [(20, "a", None), (20, "b", None), (20, "c", None), (20, "a", "window")]
     assert h.service.num_event_time_timers() == 0
 
 
