@@ -8,6 +8,8 @@ batches along; the first operator that runs a per-record Python function asks fo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import Any, cast
 
 import pyarrow as pa
@@ -41,18 +43,54 @@ def rows_from_columns(names: Sequence[str], columns: Sequence[list[Any]]) -> lis
     The hot loop of every columnar-to-row conversion: rows share one list of field
     names (a row's names are replaced, never changed in place) and skip ``Row.__init__``.
     """
-    fields = list(names)
+    return rows_of_columns(list(names), RowKind.INSERT, columns)
+
+
+def rows_of_columns(fields: list[str] | None, row_kind: RowKind, columns: Sequence[Sequence[Any]]) -> list[Row]:
+    """Rows of one kind sharing the names ``fields`` (None: unnamed), from parallel columns of values;
+    also what :class:`PackedRows` unpickles to."""
     new = Row.__new__
-    insert = RowKind.INSERT
     rows: list[Row] = []
     append = rows.append
     for values in zip(*columns):
         row = new(Row)
         row._values = list(values)
         row._fields = fields
-        row._row_kind = insert
+        row._row_kind = row_kind
         append(row)
     return rows
+
+
+class PackedRows:
+    """A list of rows of one kind, one width and one shared list of names, in the form pickle writes
+    fastest: the names and kind once, then the values as columns, with no Python call per row
+    (pickling a row calls ``Row.__reduce__``: two thirds of the cost); it unpickles as the list of rows."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        first = self.rows[0]
+        return rows_of_columns, (first._fields, first._row_kind, list(zip(*map(_VALUES, self.rows))))
+
+
+_VALUES, _FIELDS, _KIND = attrgetter("_values"), attrgetter("_fields"), attrgetter("_row_kind")
+
+
+def packed_rows(values: list[Any]) -> list[Any] | PackedRows:
+    """``values`` to pickle: as :class:`PackedRows` when they are all rows (not a subclass) of one kind
+    and one width (at least one field) sharing one list of names — as a columnar source makes them —
+    else as they are. Checked in C."""
+    if not values or type(values[0]) is not Row or not values[0]._values:
+        return values
+    first = values[0]
+    if all(map(is_, map(type, values), repeat(Row))) and all(map(is_, map(_FIELDS, values), repeat(first._fields))) \
+            and all(map(is_, map(_KIND, values), repeat(first._row_kind))) \
+            and len(set(map(len, map(_VALUES, values)))) == 1:
+        return PackedRows(values)
+    return values
 
 
 def rows_from_arrow(data: pa.RecordBatch | pa.Table) -> list[Row]:

@@ -63,11 +63,13 @@ class RowKind(Enum):
     DELETE = 3
 
 
-def _create_row(fields: list[str] | None, values: Sequence[Any], row_kind: RowKind) -> Row:
-    """Rebuild a row from its parts; the target of ``Row.__reduce__`` so rows pickle. Rows pickled
-    together keep sharing their list of names (pickle unpickles one list for them), as rows made
-    from one source do: a row's names are replaced, never changed in place."""
-    row = Row.__new__(Row)
+def _create_row(fields: list[str] | None, values: Sequence[Any], row_kind: RowKind,
+                cls: type[Row] | None = None) -> Row:
+    """Rebuild a row (of class ``cls``, a subclass of ``Row``) from its parts; the target of
+    ``Row.__reduce__`` so rows pickle. Rows pickled together keep sharing their list of names (pickle
+    unpickles one list for them), as rows made from one source do: a row's names are replaced, never
+    changed in place."""
+    row = Row.__new__(cls or Row)
     row._fields = fields
     row._values = list(values)
     row._row_kind = row_kind
@@ -214,8 +216,12 @@ class Row:
     def __hash__(self) -> int:
         return hash(tuple(self._values))
 
-    def __reduce__(self) -> tuple[Callable[..., Row], tuple[Any, ...]]:
-        return _create_row, (self._fields, tuple(self._values), self._row_kind)
+    def __reduce__(self) -> tuple[Any, ...]:
+        if type(self) is Row:
+            return _create_row, (self._fields, tuple(self._values), self._row_kind)
+        # a subclass: its class, and the attributes it may have beyond the row's
+        return _create_row, (self._fields, tuple(self._values), self._row_kind, type(self)), \
+            getattr(self, "__dict__", None)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Row:
         """A row whose values are copies; it shares the list of field names, which no method

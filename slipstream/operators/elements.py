@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from slipstream.attributes import RecordAttributes
-from slipstream.datastream.columnar import rows_from_arrow
+from slipstream.datastream.columnar import packed_rows, rows_from_arrow
 from slipstream.datastream.scope import StreamScope
 from slipstream.datastream.time import MAX_WATERMARK, Watermark
 from slipstream.datastream.typeinfo import Row
@@ -132,9 +132,10 @@ class RecordBatch:
 
     def __getstate__(self) -> tuple[Any, ...]:
         """Pickled (spilling channels, checkpoints) with its Arrow part as IPC bytes: pickling an
-        Arrow slice directly would write the whole buffers it slices; rows built from it are dropped."""
+        Arrow slice directly would write the whole buffers it slices; rows built from it are dropped.
+        Rows of a columnar source go as :class:`~slipstream.datastream.columnar.PackedRows`."""
         if self.arrow is None:
-            return self._values, self.timestamps, None
+            return packed_rows(self.values), self.timestamps, None
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, self.arrow.schema) as writer:
             writer.write(self.arrow)

@@ -72,7 +72,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from slipstream.datastream.columnar import column_values
+from slipstream.datastream.columnar import column_values, packed_rows
 from slipstream.errors import SlipstreamError, unhashable_key
 from slipstream.operators.batch_engine import BatchEngine
 from slipstream.operators.elements import RecordBatch
@@ -406,7 +406,7 @@ class SortBuffer:
         for start in range(0, len(values), RUN_CHUNK_ROWS):
             chunk = values[start:start + RUN_CHUNK_ROWS]
             try:
-                blobs.append(dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL))
+                blobs.append(dumps(packed_rows(chunk), protocol=pickle.HIGHEST_PROTOCOL))
             except Exception:  # noqa: BLE001 - name the record that does not pickle
                 self._refuse_unpicklable(chunk, doing)
                 raise

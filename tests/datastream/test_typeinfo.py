@@ -13,8 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slipstream.datastream.columnar import PackedRows, packed_rows, rows_from_columns
 from slipstream.datastream.typeinfo import Row, RowKind, TypeInformation, Types
 from slipstream.errors import InvalidProgramError
+from slipstream.operators.elements import RecordBatch
 
 # -- Row --------------------------------------------------------------------------------------
 
@@ -103,6 +105,51 @@ def test_rows_are_hashable_keys_and_picklable() -> None:
     assert copy == row and copy._fields == ["age", "name"]
     assert copy.get_row_kind() is RowKind.UPDATE_AFTER
     assert pickle.loads(pickle.dumps(Row(1, 2))) == Row(1, 2)
+
+
+def test_rows_sharing_names_and_kind_pickle_packed_into_rows_of_their_own() -> None:
+    rows = rows_from_columns(["id", "name"], [[1, 2, 3], ["a", "b", "c"]])
+    packed = packed_rows(rows)
+    assert isinstance(packed, PackedRows)
+    back = pickle.loads(pickle.dumps(packed))
+    assert back == rows and all(type(row) is Row for row in back)
+    assert back[0]._fields is back[2]._fields == ["id", "name"]
+    back[0]["name"] = "changed"
+    assert back[1]["name"] == "b" and rows[0]["name"] == "a"
+    assert pickle.loads(pickle.dumps(RecordBatch(rows, [5, 6, 7]))) == RecordBatch(rows, [5, 6, 7])
+
+
+class Point(Row):
+    """A subclass of Row, at module level so pickle finds it."""
+
+
+@pytest.mark.parametrize("odd_one", ["other names", "no names", "another kind", "a subclass", "a tuple"])
+def test_rows_that_differ_from_the_first_are_pickled_one_by_one(odd_one: str) -> None:
+    rows = rows_from_columns(["id", "name"], [[1, 2], ["a", "b"]])
+    odd = {"other names": Row(id=3, nome="c"), "no names": Row(3, "c"), "a subclass": Point(3, "c"),
+           "a tuple": (3, "c"), "another kind": Row.of_kind(RowKind.DELETE, id=3, name="c")}[odd_one]
+    values = [*rows, odd]
+    assert packed_rows(values) is values
+    back = pickle.loads(pickle.dumps(values))
+    assert back == values and type(back[2]) is type(odd)
+    if isinstance(odd, Row):
+        assert back[2].get_row_kind() is odd.get_row_kind()
+
+
+def test_unnamed_rows_pack_only_when_equally_wide_and_not_empty() -> None:
+    assert isinstance(packed_rows([Row(1, "a"), Row(2, "b")]), PackedRows)
+    for values in ([Row(1, "a"), Row(2)], [Row(1), Row(2, "b")], [Row(), Row()]):
+        assert packed_rows(values) is values
+        assert pickle.loads(pickle.dumps(values)) == values
+    wide = [Row(i, str(i), float(i)) for i in range(50)]
+    assert pickle.loads(pickle.dumps(packed_rows(wide))) == wide
+
+
+def test_a_subclass_of_row_pickles_as_itself_with_its_own_attributes() -> None:
+    point = Point(x=1, y=2)
+    point.subclass_test_note = "origin-ish"  # a name no row field has
+    back = pickle.loads(pickle.dumps(point))
+    assert type(back) is Point and back == point and back.subclass_test_note == "origin-ish" and back.x == 1
 
 
 def test_row_set_items_and_membership() -> None:

@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slipstream.datastream.columnar import rows_from_columns
+from slipstream.datastream.typeinfo import Row, RowKind
 from slipstream.errors import SlipstreamError
 from slipstream.operators import sort_buffer
 from slipstream.operators.sort_buffer import BufferOrder, KeyDictionary, SortBuffer, co_grouped
@@ -71,6 +73,35 @@ def test_a_tiny_budget_spills_runs_into_a_private_directory_and_merges_them(tmp_
     assert list(buffer.records()) == oracle(records)  # reading back twice works
     buffer.close()
     assert not private.exists()
+
+
+class Point(Row):
+    """A subclass of Row, at module level so pickle finds it."""
+
+
+def test_spilled_rows_come_back_as_the_same_rows_packed_or_not(tmp_path: Any) -> None:
+    """Rows of a columnar source spill packed (names and kind once per chunk); rows that differ in
+    names, kind or class beside them spill one by one. Either way each comes back equal, of its
+    kind, with values of its own."""
+
+    columnar = rows_from_columns(["key", "ts", "value"], [[i % 5 for i in range(300)], list(range(300)),
+                                                          [i * 10 for i in range(300)]])
+    deleted = Row(key=1, ts=0, value=-1)
+    deleted.set_row_kind(RowKind.DELETE)
+    odd = [Row(1, 2, 3), deleted, Point(2, 3, 4), ("tuple", 5)]
+    records = [(row["key"], row["ts"], row) for row in columnar] + [(1, 7, value) for value in odd]
+    buffer = SortBuffer(ENGINE, memory_budget=10, spill_dir=str(tmp_path / "spill"))
+    fill(buffer, records, batch=100)
+    assert buffer.num_runs >= 2
+    back = list(buffer.records())
+    assert back == oracle(records)
+    rows = [value for _, _, value in back if type(value) is Row and value.get_row_kind() is RowKind.INSERT
+            and value._fields is not None]
+    assert len(rows) == 300 and all(row._fields == ["key", "ts", "value"] for row in rows)
+    assert len({id(row._values) for row in rows}) == 300
+    assert next(v for _, _, v in back if v == deleted).get_row_kind() is RowKind.DELETE
+    assert type(next(v for _, _, v in back if v == Point(2, 3, 4))) is Point
+    buffer.close()
 
 
 def test_keys_that_are_equal_as_dict_keys_share_a_group() -> None:
