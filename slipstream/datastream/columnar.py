@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from operator import attrgetter, is_
+from operator import attrgetter, eq, is_
 from typing import Any, cast
 
 import pyarrow as pa
@@ -62,7 +62,7 @@ def rows_of_columns(fields: list[str] | None, row_kind: RowKind, columns: Sequen
 
 
 class PackedRows:
-    """A list of rows of one kind, one width and one shared list of names, in the form pickle writes
+    """A list of rows of one kind, one width and equal names, in the form pickle writes
     fastest: the names and kind once, then the values as columns, with no Python call per row
     (pickling a row calls ``Row.__reduce__``: two thirds of the cost); it unpickles as the list of rows."""
 
@@ -81,12 +81,12 @@ _VALUES, _FIELDS, _KIND = attrgetter("_values"), attrgetter("_fields"), attrgett
 
 def packed_rows(values: list[Any]) -> list[Any] | PackedRows:
     """``values`` to pickle: as :class:`PackedRows` when they are all rows (not a subclass) of one kind
-    and one width (at least one field) sharing one list of names — as a columnar source makes them —
-    else as they are. Checked in C."""
+    and one width (at least one field) with equal names — as a columnar source makes them — else as
+    they are (checked in C). Unpickled, they share the first row's list of names."""
     if not values or type(values[0]) is not Row or not values[0]._values:
         return values
     first = values[0]
-    if all(map(is_, map(type, values), repeat(Row))) and all(map(is_, map(_FIELDS, values), repeat(first._fields))) \
+    if all(map(is_, map(type, values), repeat(Row))) and all(map(eq, map(_FIELDS, values), repeat(first._fields))) \
             and all(map(is_, map(_KIND, values), repeat(first._row_kind))) \
             and len(set(map(len, map(_VALUES, values)))) == 1:
         return PackedRows(values)

@@ -116,6 +116,9 @@ def test_rows_sharing_names_and_kind_pickle_packed_into_rows_of_their_own() -> N
     assert back[0]._fields is back[2]._fields == ["id", "name"]
     back[0]["name"] = "changed"
     assert back[1]["name"] == "b" and rows[0]["name"] == "a"
+    from_two_batches = rows + rows_from_columns(["id", "name"], [[4], ["d"]])  # equal names, two lists
+    assert isinstance(packed_rows(from_two_batches), PackedRows)
+    assert pickle.loads(pickle.dumps(packed_rows(from_two_batches))) == from_two_batches
     assert pickle.loads(pickle.dumps(RecordBatch(rows, [5, 6, 7]))) == RecordBatch(rows, [5, 6, 7])
 
 
