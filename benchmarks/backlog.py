@@ -403,6 +403,10 @@ def polars_query(kind: str, frame: pl.DataFrame, sizes: Sizes) -> pl.DataFrame:
     raise ValueError(kind)
 
 
+WAYS = (("sorted", True), ("forced", "always"), ("streamed", False))
+"""slipstream's ways through a backlog, as ``(name, backlog_sorting)``."""
+
+
 def best(kept: Timing | None, new: Timing) -> Timing:
     """The run with less CPU time: a way's figure is its best of the rounds."""
     return new if kept is None or new.cpu < kept.cpu else kept
@@ -474,14 +478,14 @@ def main() -> None:
         report_kind(kind, records, frame, sizes, args.repeat)
     if args.newcomer_rows:
         with tempfile.TemporaryDirectory(prefix="slipstream-newcomer-") as directory:
-            ways = (("sorted", True), ("forced", "always"), ("streamed", False))
-            runs: dict[str, tuple[Timing, int]] = {}
+            timings: dict[str, Timing] = {}
+            counts: dict[str, int] = {}
             for _ in range(args.repeat):
-                for way, sorting in ways:
-                    timing, count = newcomer(args.newcomer_rows, sorting, directory)
-                    runs[way] = (best(runs[way][0] if way in runs else None, timing), count)
-            for way, _ in ways:
-                timing, count = runs[way]
+                for way, sorting in WAYS:
+                    timing, counts[way] = newcomer(args.newcomer_rows, sorting, directory)
+                    timings[way] = best(timings.get(way), timing)
+            for way, _ in WAYS:
+                timing, count = timings[way], counts[way]
                 aim = f" (aim < 15 s: {_met(timing.cpu < 15)})" if way == "sorted" else ""
                 print(f"newcomer job ({args.newcomer_rows:,} Parquet rows, process + 1-minute window) {way}: "
                       f"{timing.wall:.1f} s to streaming, {timing.cpu:.1f} s CPU, {count:,} out{aim}")
@@ -496,20 +500,19 @@ def report_kind(kind: str, records: list[Record], frame: pl.DataFrame, sizes: Si
         print(f"{label:<18}{way:<10}{timing.wall:>8.2f}{timing.cpu:>8.2f}{n / timing.cpu / 1e6:>9.2f}"
               f"{loop.cpu / timing.cpu:>9.2f}  {note}")
 
-    ways = (("sorted", True), ("forced", "always"), ("streamed", False))
     figures: dict[str, Timing] = {}
     notes: dict[str, str] = {}
     for _ in range(repeat):  # whole rounds, so no way is always the first to map fresh memory
         figures["loop"] = best(figures.get("loop"), timed(lambda: LOOPS[kind](records, sizes, Counter()))[0])
         figures["polars"] = best(figures.get("polars"), timed(lambda: polars_query(kind, frame, sizes))[0])
-        for way, sorting in ways:
+        for way, sorting in WAYS:
             timing, count, plan = run_slipstream(kind, records, sizes, sorting)
             figures[way] = best(figures.get(way), timing)
             notes[way] = f"{count:,} out" + (_plan_note(plan, kind) if way == "sorted" else "")
     loop, polars = figures["loop"], figures["polars"]
     line(kind, "loop", loop, loop)
     line("", "polars", polars, loop)
-    for way, _ in ways:
+    for way, _ in WAYS:
         line("", way, figures[way], loop, notes[way])
     sorted_cpu, streamed_cpu = figures["sorted"].cpu, figures["streamed"].cpu
     if kind in BUILT_IN:  # rows here: the aim is for Arrow input, which benchmarks/backlog_builtin.py measures
