@@ -19,9 +19,10 @@ the ``slipstream.planner`` logger with what it changed:
 3. ``validate_loops``: feedback edges keep their head's parallelism; no operator that
    emits only at end of input feeds a loop.
 4. ``choose_backlog_paths``: which sorting operators stream their backlog instead.
-5. ``mark_blocking_edges`` (FLIP-327), never on a feedback edge nor inside a loop; in BATCH mode
-   not into an operator that sorts the backlog of its one producer (its sort buffer is the
-   blocking exchange).
+5. ``mark_blocking_edges`` (FLIP-331): the edges leaving a chain that holds an operator emitting
+   only at end of input, never on a feedback edge nor inside a loop; in BATCH mode every edge
+   that is not chained, but not into an operator that sorts the backlog of its one producer (its
+   sort buffer is the blocking exchange).
 
 Last, :func:`chain` groups the nodes into job vertices: forward edges between nodes of equal
 parallelism and scope become direct calls inside one task (a feedback edge never is one).
@@ -274,22 +275,35 @@ def _reachable_feedback_tail(start: StreamNode) -> StreamEdge | None:
 
 
 def mark_blocking_edges(graph: StreamGraph, spec: JobSpec) -> StreamGraph:
-    """Pass: edges leaving an ``is_output_on_eof`` operator block (FLIP-327); in BATCH mode every
-    edge that is not chained does (:func:`_sorts_its_only_producer` names the exception). A blocking
-    edge is never chained."""
+    """Pass: the edges leaving a chain that holds an ``is_output_on_eof`` operator block (FLIP-331, as
+    Flink's job graph generator marks them): the operator still chains with its forward successors,
+    which emit only at end of input too, so a blocking exchange between them would only hold (and
+    spill) every output once more. In BATCH mode every edge that is not chained blocks
+    (:func:`_sorts_its_only_producer` names the exception). A blocking edge is never chained."""
     batch = graph.mode is RuntimeExecutionMode.BATCH
     graph = graph.copy()
+    output_blocking: set[StreamNode] = set()
     for node in graph.nodes:
-        output_on_eof = node.transformation.get_is_output_on_eof()
+        if node.transformation.get_is_output_on_eof():
+            output_blocking.add(node)
         for edge in node.out_edges:
             if edge.kind is EdgeKind.FEEDBACK:
                 continue
             # inside a loop every edge streams: a loop's tasks cannot wait for one another to finish
             in_loop = edge.source.transformation.scope != ROOT_SCOPE or \
                 edge.target.transformation.scope != ROOT_SCOPE
-            if output_on_eof or (batch and not in_loop and not _sorts_its_only_producer(edge) and not _chainable(edge)):
+            chained = spec.chaining_enabled and not in_loop and _chainable(edge) and not _closes_a_loop(edge.target)
+            if node in output_blocking and chained:
+                output_blocking.add(edge.target)  # emits only at end of input too, in the same task
+            elif node in output_blocking or (batch and not in_loop and not _sorts_its_only_producer(edge)
+                                             and not _chainable(edge)):
                 edge.kind = EdgeKind.BLOCKING
     return graph
+
+
+def _closes_a_loop(node: StreamNode) -> bool:
+    """Whether ``node`` is a loop's feedback tail, which :func:`chain` keeps out of its head's task."""
+    return any(edge.kind is EdgeKind.FEEDBACK for edge in node.out_edges)
 
 
 def _sorts_its_only_producer(edge: StreamEdge) -> bool:

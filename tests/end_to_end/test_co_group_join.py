@@ -208,16 +208,21 @@ def test_downstream_of_end_of_stream_windows_receives_nothing_before_end_of_inpu
 
 @pytest.mark.parallelisms(1)
 @pytest.mark.seeds(0)
-def test_the_co_group_output_edge_blocks_and_its_consumer_starts_after_it_finished(
+def test_the_co_group_chains_its_forward_successor_and_a_consumer_behind_its_blocking_edge_starts_after_it(
         env: StreamExecutionEnvironment) -> None:
-    (env.from_collection(flip327_records(30)).co_group(env.from_collection(flip327_records(30)))
-     .where(0).equal_to(0).window(EndOfStreamWindows.get()).apply(Summary()).name("eos co-group")
-     .map(lambda r: r).name("after").add_sink(lambda r: None))
+    """FLIP-331 as Flink plans it: the map after the co-group runs in its task (it emits only at end of
+    input too), and the edge leaving that chain blocks."""
+    after = (env.from_collection(flip327_records(30)).co_group(env.from_collection(flip327_records(30)))
+             .where(0).equal_to(0).window(EndOfStreamWindows.get()).apply(Summary()).name("eos co-group")
+             .map(lambda r: r).name("after"))
+    collected: list[Any] = []
+    after.rebalance().map(lambda r: r).name("behind").add_sink(collected.append)
     plan = env.explain()
-    assert "emits only at end of input" in plan and "BLOCKING" in plan
+    assert "emits only at end of input" in plan and "BLOCKING" in plan and "eos co-group -> after" in plan
     metrics = env.execute().get_all_accumulator_results()
-    assert metrics["after"]["deployed_ms"] >= metrics["eos co-group"]["finished_ms"]
+    assert metrics["behind"]["deployed_ms"] >= metrics["eos co-group"]["finished_ms"]
     assert metrics["eos co-group"]["backlog_records"] == 60
+    assert len(collected) == 30
 
 
 # -- tumbling event-time windows --------------------------------------------------------------------

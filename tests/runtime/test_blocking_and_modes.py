@@ -41,13 +41,20 @@ def edge_kinds(env: StreamExecutionEnvironment) -> list[EdgeKind]:
     return [edge.kind for vertex in graph.vertices for edge in vertex.in_edges]
 
 
-def test_output_on_eof_operator_gets_blocking_unchained_output() -> None:
+def test_output_on_eof_operator_chains_its_forward_successors_and_the_edge_leaving_the_chain_blocks() -> None:
+    """As Flink's job graph generator plans FLIP-331: a blocking exchange between the operator and a
+    successor in its chain would only hold every output once more."""
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.from_collection(["a b"]).flat_map(Tokens()).map(str.upper).print()
+    env.from_collection(["a b"]).flat_map(Tokens()).map(str.upper).rebalance().map(str.lower).print()
     graph = plan_job(env._job_spec(list(env._transformations)))
-    assert [v.name for v in graph.vertices] == ["Collection Source -> FlatMap", "Map -> Sink: Print to Std. Out"]
+    assert [v.name for v in graph.vertices] == ["Collection Source -> FlatMap -> Map", "Map -> Sink: Print to Std. Out"]
     assert graph.vertices[1].in_edges[0].kind is EdgeKind.BLOCKING
     assert "emits only at end of input" in graph.explain()
+
+    env.disable_operator_chaining()
+    graph = plan_job(env._job_spec(list(env._transformations)))
+    assert [edge.kind for vertex in graph.vertices for edge in vertex.in_edges] == [
+        EdgeKind.PIPELINED, EdgeKind.BLOCKING, EdgeKind.PIPELINED, EdgeKind.PIPELINED]
 
 
 @pytest.mark.parametrize("parallelism,workers", [(1, 1), (2, 1), (2, 2)])
@@ -72,7 +79,7 @@ def test_downstream_of_blocking_edge_starts_after_its_producer_finished(parallel
 def test_records_behind_a_blocking_edge_are_backlog() -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     flags = list(env.from_source(IteratorSource(["a b", "c"], bounded=False), None, "live lines")
-                 .flat_map(Tokens()).process(BacklogFlags()).execute_and_collect())
+                 .flat_map(Tokens()).rebalance().process(BacklogFlags()).execute_and_collect())
     assert flags == [("a", True), ("b", True), ("c", True)]
 
 

@@ -121,11 +121,23 @@ def test_resolve_mode_refuses_batch_with_an_unbounded_source_naming_it() -> None
 
 
 # -- mark_blocking_edges ---------------------------------------------------------------------------------
-def test_mark_blocking_edges_blocks_only_the_output_of_an_operator_that_emits_at_end() -> None:
-    graph = line(source(), flat_map(), flat_map(EmitsAtEnd()), sink())
-    graph.mode = RuntimeExecutionMode.STREAMING
-    graph = mark_blocking_edges(graph, spec())
-    assert kinds(graph) == [EdgeKind.PIPELINED, EdgeKind.PIPELINED, EdgeKind.BLOCKING]
+def test_mark_blocking_edges_blocks_only_the_edges_leaving_the_chain_of_an_operator_that_emits_at_end() -> None:
+    """As Flink's job graph generator: the operator chains with its forward successors, which emit only
+    at end of input too, and the first edge that is not chained blocks; with chaining disabled, the
+    operator's own output edge does."""
+    nodes = [node(t) for t in (source(), flat_map(), flat_map(EmitsAtEnd()), flat_map(), sink())]
+    for (upstream, downstream), partitioning in zip(itertools.pairwise(nodes), [
+            Partitioning.FORWARD, Partitioning.FORWARD, Partitioning.FORWARD, Partitioning.REBALANCE]):
+        connect(upstream, downstream, partitioning=partitioning)
+    graph = StreamGraph(nodes, RuntimeExecutionMode.STREAMING)
+    planned = mark_blocking_edges(graph, spec())
+    assert kinds(planned) == [EdgeKind.PIPELINED, EdgeKind.PIPELINED, EdgeKind.PIPELINED, EdgeKind.BLOCKING]
+    assert [vertex.name for vertex in chain(planned, spec()).vertices] == ["source -> flat_map -> flat_map -> flat_map",
+                                                                           "sink"]
+    unchained = JobSpec(job_name="unchained", transformations=(), runtime_mode=RuntimeExecutionMode.STREAMING,
+                        runtime_options=RuntimeOptions(), chaining_enabled=False)
+    assert kinds(mark_blocking_edges(graph, unchained)) == [EdgeKind.PIPELINED, EdgeKind.PIPELINED,
+                                                            EdgeKind.BLOCKING, EdgeKind.PIPELINED]
 
 
 def test_mark_blocking_edges_in_batch_mode_blocks_unchainable_edges_but_not_inside_a_loop() -> None:
@@ -252,6 +264,7 @@ def test_plan_job_runs_the_passes_it_is_given_in_order() -> None:
 
 def test_each_pass_logs_its_name_and_what_it_changed(caplog: pytest.LogCaptureFixture) -> None:
     graph = line(source(), flat_map(EmitsAtEnd()), sink())
+    graph.nodes[1].out_edges[0].partitioning = Partitioning.REBALANCE  # not chained: it blocks
     with caplog.at_level(logging.DEBUG, logger="slipstream.planner"):
         graph = run_pass(resolve_mode, graph, spec(mode=RuntimeExecutionMode.AUTOMATIC))
         graph = run_pass(mark_blocking_edges, graph, spec())

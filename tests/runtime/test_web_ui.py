@@ -48,7 +48,7 @@ def watched_job(released: threading.Event, parallelism: int = 2) -> StreamExecut
     numbers = env.from_source(NumberSequenceSource(1, N), strategy, "numbers").uid("numbers") \
         .map(slow).name("slow").uid("slow")
     (numbers.key_by(lambda x: x % 5).window(EndOfStreamWindows.get()).reduce(lambda a, b: a + b)
-     .name("totals").uid("totals").filter(lambda x: False).uid("quiet").print().uid("totals-out"))
+     .name("totals").uid("totals").rebalance().filter(lambda x: False).uid("quiet").print().uid("totals-out"))
     (numbers.filter(lambda x: x % 1000 == 0).uid("thousands").map(lambda x: x // 10_000).uid("rounds")
      .iterate(countdown)
      .filter(lambda x: False).uid("quiet-loop").print().uid("loop-out"))
