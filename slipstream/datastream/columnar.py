@@ -49,15 +49,13 @@ def rows_from_columns(names: Sequence[str], columns: Sequence[list[Any]]) -> lis
 def rows_of_columns(fields: list[str] | None, row_kind: RowKind, columns: Sequence[Sequence[Any]]) -> list[Row]:
     """Rows of one kind sharing the names ``fields`` (None: unnamed), from parallel columns of values;
     also what :class:`PackedRows` unpickles to."""
-    new = Row.__new__
-    rows: list[Row] = []
-    append = rows.append
-    for values in zip(*columns):
-        row = new(Row)
-        row._values = list(values)
+    if not columns:
+        return []
+    rows: list[Row] = list(map(Row.__new__, repeat(Row, min(map(len, columns)))))  # made in C, filled below
+    for row, values in zip(rows, map(list, zip(*columns))):
+        row._values = values
         row._fields = fields
         row._row_kind = row_kind
-        append(row)
     return rows
 
 
