@@ -14,6 +14,7 @@ built a chunk at a time.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from itertools import repeat
 from typing import Any
 
 from slipstream.datastream.columnar import rows_from_arrow
@@ -173,7 +174,7 @@ class ColumnsPerKey(_Partitions):
         set_key = host.set_current_key
         timestamp = window.max_timestamp()
         values, timestamps, side_outputs = host.outputs()
-        append, append_ts = values.append, timestamps.append
+        append = values.append
         first_rows, second_rows = rows
         a = b = 0
         key = None
@@ -191,7 +192,7 @@ class ColumnsPerKey(_Partitions):
                             split_outputs((out,), timestamp, values, timestamps, side_outputs)
                         else:
                             append(out)
-                            append_ts(timestamp)
+        timestamps.extend(repeat(timestamp, len(values) - len(timestamps)))  # every main output's
 
 
 __all__ = ["ColumnsPerKey", "ColumnsVectorised"]
