@@ -215,17 +215,24 @@ class StreamTask:
         return False
 
     def is_runnable(self, now: int) -> bool:
-        if self.finished or not self.can_write():
+        """Whether a turn now would do something: deployable, or input or a due timer, and room in
+        every output. The room is looked at last: most tasks, most turns, have nothing to do, and the
+        scheduler asks every task at every turn."""
+        if self.finished:
             return False
         if not self.deployed:
-            return self.is_deployable()
-        deadline = self.timers.next_deadline()
-        return self.has_input() or (deadline is not None and deadline <= now)
+            return self.is_deployable() and self.can_write()
+        if not self.has_input():
+            deadline = self.timers.next_deadline()
+            if deadline is None or deadline > now:
+                return False
+        return self.can_write()
 
     def next_deadline(self) -> int | None:
         """When this task next has something to do without new input (None: only on input, or
         once its output has room: a full output is not waited out by polling)."""
-        return self.timers.next_deadline() if self.can_write() else None
+        deadline = self.timers.next_deadline()
+        return deadline if deadline is not None and self.can_write() else None
 
     def step(self) -> None:
         """One turn: due timers, then up to ``quantum`` input elements, then flush."""
@@ -364,10 +371,13 @@ class SourceTask(StreamTask):
         return not self.finished and (not self.deployed or self.source.is_backlog())
 
     def is_runnable(self, now: int) -> bool:
-        if self.finished or not self.can_write():
+        if self.finished:
             return False
-        deadline = self.timers.next_deadline()
-        return self.available or now >= self._retry_at or (deadline is not None and deadline <= now)
+        if not (self.available or now >= self._retry_at):
+            deadline = self.timers.next_deadline()
+            if deadline is None or deadline > now:
+                return False
+        return self.can_write()
 
     def next_deadline(self) -> int | None:
         if self.finished or not self.can_write():
