@@ -281,15 +281,19 @@ class WorkerLinks:
                 inbound.channel.producer_finished = True
 
     def send_credits(self) -> None:
-        """Give back the credits of the elements tasks took: at half a channel's capacity, or all of
-        them once its queue is empty (so an idle consumer never holds a producer back)."""
+        """Give back the credits of the elements tasks took, once they are half a channel's capacity.
+
+        Never sooner: a producer is full only with ``capacity`` elements unacknowledged, and once those
+        arrive a consumer that takes them has half of them to give back, so waiting holds no producer
+        back. Giving them back whenever a queue ran empty, as this did before, sent a message (a system
+        call in each process, and a wake-up of the producer's) for every element of a slow stream."""
         by_peer: dict[int, dict[int, int]] = {}
         for channel_id, inbound in self._inbound.items():
             if not inbound.bounded:
                 continue
             channel = inbound.channel
             taken = inbound.delivered - len(channel) - inbound.returned
-            if taken > 0 and (taken * 2 >= channel.capacity or not channel.queue):
+            if taken > 0 and taken * 2 >= channel.capacity:
                 by_peer.setdefault(inbound.peer, {})[channel_id] = taken
                 inbound.returned += taken
         for peer, credits in by_peer.items():

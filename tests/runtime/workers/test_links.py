@@ -80,15 +80,30 @@ def test_a_producer_is_full_until_its_consumer_takes_elements_and_credits_come_b
     assert [type(inbound.pop()) for _ in range(3)] == [RecordBatch, RecordBatch, EndOfInput]
 
 
-def test_an_idle_consumer_gives_back_every_credit_once_its_queue_is_empty():
-    """So a producer is never held back by a consumer that waits for input."""
+def test_a_slow_stream_gives_credits_back_in_halves_and_a_full_producer_is_never_held_back():
+    """One element at a time, each taken at once (a live stream at a low rate): credits go back for
+    every half capacity taken, not in a message per element; and a producer that filled its channel
+    gets room as soon as its idle consumer took half of what it sent."""
     producer, consumer, outbound, inbound = two_workers(capacity=4)
-    outbound.push(RecordBatch([0], None))
-    settle(consumer, lambda: len(inbound) == 1)
-    inbound.pop()  # the consumer took all it had: its queue is empty, and it is idle
+    unacknowledged = []
+    for i in range(6):
+        outbound.push(RecordBatch([i], None))
+        settle(consumer, lambda: len(inbound) == 1)
+        assert inbound.pop().values == [i]  # the consumer's queue is empty again: it is idle
+        consumer.send_credits()
+        time.sleep(0.02)  # what was sent back has arrived
+        producer.drain()
+        unacknowledged.append(outbound.unacknowledged)
+    assert unacknowledged == [1, 0, 1, 0, 1, 0]
+    for i in range(4):
+        outbound.push(RecordBatch([i], None))
+    assert outbound.is_full()
+    settle(consumer, lambda: len(inbound) == 4)
+    inbound.pop()
+    inbound.pop()
     consumer.send_credits()
-    settle(producer, lambda: outbound.unacknowledged == 0)
-    assert outbound.unacknowledged == 0
+    settle(producer, lambda: not outbound.is_full())
+    assert outbound.unacknowledged == 2
 
 
 def test_a_barrier_waits_in_the_inbox_until_its_checkpoint_was_triggered_on_the_worker():
