@@ -109,6 +109,8 @@ class PeerSocket:
                 self.closed = True
                 break
             buffer += chunk[:size]
+            if size < RECEIVE_CHUNK:  # what the socket held (the selector says when more comes): one
+                break  # call, not a second that finds nothing and raises
         start, end = 0, len(buffer)
         with memoryview(buffer) as view:  # each message copied once, out of the buffer
             while end - start >= _LENGTH.size:
