@@ -211,7 +211,6 @@ class WorkerLinks:
 
     def _poll(self, timeout: float | None) -> None:
         """Take in what the sockets hold and send what waits for them, waiting up to ``timeout``."""
-        self._polled_at = time.perf_counter()
         for peer in self.peers.values():
             if peer.queued is not peer.writing and not peer.closed:
                 peer.writing = peer.queued
@@ -232,6 +231,8 @@ class WorkerLinks:
                 peer.receive(self._inbox)
                 if peer.closed:  # its run ended or it died: the driver, watching every worker, knows
                     self._selector.unregister(peer.socket)
+        # When the look ended, not began: after a wait for input, the next drain has just been done.
+        self._polled_at = time.perf_counter()
 
     @property
     def wakeup(self) -> WorkerLinks:

@@ -224,7 +224,8 @@ class Worker:
             links.drain()
             now = clock.now_ms()
             ran = not self._stopping and scheduler.try_turn(now)
-            links.send_credits()
+            if ran:  # only a task's turn takes elements from its channels
+                links.send_credits()
             self._ship_collected()
             self._report(scheduler.finished)
             if not ran and not self._stopping and not self._control_inbox and not links.pending():
