@@ -33,6 +33,7 @@ from slipstream.runtime.executor import JobRun, Run
 from slipstream.runtime.latency import readable_metrics
 from slipstream.runtime.monitor import JobMonitor, start_monitor
 from slipstream.runtime.planner import plan_job
+from slipstream.runtime.workers.fork_server import start_fork_server
 from slipstream.runtime.workers.placement import place_subtasks
 from slipstream.runtime.workers.run import WorkerRun
 
@@ -85,6 +86,8 @@ class JobDriver:
         self.job_name = spec.job_name
         self.graph = plan_job(spec)
         self.placement = place_subtasks(self.graph, spec)  # None: every subtask in this process
+        if self.placement is not None:
+            start_fork_server()
         self.recovery = Recovery(spec, self.graph, restore_from, fs)
         self.result: JobExecutionResult | None = None
         self.job_id = uuid.uuid4().hex  # one id for every run of the job, as Flink's across restarts

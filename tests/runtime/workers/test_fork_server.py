@@ -141,6 +141,51 @@ def test_the_fork_server_imports_the_driver_s_slipstream_not_one_in_the_working_
     assert done.stdout.decode().strip() == "True"
 
 
+PLANNED_DRIVER = """
+import os, sys, time
+from slipstream.datastream import StreamExecutionEnvironment
+from slipstream.runtime.driver import JobDriver
+from slipstream.runtime.workers.fork_server import SERVER_NAME
+
+def children_named(name):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/comm", "rb") as comm:
+                named = comm.read().strip() == name
+        except OSError:
+            continue
+        if named and int(fields[1]) == os.getpid():
+            found.append(pid)
+    return found
+
+def planned(workers):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).configure(workers=workers)
+    env.from_collection(list(range(8))).map(lambda x: x).print()
+    return JobDriver(env._take_job("planned"))
+
+planned(1)
+alone = children_named(b"python") + children_named(SERVER_NAME)  # a job in this process starts none
+driver = planned(2)
+deadline = time.monotonic() + 60
+while not children_named(SERVER_NAME) and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(alone, driver.current_run is None, len(children_named(SERVER_NAME)), flush=True)
+"""
+
+
+def test_a_job_planned_on_workers_starts_the_fork_server_before_its_run_asks_for_a_worker(tmp_path):
+    """The server's imports (most of a second) overlap what the driver does before its first run
+    needs a worker (restoring a checkpoint, loading pyarrow's pandas support), so a restart after a
+    kill reaches its workers that much sooner; a job in the driver's process starts no server."""
+    script = tmp_path / "driver.py"
+    script.write_text(PLANNED_DRIVER)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120, check=True)
+    assert done.stdout.decode().strip() == "[] True 1"
+
+
 def test_a_worker_s_pid_reused_by_a_later_fork_leaves_each_handle_its_own_end_and_kills_only_the_live_one():
     """A long-lived driver forks thousands of workers and the system reuses their pids (several jobs at
     once in one driver, too): the server numbers each fork and reports each exit with its number, so
