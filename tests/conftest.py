@@ -273,7 +273,7 @@ def spark() -> Iterator[Any]:
     test_dirs = [entry for entry in sys.path if entry and Path(entry).resolve().is_relative_to(TESTS)]
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*test_dirs, os.environ.get("PYTHONPATH")]))
     session = start_session("local[2]", app_name="slipstream-tests", **{
-        "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2",
+        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
         "spark.driver.memory": "1g", "spark.sql.adaptive.enabled": "false"})
     session.sparkContext.setLogLevel("ERROR")
     yield session

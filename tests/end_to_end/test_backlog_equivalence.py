@@ -311,7 +311,7 @@ def test_a_parallel_chain_gives_what_streaming_gives(parallelism: int, seed: int
     assert sum(outputs["out"].values()) > 10
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(events=st.lists(st.tuples(st.sampled_from("pqr"), st.integers(0, 400), st.integers(1, 9)), min_size=1,
                        max_size=40),
        bound=st.integers(0, 60), size=st.sampled_from([1, 20, 45]), lateness=st.sampled_from([0, 30]),

@@ -370,7 +370,7 @@ def _depth(program: list) -> int:
     return max((1 + _depth(stage[2]) for stage in program if stage[0] == "loop"), default=0)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs(), parallelism=st.integers(1, 4), seed=st.integers(0, 10_000),
        records=st.integers(0, 25), batch_size=st.integers(1, 4), capacity=st.integers(1, 3),
        mode=st.sampled_from([RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH]))

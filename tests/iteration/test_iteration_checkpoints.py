@@ -586,7 +586,7 @@ def test_kmeans_example_body_restarts_from_a_mid_iteration_checkpoint(tmp_path: 
 
 
 # -- property: any failure point, parallelism, seed and budget ---------------------------------------------
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(n=st.integers(20, 400), parallelism=st.integers(1, 4), seed=st.integers(0, 10_000),
        fail_x=st.integers(1, 400), fail_epoch=st.integers(1, 8), budget=st.sampled_from([2, 50, 100_000]),

@@ -151,7 +151,7 @@ def test_every_epoch_leaves_the_loop_whole(n: int, parallelism: int, seed: int, 
     assert Counter(build(env, n, budget).execute_and_collect()) == oracle(n)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(parallelism=st.integers(1, 3), seed=st.integers(0, 10_000), fail_x=st.integers(0, 299),
        fail_epoch=st.integers(2, 4), budget=st.sampled_from([2, 100_000]))
