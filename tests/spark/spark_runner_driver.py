@@ -20,7 +20,7 @@ from slipstream.spark_runner import SparkRunner
 def main() -> None:
     input_dir, output, checkpoint = (Path(arg) for arg in sys.argv[1:4])
     session = start_session("local[2]", app_name="slipstream-kill-test", **{
-        "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
+        "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"})
     session.sparkContext.setLogLevel("ERROR")
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(200)
