@@ -2,7 +2,7 @@
 
 A fresh interpreter spends 0.2–0.4 s of CPU importing slipstream, pyarrow and numpy before it can
 run a subtask, so every run on N workers paid N of those starts (and a restart after a failure
-paid them again). The driver starts one fork server the first time it needs a worker: a fresh
+paid them again). The driver starts one fork server when it first plans a job on workers: a fresh
 interpreter (``python -m slipstream.runtime.workers --fork-server FD``, never a fork of the
 driver, whose threads and locks a fork would copy in whatever state they are) that imports the
 worker's code, freezes what it holds for the garbage collector, and then forks each worker the
@@ -149,7 +149,8 @@ def _report_exits(driver: socket.socket, children: dict[int, int]) -> None:
 
 # -- the driver's side --------------------------------------------------------------------------
 class ForkServer:
-    """The driver's connection to its fork server, started on first use (and again if it died)."""
+    """The driver's connection to its fork server, started by :meth:`start_ahead` or on first use (again if
+    it died)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
